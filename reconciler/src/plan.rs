@@ -1,0 +1,270 @@
+//! The engine's output: a [`Plan`] of [`Action`]s, each idempotent and carrying what it
+//! expects to find, so a replay after a crash is safe (ARCHITECTURE §2.2).
+//!
+//! Node writes are *deltas* applied by the executor onto the node's current value under
+//! optimistic concurrency (spec/operator.md §5.15): a pass never re-asserts a field it did not
+//! change, and node-state entries it did not touch keep whatever another writer put there.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, NodeCondition, Taint};
+use nodewright_schema::{NodeWrightStatus, PackageStatus};
+
+/// Everything one pass decided.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Writes, in the order they must be executed.
+    pub actions: Vec<Action>,
+    /// When the next pass should run.
+    pub requeue: Requeue,
+}
+
+/// When the next pass should run (§5.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Requeue {
+    /// After `reconcileInterval` (a pass that wrote or still has work).
+    #[default]
+    Active,
+    /// After `defaultInterval` (idle).
+    Idle,
+    /// After this long (a timer such as the PDB throttle or a FailureTarget grace).
+    After(Duration),
+}
+
+/// One write to the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Change a node's metadata and spec by delta (annotations, labels, node-state entries,
+    /// taints, unschedulable).
+    PatchNode(NodePatch),
+    /// Set or remove conditions in `node.status.conditions` (status subresource), by type.
+    PatchNodeConditions {
+        /// Node name.
+        node: String,
+        /// Conditions to insert or replace (inserted at the front when missing, §4.5).
+        set: Vec<NodeCondition>,
+        /// Condition types to remove.
+        remove: Vec<String>,
+    },
+    /// Create a Job (the name is the claim; `AlreadyExists` is reported, not an error).
+    CreateJob(Box<Job>),
+    /// Foreground-delete a Job.
+    DeleteJob {
+        /// Job name (operator namespace).
+        name: String,
+        /// Only delete the Job with this UID (precondition), when known.
+        uid: Option<String>,
+        /// Why, for logs and history.
+        reason: String,
+    },
+    /// Set `spec.suspend` on a Job (pause/resume, §8.15).
+    SuspendJob {
+        /// Job name.
+        name: String,
+        /// New value.
+        suspend: bool,
+    },
+    /// Merge annotations into a Job and optionally set its TTL (processing marker, last-logs,
+    /// restart-limit, invalid).
+    AnnotateJob {
+        /// Job name.
+        name: String,
+        /// Only if the Job still has this UID.
+        uid: Option<String>,
+        /// Annotations to set.
+        annotations: BTreeMap<String, String>,
+        /// `spec.ttlSecondsAfterFinished`, when set.
+        ttl_seconds_after_finished: Option<i32>,
+    },
+    /// Mark an interrupt Job failed over its restart budget (§8.16): the executor ends it so the
+    /// Job controller reports `Failed`.
+    FailJob {
+        /// Job name.
+        name: String,
+        /// Why (recorded on the Job).
+        reason: String,
+    },
+    /// Evict a pod through the Eviction API (429 with a DisruptionBudget cause is an outcome).
+    EvictPod(PodRef),
+    /// Delete a pod directly (`drainConfig.disableEviction`, archive pruning).
+    DeletePod(PodRef),
+    /// Create or update a ConfigMap (operator namespace) to exactly this content.
+    UpsertConfigMap(Box<ConfigMap>),
+    /// Delete a ConfigMap.
+    DeleteConfigMap {
+        /// ConfigMap name (operator namespace).
+        name: String,
+    },
+    /// Merge-patch the NodeWright status subresource to this value.
+    PatchNodeWrightStatus {
+        /// NodeWright name.
+        name: String,
+        /// The complete new status (the executor sends the difference).
+        status: Box<NodeWrightStatus>,
+    },
+    /// Add or remove the NodeWright finalizer (metadata-only merge patch, §1.1).
+    SetFinalizer {
+        /// NodeWright name.
+        name: String,
+        /// `true` adds it, `false` removes it.
+        present: bool,
+    },
+    /// Record a Kubernetes Event.
+    RecordEvent(Event),
+}
+
+impl Action {
+    /// Short description for logs and history (`cordon n1`, `job tuning/…`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::PatchNode(_) => "patch-node",
+            Action::PatchNodeConditions { .. } => "patch-node-conditions",
+            Action::CreateJob(_) => "create-job",
+            Action::DeleteJob { .. } => "delete-job",
+            Action::SuspendJob { .. } => "suspend-job",
+            Action::AnnotateJob { .. } => "annotate-job",
+            Action::FailJob { .. } => "fail-job",
+            Action::EvictPod(_) => "evict-pod",
+            Action::DeletePod(_) => "delete-pod",
+            Action::UpsertConfigMap(_) => "upsert-configmap",
+            Action::DeleteConfigMap { .. } => "delete-configmap",
+            Action::PatchNodeWrightStatus { .. } => "patch-nodewright-status",
+            Action::SetFinalizer { .. } => "set-finalizer",
+            Action::RecordEvent(_) => "record-event",
+        }
+    }
+}
+
+/// A pod to evict or delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The node it runs on (for the PDB throttle bookkeeping).
+    pub node: String,
+    /// The NodeWright whose drain this is, when it is a drain.
+    pub nodewright: Option<String>,
+    /// `gracePeriodSeconds` to pass, when set.
+    pub grace_period_seconds: Option<i64>,
+}
+
+/// A delta on one node. Empty fields change nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodePatch {
+    /// Node name.
+    pub node: String,
+    /// Annotations: `Some(v)` sets, `None` removes.
+    pub annotations: BTreeMap<String, Option<String>>,
+    /// Labels: `Some(v)` sets, `None` removes.
+    pub labels: BTreeMap<String, Option<String>>,
+    /// Per-NodeWright node-state changes, merged onto the current annotation value.
+    pub node_state: Vec<NodeStateDelta>,
+    /// Taints to add (replacing a taint with the same key and effect).
+    pub add_taints: Vec<Taint>,
+    /// Taints to remove, by key (any effect).
+    pub remove_taints: Vec<String>,
+    /// New `spec.unschedulable`, only when this pass changed it.
+    pub unschedulable: Option<bool>,
+}
+
+impl NodePatch {
+    /// An empty patch for a node.
+    pub fn new(node: impl Into<String>) -> Self {
+        NodePatch {
+            node: node.into(),
+            ..NodePatch::default()
+        }
+    }
+    /// Whether the patch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.annotations.is_empty()
+            && self.labels.is_empty()
+            && self.node_state.is_empty()
+            && self.add_taints.is_empty()
+            && self.remove_taints.is_empty()
+            && self.unschedulable.is_none()
+    }
+}
+
+/// Changes to one NodeWright's node-state annotation on a node (§5.15).
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeStateDelta {
+    /// Upsert and remove entries on the current value (creating `{}` first when absent).
+    Entries {
+        /// NodeWright name.
+        nodewright: String,
+        /// Entries to insert or replace, keyed `<pkg>|<ver>`.
+        upsert: BTreeMap<String, PackageStatus>,
+        /// Entry keys to remove.
+        remove: Vec<String>,
+    },
+    /// Remove the whole annotation (a reset). A later delta in the same pass must not
+    /// re-create it.
+    Delete {
+        /// NodeWright name.
+        nodewright: String,
+    },
+}
+
+/// Event type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// `Normal`.
+    Normal,
+    /// `Warning`.
+    Warning,
+}
+
+impl EventType {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// What an event is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventObject {
+    /// A Node.
+    Node(String),
+    /// A NodeWright.
+    NodeWright(String),
+}
+
+/// A Kubernetes Event (§4.10).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The object it is about.
+    pub object: EventObject,
+    /// Normal or Warning.
+    pub kind: EventType,
+    /// Reason from `schema::keys::event`.
+    pub reason: String,
+    /// Informational text (`[nodewright:<nw>] …`).
+    pub message: String,
+}
+
+/// What executing one action found (fed back to the engine's [`crate::snapshot::Memory`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Done (or already true: idempotent).
+    Done,
+    /// The object to change does not exist (e.g. a Job already gone).
+    NotFound,
+    /// `CreateJob` found a Job with that name; the next pass applies §8.14 rule 3.
+    AlreadyExists,
+    /// `EvictPod` refused with 429 DisruptionBudget: the apiserver's message.
+    EvictionRefused {
+        /// Verbatim message, e.g. `Cannot evict pod as it would violate the pod's disruption budget.`
+        message: String,
+    },
+    /// Optimistic-concurrency conflicts exhausted the retries; try again next pass.
+    Conflict,
+}

@@ -1,0 +1,66 @@
+//! What the engine sees in one pass (spec/operator.md §5.3): every object it decides from,
+//! the current time, and the few in-memory timers the spec allows (§13.2).
+//!
+//! A snapshot is built by a [`crate::cluster::Cluster`] adapter. The engine never reads
+//! anything else: no clock, no API, no files.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use nodewright_schema::{DeploymentPolicy, NodeWright};
+
+/// The world as one pass sees it.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// The pass's "now" (virtual in the simulator).
+    pub now: Timestamp,
+    /// Every NodeWright (including ones being deleted).
+    pub nodewrights: Vec<NodeWright>,
+    /// Every DeploymentPolicy.
+    pub policies: Vec<DeploymentPolicy>,
+    /// Every Node.
+    pub nodes: Vec<Node>,
+    /// Jobs in the operator namespace carrying the NodeWright `name` label.
+    pub jobs: Vec<Job>,
+    /// Pods the lifecycle looks at: package pods in the operator namespace, and workload pods
+    /// bound to nodes (for drain classification and the non-interrupt barrier).
+    pub pods: Vec<Pod>,
+    /// ConfigMaps in the operator namespace owned by NodeWrights.
+    pub config_maps: Vec<ConfigMap>,
+    /// In-memory state carried between passes (lost on restart, by design).
+    pub memory: Memory,
+}
+
+/// The in-memory timers and observations the spec allows to live outside the cluster
+/// (§7.9 PDB throttle, §8.9 FailureTarget grace). A restarted reconciler starts empty.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Memory {
+    /// Per node: the last eviction refusal and the pods it reported blocking.
+    pub eviction_refusals: BTreeMap<String, EvictionRefusal>,
+    /// Per Job name: when it was first seen at `FailureTarget` without a terminal condition.
+    pub failure_target_seen: BTreeMap<String, Timestamp>,
+}
+
+/// A refused eviction attempt on one node (§7.9).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvictionRefusal {
+    /// When the refusal happened.
+    pub at: Timestamp,
+    /// The NodeWright whose drain attempted the eviction.
+    pub nodewright: String,
+    /// Pods refused, with the apiserver's message.
+    pub blockers: Vec<RefusedPod>,
+}
+
+/// One pod whose eviction was refused with HTTP 429 (DisruptionBudget).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedPod {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// The apiserver's message, verbatim.
+    pub message: String,
+}
