@@ -5,3 +5,5 @@ pub mod cluster;
 pub mod plan;
 pub mod settings;
 pub mod snapshot;
+pub mod verbs;
+pub mod writeback;

@@ -104,6 +104,14 @@ pub enum Action {
         /// The complete new status (the executor sends the difference).
         status: Box<NodeWrightStatus>,
     },
+    /// Set or remove annotations on a NodeWright (metadata-only merge patch: the spec and
+    /// `metadata.generation` are untouched), e.g. pause/disable (§1.8, §14.5).
+    PatchNodeWrightAnnotations {
+        /// NodeWright name.
+        name: String,
+        /// `Some(v)` sets, `None` removes.
+        annotations: BTreeMap<String, Option<String>>,
+    },
     /// Add or remove the NodeWright finalizer (metadata-only merge patch, §1.1).
     SetFinalizer {
         /// NodeWright name.
@@ -131,6 +139,7 @@ impl Action {
             Action::UpsertConfigMap(_) => "upsert-configmap",
             Action::DeleteConfigMap { .. } => "delete-configmap",
             Action::PatchNodeWrightStatus { .. } => "patch-nodewright-status",
+            Action::PatchNodeWrightAnnotations { .. } => "patch-nodewright-annotations",
             Action::SetFinalizer { .. } => "set-finalizer",
             Action::RecordEvent(_) => "record-event",
         }
