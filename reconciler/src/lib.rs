@@ -2,6 +2,7 @@
 //! adapters, status write-back and the `nodewright` command line.
 
 pub mod cluster;
+pub mod controller;
 pub mod plan;
 pub mod settings;
 pub mod snapshot;
