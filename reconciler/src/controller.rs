@@ -50,7 +50,13 @@ pub struct Controller<C: Cluster> {
 impl<C: Cluster> Controller<C> {
     /// A controller with empty memory.
     pub fn new(cluster: C, engine: Engine, settings: Settings) -> Self {
-        Controller { cluster, engine, settings, memory: Memory::default(), applied: None }
+        Controller {
+            cluster,
+            engine,
+            settings,
+            memory: Memory::default(),
+            applied: None,
+        }
     }
 
     /// The cluster adapter.
@@ -89,7 +95,11 @@ impl<C: Cluster> Controller<C> {
         let mut snapshot = self.cluster.snapshot().await?;
         snapshot.memory = self.memory.clone();
         let plan = (self.engine)(&snapshot, &self.settings);
-        let mut report = PassReport { now: snapshot.now, requeue: plan.requeue, ..PassReport::default() };
+        let mut report = PassReport {
+            now: snapshot.now,
+            requeue: plan.requeue,
+            ..PassReport::default()
+        };
         for action in &plan.actions {
             match self.cluster.execute(action).await {
                 Ok(outcome) => {
@@ -110,7 +120,9 @@ impl<C: Cluster> Controller<C> {
     pub fn delay_after(&self, report: &PassReport) -> Duration {
         match report.requeue {
             Requeue::Active => self.settings.reconcile_interval(),
-            Requeue::Idle if report.wrote() || !report.errors.is_empty() => self.settings.reconcile_interval(),
+            Requeue::Idle if report.wrote() || !report.errors.is_empty() => {
+                self.settings.reconcile_interval()
+            }
             Requeue::Idle => self.settings.default_interval(),
             Requeue::After(d) => d.min(self.settings.default_interval()),
         }
@@ -122,13 +134,20 @@ impl<C: Cluster> Controller<C> {
 pub fn record_outcome(memory: &mut Memory, action: &Action, outcome: &Outcome, now: Timestamp) {
     if let (Action::EvictPod(pod), Outcome::EvictionRefused { message }) = (action, outcome) {
         let nodewright = pod.nodewright.clone().unwrap_or_default();
-        let entry = memory.eviction_refusals.entry(pod.node.clone()).or_insert_with(|| EvictionRefusal {
-            at: now,
-            nodewright: nodewright.clone(),
-            blockers: Vec::new(),
-        });
+        let entry = memory
+            .eviction_refusals
+            .entry(pod.node.clone())
+            .or_insert_with(|| EvictionRefusal {
+                at: now,
+                nodewright: nodewright.clone(),
+                blockers: Vec::new(),
+            });
         if entry.at != now || entry.nodewright != nodewright {
-            *entry = EvictionRefusal { at: now, nodewright, blockers: Vec::new() };
+            *entry = EvictionRefusal {
+                at: now,
+                nodewright,
+                blockers: Vec::new(),
+            };
         }
         entry.blockers.push(RefusedPod {
             namespace: pod.namespace.clone(),
@@ -140,12 +159,18 @@ pub fn record_outcome(memory: &mut Memory, action: &Action, outcome: &Outcome, n
 
 /// Drops memory about objects that no longer exist, so it cannot grow without bound.
 fn prune_memory(memory: &mut Memory, snapshot: &Snapshot) {
-    memory
-        .eviction_refusals
-        .retain(|node, _| snapshot.nodes.iter().any(|n| n.metadata.name.as_deref() == Some(node)));
-    memory
-        .failure_target_seen
-        .retain(|job, _| snapshot.jobs.iter().any(|j| j.metadata.name.as_deref() == Some(job)));
+    memory.eviction_refusals.retain(|node, _| {
+        snapshot
+            .nodes
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(node))
+    });
+    memory.failure_target_seen.retain(|job, _| {
+        snapshot
+            .jobs
+            .iter()
+            .any(|j| j.metadata.name.as_deref() == Some(job))
+    });
 }
 
 #[cfg(test)]
@@ -166,7 +191,9 @@ mod tests {
                 grace_period_seconds: None,
             })
         };
-        let refused = Outcome::EvictionRefused { message: "needs 1".into() };
+        let refused = Outcome::EvictionRefused {
+            message: "needs 1".into(),
+        };
         let mut memory = Memory::default();
         record_outcome(&mut memory, &evict("a"), &refused, t0);
         record_outcome(&mut memory, &evict("b"), &refused, t0);

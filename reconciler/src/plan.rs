@@ -292,7 +292,11 @@ pub fn apply_node_patch(
             NodeStateDelta::Delete { nodewright } => {
                 annotations.remove(&keys::node_state(nodewright));
             }
-            NodeStateDelta::Entries { nodewright, upsert, remove } => {
+            NodeStateDelta::Entries {
+                nodewright,
+                upsert,
+                remove,
+            } => {
                 let key = keys::node_state(nodewright);
                 let mut state = match annotations.get(&key) {
                     Some(raw) => NodeState::parse(raw)?,
@@ -329,7 +333,10 @@ pub fn apply_node_patch(
             }
         }
     }
-    if !patch.add_taints.is_empty() || !patch.remove_taints.is_empty() || patch.unschedulable.is_some() {
+    if !patch.add_taints.is_empty()
+        || !patch.remove_taints.is_empty()
+        || patch.unschedulable.is_some()
+    {
         let spec = node.spec.get_or_insert_with(Default::default);
         if !patch.add_taints.is_empty() || !patch.remove_taints.is_empty() {
             let taints = spec.taints.get_or_insert_with(Vec::new);
@@ -360,7 +367,12 @@ mod tests {
         Node {
             metadata: ObjectMeta {
                 name: Some("n1".into()),
-                annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 ..ObjectMeta::default()
             },
             ..Node::default()
@@ -369,7 +381,8 @@ mod tests {
 
     #[test]
     fn node_state_deltas_merge_onto_entries_written_by_others() {
-        let other = r#"{"b|1":{"name":"b","version":"1","image":"i","stage":"apply","state":"complete"}}"#;
+        let other =
+            r#"{"b|1":{"name":"b","version":"1","image":"i","stage":"apply","state":"complete"}}"#;
         let mut node = node_with(&[("nodewright.nvidia.com/nodeState_nw", other)]);
         let mut patch = NodePatch::new("n1");
         patch.node_state.push(NodeStateDelta::Entries {
@@ -391,14 +404,23 @@ mod tests {
     fn malformed_state_is_not_overwritten() {
         let mut node = node_with(&[("nodewright.nvidia.com/nodeState_nw", "{bad")]);
         let mut patch = NodePatch::new("n1");
-        patch.node_state.push(NodeStateDelta::Entries { nodewright: "nw".into(), upsert: BTreeMap::new(), remove: vec![] });
+        patch.node_state.push(NodeStateDelta::Entries {
+            nodewright: "nw".into(),
+            upsert: BTreeMap::new(),
+            remove: vec![],
+        });
         assert!(apply_node_patch(&mut node, &patch).is_err());
     }
 
     #[test]
     fn taints_are_added_replaced_and_removed_by_key() {
         let mut node = node_with(&[]);
-        let taint = |k: &str, v: &str| Taint { key: k.into(), value: Some(v.into()), effect: "NoSchedule".into(), time_added: None };
+        let taint = |k: &str, v: &str| Taint {
+            key: k.into(),
+            value: Some(v.into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
         let mut patch = NodePatch::new("n1");
         patch.add_taints = vec![taint("a", "1"), taint("b", "1")];
         apply_node_patch(&mut node, &patch).unwrap();

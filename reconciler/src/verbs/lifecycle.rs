@@ -31,7 +31,12 @@ pub fn plan(snapshot: &Snapshot, nw_name: &str, verb: Lifecycle) -> Result<VerbP
         Lifecycle::Disable => (keys::DISABLE, Some("true")),
         Lifecycle::Enable => (keys::DISABLE, None),
     };
-    let current = nw.metadata.annotations.as_ref().and_then(|a| a.get(key)).map(String::as_str);
+    let current = nw
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str);
     let mut plan = VerbPlan::default();
     if current == value {
         plan.notes.push(format!(
@@ -64,20 +69,41 @@ mod tests {
     #[test]
     fn pause_sets_and_resume_removes_the_annotation() {
         let mut nw = nodewright("tuning", &[], &[]);
-        let snap = Snapshot { nodewrights: vec![nw.clone()], ..Snapshot::default() };
+        let snap = Snapshot {
+            nodewrights: vec![nw.clone()],
+            ..Snapshot::default()
+        };
         let p = plan(&snap, "tuning", Lifecycle::Pause).unwrap();
         assert_eq!(
             p.actions,
             vec![Action::PatchNodeWrightAnnotations {
                 name: "tuning".into(),
-                annotations: BTreeMap::from([("nodewright.nvidia.com/pause".into(), Some("true".into()))])
+                annotations: BTreeMap::from([(
+                    "nodewright.nvidia.com/pause".into(),
+                    Some("true".into())
+                )])
             }]
         );
         assert!(plan(&snap, "tuning", Lifecycle::Resume).unwrap().is_noop());
-        nw.metadata.annotations = Some(BTreeMap::from([("nodewright.nvidia.com/disable".into(), "true".into())]));
-        let snap = Snapshot { nodewrights: vec![nw], ..Snapshot::default() };
+        nw.metadata.annotations = Some(BTreeMap::from([(
+            "nodewright.nvidia.com/disable".into(),
+            "true".into(),
+        )]));
+        let snap = Snapshot {
+            nodewrights: vec![nw],
+            ..Snapshot::default()
+        };
         assert!(plan(&snap, "tuning", Lifecycle::Disable).unwrap().is_noop());
-        assert_eq!(plan(&snap, "tuning", Lifecycle::Enable).unwrap().actions.len(), 1);
-        assert_eq!(plan(&snap, "nope", Lifecycle::Pause), Err(VerbError::NodeWrightNotFound("nope".into())));
+        assert_eq!(
+            plan(&snap, "tuning", Lifecycle::Enable)
+                .unwrap()
+                .actions
+                .len(),
+            1
+        );
+        assert_eq!(
+            plan(&snap, "nope", Lifecycle::Pause),
+            Err(VerbError::NodeWrightNotFound("nope".into()))
+        );
     }
 }

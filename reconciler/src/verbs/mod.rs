@@ -132,7 +132,10 @@ pub enum OutputFormat {
 }
 
 /// Finds a NodeWright by name.
-pub fn find_nodewright<'a>(snapshot: &'a Snapshot, name: &str) -> Result<&'a NodeWright, VerbError> {
+pub fn find_nodewright<'a>(
+    snapshot: &'a Snapshot,
+    name: &str,
+) -> Result<&'a NodeWright, VerbError> {
     snapshot
         .nodewrights
         .iter()
@@ -190,7 +193,9 @@ pub fn render<T: Serialize>(
     match format {
         OutputFormat::Json => serde_json::to_string_pretty(rows).unwrap_or_default() + "\n",
         OutputFormat::Yaml => serde_yaml::to_string(rows).unwrap_or_default(),
-        OutputFormat::Table | OutputFormat::Wide => format_table(&table(format == OutputFormat::Wide)),
+        OutputFormat::Table | OutputFormat::Wide => {
+            format_table(&table(format == OutputFormat::Wide))
+        }
     }
 }
 
@@ -238,7 +243,12 @@ pub(crate) mod testkit {
         Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 annotations: Some(
                     annotations
                         .iter()
@@ -253,16 +263,27 @@ pub(crate) mod testkit {
     }
 
     pub fn cordoned(mut node: Node) -> Node {
-        node.spec.get_or_insert_with(NodeSpec::default).unschedulable = Some(true);
+        node.spec
+            .get_or_insert_with(NodeSpec::default)
+            .unschedulable = Some(true);
         node
     }
 
-    pub fn nodewright(name: &str, selector: &[(&str, &str)], packages: &[(&str, &str)]) -> NodeWright {
+    pub fn nodewright(
+        name: &str,
+        selector: &[(&str, &str)],
+        packages: &[(&str, &str)],
+    ) -> NodeWright {
         let mut nw = NodeWright::new(
             name,
             NodeWrightSpec {
                 node_selectors: Some(LabelSelector {
-                    match_labels: Some(selector.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                    match_labels: Some(
+                        selector
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                    ),
                     match_expressions: None,
                 }),
                 packages: Some(

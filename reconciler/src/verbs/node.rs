@@ -57,11 +57,13 @@ fn row(snapshot_node: &k8s_openapi::api::core::v1::Node, nw: &str) -> NodeRow {
     NodeRow {
         node: node_name(snapshot_node).to_string(),
         nodewright: nw.to_string(),
-        status: Status::from_annotation(node_annotation(snapshot_node, &keys::status(nw))).to_string(),
+        status: Status::from_annotation(node_annotation(snapshot_node, &keys::status(nw)))
+            .to_string(),
         packages_complete: format!("{complete}/{total}"),
         packages,
         cordoned: is_cordoned(snapshot_node),
-        runtime_required_cordon: node_annotation(snapshot_node, keys::RUNTIME_REQUIRED_CORDON).is_some(),
+        runtime_required_cordon: node_annotation(snapshot_node, keys::RUNTIME_REQUIRED_CORDON)
+            .is_some(),
         ignored: snapshot_node
             .metadata
             .labels
@@ -85,13 +87,21 @@ pub fn list(snapshot: &Snapshot, nw_name: &str) -> Result<Vec<NodeRow>, VerbErro
 }
 
 /// `node status [patterns…] [--nodewright <nw>]`: per node and NodeWright.
-pub fn status(snapshot: &Snapshot, patterns: &NodePatterns, nw_name: Option<&str>) -> Result<Vec<NodeRow>, VerbError> {
+pub fn status(
+    snapshot: &Snapshot,
+    patterns: &NodePatterns,
+    nw_name: Option<&str>,
+) -> Result<Vec<NodeRow>, VerbError> {
     let nodewrights: Vec<&nodewright_schema::NodeWright> = match nw_name {
         Some(name) => vec![find_nodewright(snapshot, name)?],
         None => snapshot.nodewrights.iter().collect(),
     };
     let mut rows = Vec::new();
-    for node in snapshot.nodes.iter().filter(|n| patterns.matches(node_name(n))) {
+    for node in snapshot
+        .nodes
+        .iter()
+        .filter(|n| patterns.matches(node_name(n)))
+    {
         for nw in &nodewrights {
             let tracked = node_state_of(node, nw.name()).is_some();
             if selects(nw, node) || tracked {
@@ -99,7 +109,13 @@ pub fn status(snapshot: &Snapshot, patterns: &NodePatterns, nw_name: Option<&str
             }
         }
     }
-    if rows.is_empty() && !patterns.is_empty() && !snapshot.nodes.iter().any(|n| patterns.matches(node_name(n))) {
+    if rows.is_empty()
+        && !patterns.is_empty()
+        && !snapshot
+            .nodes
+            .iter()
+            .any(|n| patterns.matches(node_name(n)))
+    {
         return Err(VerbError::NoNodeMatches(patterns.describe()));
     }
     rows.sort_by(|a, b| (&a.node, &a.nodewright).cmp(&(&b.node, &b.nodewright)));
@@ -131,7 +147,13 @@ pub fn table(rows: &[NodeRow], wide: bool) -> Vec<Vec<String>> {
             r.ignored.to_string(),
         ];
         if wide {
-            line.push(r.packages.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
+            line.push(
+                r.packages
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
         }
         out.push(line);
     }
@@ -140,25 +162,45 @@ pub fn table(rows: &[NodeRow], wide: bool) -> Vec<Vec<String>> {
 
 /// `node ignore` (`ignore = true`) / `node unignore` (`ignore = false`): nodes already in the
 /// target state are skipped. No confirmation is needed.
-pub fn plan_ignore(snapshot: &Snapshot, patterns: &NodePatterns, ignore: bool) -> Result<VerbPlan, VerbError> {
+pub fn plan_ignore(
+    snapshot: &Snapshot,
+    patterns: &NodePatterns,
+    ignore: bool,
+) -> Result<VerbPlan, VerbError> {
     let mut plan = VerbPlan::default();
     let mut matched = false;
-    for node in snapshot.nodes.iter().filter(|n| patterns.matches(node_name(n))) {
+    for node in snapshot
+        .nodes
+        .iter()
+        .filter(|n| patterns.matches(node_name(n)))
+    {
         matched = true;
         let name = node_name(node);
-        let current = node.metadata.labels.as_ref().and_then(|l| l.get(keys::IGNORE_LABEL)).map(String::as_str);
+        let current = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::IGNORE_LABEL))
+            .map(String::as_str);
         let is_ignored = current == Some("true");
         if is_ignored == ignore && (ignore || current.is_none()) {
-            plan.notes.push(format!("{name}: already {}", if ignore { "ignored" } else { "not ignored" }));
+            plan.notes.push(format!(
+                "{name}: already {}",
+                if ignore { "ignored" } else { "not ignored" }
+            ));
             continue;
         }
         let mut patch = NodePatch::new(name);
         if ignore {
-            patch.labels.insert(keys::IGNORE_LABEL.to_string(), Some("true".to_string()));
-            plan.changes.push(format!("{name}: set label {}=true", keys::IGNORE_LABEL));
+            patch
+                .labels
+                .insert(keys::IGNORE_LABEL.to_string(), Some("true".to_string()));
+            plan.changes
+                .push(format!("{name}: set label {}=true", keys::IGNORE_LABEL));
         } else {
             patch.labels.insert(keys::IGNORE_LABEL.to_string(), None);
-            plan.changes.push(format!("{name}: remove label {}", keys::IGNORE_LABEL));
+            plan.changes
+                .push(format!("{name}: remove label {}", keys::IGNORE_LABEL));
         }
         plan.actions.push(Action::PatchNode(patch));
     }
@@ -176,18 +218,34 @@ mod tests {
     #[test]
     fn ignore_and_unignore_round_trip_and_skip_nodes_already_there() {
         let snap = Snapshot {
-            nodes: vec![node("n1", &[], &[]), node("n2", &[("nodewright.nvidia.com/ignore", "true")], &[])],
+            nodes: vec![
+                node("n1", &[], &[]),
+                node("n2", &[("nodewright.nvidia.com/ignore", "true")], &[]),
+            ],
             ..Snapshot::default()
         };
         let all = NodePatterns::new(&["n.*".into()]).unwrap();
         let plan = plan_ignore(&snap, &all, true).unwrap();
         assert_eq!(plan.actions.len(), 1);
-        let Action::PatchNode(p) = &plan.actions[0] else { panic!() };
+        let Action::PatchNode(p) = &plan.actions[0] else {
+            panic!()
+        };
         assert_eq!(p.node, "n1");
-        assert_eq!(p.labels.get("nodewright.nvidia.com/ignore"), Some(&Some("true".into())));
+        assert_eq!(
+            p.labels.get("nodewright.nvidia.com/ignore"),
+            Some(&Some("true".into()))
+        );
         let plan = plan_ignore(&snap, &all, false).unwrap();
-        let Action::PatchNode(p) = &plan.actions[0] else { panic!() };
-        assert_eq!((p.node.as_str(), p.labels.get("nodewright.nvidia.com/ignore")), ("n2", Some(&None)));
+        let Action::PatchNode(p) = &plan.actions[0] else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                p.node.as_str(),
+                p.labels.get("nodewright.nvidia.com/ignore")
+            ),
+            ("n2", Some(&None))
+        );
     }
 
     #[test]
@@ -195,9 +253,16 @@ mod tests {
         let n1 = cordoned(node(
             "n1",
             &[("pool", "gpu")],
-            &[("nodewright.nvidia.com/runtimeRequiredCordon", "true"), ("nodewright.nvidia.com/status_tuning", "complete")],
+            &[
+                ("nodewright.nvidia.com/runtimeRequiredCordon", "true"),
+                ("nodewright.nvidia.com/status_tuning", "complete"),
+            ],
         ));
-        let snap = Snapshot { nodes: vec![n1], nodewrights: vec![nodewright("tuning", &[("pool", "gpu")], &[])], ..Snapshot::default() };
+        let snap = Snapshot {
+            nodes: vec![n1],
+            nodewrights: vec![nodewright("tuning", &[("pool", "gpu")], &[])],
+            ..Snapshot::default()
+        };
         let rows = status(&snap, &NodePatterns::new(&[]).unwrap(), None).unwrap();
         assert_eq!(rows.len(), 1);
         assert!(rows[0].cordoned && rows[0].runtime_required_cordon);

@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::Node;
 use nodewright_schema::node_state::split_entry_key;
 use nodewright_schema::{BatchState, NodeWright, NodeWrightStatus, keys};
 
-use super::{NodePatterns, VerbError, VerbPlan, node_annotation, node_name, node_state_of, selects};
+use super::{
+    NodePatterns, VerbError, VerbPlan, node_annotation, node_name, node_state_of, selects,
+};
 use crate::plan::{Action, NodePatch, NodeStateDelta};
 use crate::snapshot::Snapshot;
 
@@ -42,7 +44,11 @@ impl<'a> Lookup<'a> {
 }
 
 /// Plans `reset <nw>`.
-pub fn plan_reset(snapshot: &Snapshot, nw_name: &str, options: &ResetOptions) -> Result<VerbPlan, VerbError> {
+pub fn plan_reset(
+    snapshot: &Snapshot,
+    nw_name: &str,
+    options: &ResetOptions,
+) -> Result<VerbPlan, VerbError> {
     let lookup = Lookup::in_snapshot(snapshot, nw_name);
     let mut plan = VerbPlan::default();
     if let Some(spec) = &options.package {
@@ -71,13 +77,19 @@ pub fn plan_reset(snapshot: &Snapshot, nw_name: &str, options: &ResetOptions) ->
         }
     }
     if plan.is_noop() {
-        plan.notes.push(format!("no node carries state of nodewright {nw_name}; nothing to reset"));
+        plan.notes.push(format!(
+            "no node carries state of nodewright {nw_name}; nothing to reset"
+        ));
     }
     Ok(plan)
 }
 
 /// Plans `node reset <patterns…> --nodewright <nw>`.
-pub fn plan_node_reset(snapshot: &Snapshot, nw_name: &str, patterns: &NodePatterns) -> Result<VerbPlan, VerbError> {
+pub fn plan_node_reset(
+    snapshot: &Snapshot,
+    nw_name: &str,
+    patterns: &NodePatterns,
+) -> Result<VerbPlan, VerbError> {
     let lookup = Lookup::in_snapshot(snapshot, nw_name);
     let matching: Vec<&Node> = snapshot
         .nodes
@@ -92,7 +104,10 @@ pub fn plan_node_reset(snapshot: &Snapshot, nw_name: &str, patterns: &NodePatter
         if touched_by(node, nw_name) {
             reset_node(&mut plan, node, nw_name, lookup);
         } else {
-            plan.notes.push(format!("{}: no state of nodewright {nw_name}; skipped", node_name(node)));
+            plan.notes.push(format!(
+                "{}: no state of nodewright {nw_name}; skipped",
+                node_name(node)
+            ));
         }
     }
     Ok(plan)
@@ -129,8 +144,13 @@ fn reset_node(plan: &mut VerbPlan, node: &Node, nw: &str, lookup: Lookup<'_>) {
     }
     let mut patch = NodePatch::new(name);
     if node_annotation(node, &keys::node_state(nw)).is_some() {
-        patch.node_state.push(NodeStateDelta::Delete { nodewright: nw.to_string() });
-        plan.changes.push(format!("{name}: remove annotation {}", keys::node_state(nw)));
+        patch.node_state.push(NodeStateDelta::Delete {
+            nodewright: nw.to_string(),
+        });
+        plan.changes.push(format!(
+            "{name}: remove annotation {}",
+            keys::node_state(nw)
+        ));
     }
     for key in [
         keys::status(nw),
@@ -141,13 +161,20 @@ fn reset_node(plan: &mut VerbPlan, node: &Node, nw: &str, lookup: Lookup<'_>) {
     ] {
         if node_annotation(node, &key).is_some() {
             patch.annotations.insert(key.clone(), None);
-            plan.changes.push(format!("{name}: remove annotation {key}"));
+            plan.changes
+                .push(format!("{name}: remove annotation {key}"));
         }
     }
     let status_label = keys::status(nw);
-    if node.metadata.labels.as_ref().is_some_and(|l| l.contains_key(&status_label)) {
+    if node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(&status_label))
+    {
         patch.labels.insert(status_label.clone(), None);
-        plan.changes.push(format!("{name}: remove label {status_label}"));
+        plan.changes
+            .push(format!("{name}: remove label {status_label}"));
     }
     let cordon_key = keys::cordon(nw);
     if node_annotation(node, &cordon_key).is_some() {
@@ -189,28 +216,45 @@ fn uncordon_advice(node: &Node, nw: &str) -> String {
             keys::RUNTIME_REQUIRED_CORDON
         )
     } else {
-        format!("{name} stays cordoned; no NodeWright owns the cordon any more, so `kubectl uncordon {name}` is a safe recovery step")
+        format!(
+            "{name} stays cordoned; no NodeWright owns the cordon any more, so `kubectl uncordon {name}` is a safe recovery step"
+        )
     }
 }
 
 /// `--package`: remove one package's entry (optionally only at one version).
-fn remove_package_entry(plan: &mut VerbPlan, node: &Node, nw: &str, package: &str, version: Option<&str>) {
+fn remove_package_entry(
+    plan: &mut VerbPlan,
+    node: &Node,
+    nw: &str,
+    package: &str,
+    version: Option<&str>,
+) {
     let name = node_name(node);
     let state = match node_state_of(node, nw) {
         None => return,
         Some(Err(reason)) => {
-            plan.warnings.push(format!("{name}: {} does not parse ({reason}); skipped", keys::node_state(nw)));
+            plan.warnings.push(format!(
+                "{name}: {} does not parse ({reason}); skipped",
+                keys::node_state(nw)
+            ));
             return;
         }
         Some(Ok(state)) => state,
     };
     let mut remove = Vec::new();
-    for (key, _) in state.0.iter().filter(|(k, _)| split_entry_key(k).0 == package) {
+    for (key, _) in state
+        .0
+        .iter()
+        .filter(|(k, _)| split_entry_key(k).0 == package)
+    {
         let entry_version = split_entry_key(key).1;
         if version.is_none_or(|v| v == entry_version) {
             remove.push(key.clone());
         } else {
-            plan.notes.push(format!("{name}: entry {key} is at another version; left in place"));
+            plan.notes.push(format!(
+                "{name}: entry {key} is at another version; left in place"
+            ));
         }
     }
     if remove.is_empty() {
@@ -222,10 +266,17 @@ fn remove_package_entry(plan: &mut VerbPlan, node: &Node, nw: &str, package: &st
             remove.join(", "),
             keys::node_state(nw)
         ));
-        NodeStateDelta::Delete { nodewright: nw.to_string() }
+        NodeStateDelta::Delete {
+            nodewright: nw.to_string(),
+        }
     } else {
-        plan.changes.push(format!("{name}: remove entries {}", remove.join(", ")));
-        NodeStateDelta::Entries { nodewright: nw.to_string(), upsert: BTreeMap::new(), remove }
+        plan.changes
+            .push(format!("{name}: remove entries {}", remove.join(", ")));
+        NodeStateDelta::Entries {
+            nodewright: nw.to_string(),
+            upsert: BTreeMap::new(),
+            remove,
+        }
     };
     let mut patch = NodePatch::new(name);
     patch.node_state.push(delta);
@@ -248,7 +299,9 @@ pub fn reset_batch_state(plan: &mut VerbPlan, nw: &NodeWright, clear_order: bool
         }
     }
     if clear_order {
-        if status.node_order_offset.unwrap_or(0) != 0 || status.node_priority.as_ref().is_some_and(|p| !p.is_empty()) {
+        if status.node_order_offset.unwrap_or(0) != 0
+            || status.node_priority.as_ref().is_some_and(|p| !p.is_empty())
+        {
             plan.changes.push(format!(
                 "nodewright {}: clear nodePriority and nodeOrderOffset (node order restarts at 0)",
                 nw.name()
@@ -258,7 +311,10 @@ pub fn reset_batch_state(plan: &mut VerbPlan, nw: &NodeWright, clear_order: bool
         status.node_priority = None;
     }
     if nw.status.as_ref() != Some(&status) {
-        plan.actions.push(Action::PatchNodeWrightStatus { name: nw.name().to_string(), status: Box::new(status) });
+        plan.actions.push(Action::PatchNodeWrightStatus {
+            name: nw.name().to_string(),
+            status: Box::new(status),
+        });
     }
     had_compartments
 }
@@ -272,7 +328,11 @@ mod tests {
     const STATE: &str = r#"{"tuning|1.0.0":{"name":"tuning","version":"1.0.0","image":"example/tuning","stage":"config","state":"erroring"}}"#;
 
     fn snapshot(nodes: Vec<Node>, nws: Vec<NodeWright>) -> Snapshot {
-        Snapshot { nodes, nodewrights: nws, ..Snapshot::default() }
+        Snapshot {
+            nodes,
+            nodewrights: nws,
+            ..Snapshot::default()
+        }
     }
 
     fn patch_for<'a>(plan: &'a VerbPlan, node: &str) -> &'a NodePatch {
@@ -294,16 +354,38 @@ mod tests {
                 ("nodewright.nvidia.com/nodeState_tuning", STATE),
                 ("nodewright.nvidia.com/status_tuning", "erroring"),
                 ("nodewright.nvidia.com/cordon_tuning", "true"),
-                ("nodewright.nvidia.com/drainStart_tuning", "2026-01-01T00:00:00.000000000Z"),
+                (
+                    "nodewright.nvidia.com/drainStart_tuning",
+                    "2026-01-01T00:00:00.000000000Z",
+                ),
             ],
         ));
         let nw = nodewright("tuning", &[("pool", "gpu")], &[("tuning", "1.0.0")]);
-        let plan = plan_reset(&snapshot(vec![n1], vec![nw]), "tuning", &ResetOptions::default()).unwrap();
+        let plan = plan_reset(
+            &snapshot(vec![n1], vec![nw]),
+            "tuning",
+            &ResetOptions::default(),
+        )
+        .unwrap();
         let p = patch_for(&plan, "n1");
-        assert_eq!(p.node_state, vec![NodeStateDelta::Delete { nodewright: "tuning".into() }]);
-        assert_eq!(p.annotations.get("nodewright.nvidia.com/status_tuning"), Some(&None));
-        assert_eq!(p.annotations.get("nodewright.nvidia.com/drainStart_tuning"), Some(&None));
-        assert!(!p.annotations.contains_key("nodewright.nvidia.com/cordon_tuning"));
+        assert_eq!(
+            p.node_state,
+            vec![NodeStateDelta::Delete {
+                nodewright: "tuning".into()
+            }]
+        );
+        assert_eq!(
+            p.annotations.get("nodewright.nvidia.com/status_tuning"),
+            Some(&None)
+        );
+        assert_eq!(
+            p.annotations.get("nodewright.nvidia.com/drainStart_tuning"),
+            Some(&None)
+        );
+        assert!(
+            !p.annotations
+                .contains_key("nodewright.nvidia.com/cordon_tuning")
+        );
         assert_eq!(p.unschedulable, None);
     }
 
@@ -312,14 +394,36 @@ mod tests {
         let n1 = cordoned(node(
             "n1",
             &[("pool", "cpu")],
-            &[("nodewright.nvidia.com/cordon_tuning", "true"), ("nodewright.nvidia.com/nodeState_tuning", STATE)],
+            &[
+                ("nodewright.nvidia.com/cordon_tuning", "true"),
+                ("nodewright.nvidia.com/nodeState_tuning", STATE),
+            ],
         ));
         let nw = nodewright("tuning", &[("pool", "gpu")], &[("tuning", "1.0.0")]);
-        let plan = plan_reset(&snapshot(vec![n1.clone()], vec![nw]), "tuning", &ResetOptions::default()).unwrap();
-        assert_eq!(patch_for(&plan, "n1").annotations.get("nodewright.nvidia.com/cordon_tuning"), Some(&None));
-        assert!(plan.warnings.iter().any(|w| w.contains("kubectl uncordon n1")));
+        let plan = plan_reset(
+            &snapshot(vec![n1.clone()], vec![nw]),
+            "tuning",
+            &ResetOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            patch_for(&plan, "n1")
+                .annotations
+                .get("nodewright.nvidia.com/cordon_tuning"),
+            Some(&None)
+        );
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|w| w.contains("kubectl uncordon n1"))
+        );
         // NodeWright gone: also removed, and no batch reset is attempted.
-        let plan = plan_reset(&snapshot(vec![n1], vec![]), "tuning", &ResetOptions::default()).unwrap();
+        let plan = plan_reset(
+            &snapshot(vec![n1], vec![]),
+            "tuning",
+            &ResetOptions::default(),
+        )
+        .unwrap();
         assert_eq!(plan.actions.len(), 1);
     }
 
@@ -331,45 +435,90 @@ mod tests {
         status.compartment_statuses = Some(BTreeMap::from([(
             "__default__".to_string(),
             CompartmentStatus {
-                batch_state: Some(BatchState { current_batch: 3, should_stop: true, ..BatchState::default() }),
+                batch_state: Some(BatchState {
+                    current_batch: 3,
+                    should_stop: true,
+                    ..BatchState::default()
+                }),
                 ..CompartmentStatus::default()
             },
         )]));
         let snap = snapshot(vec![], vec![nw]);
         let plan = plan_reset(&snap, "tuning", &ResetOptions::default()).unwrap();
-        let Action::PatchNodeWrightStatus { status, .. } = &plan.actions[0] else { panic!() };
+        let Action::PatchNodeWrightStatus { status, .. } = &plan.actions[0] else {
+            panic!()
+        };
         assert_eq!(status.node_order_offset, Some(0));
-        assert_eq!(status.compartment_statuses.as_ref().unwrap()["__default__"].batch_state, Some(BatchState::reset()));
-        let skipped = plan_reset(&snap, "tuning", &ResetOptions { skip_batch_reset: true, package: None }).unwrap();
+        assert_eq!(
+            status.compartment_statuses.as_ref().unwrap()["__default__"].batch_state,
+            Some(BatchState::reset())
+        );
+        let skipped = plan_reset(
+            &snap,
+            "tuning",
+            &ResetOptions {
+                skip_batch_reset: true,
+                package: None,
+            },
+        )
+        .unwrap();
         assert!(skipped.is_noop());
     }
 
     #[test]
     fn package_reset_removes_only_that_package_and_reports_other_versions() {
         let state = r#"{"a|1.0.0":{"name":"a","version":"1.0.0","image":"i","stage":"apply","state":"complete"},"a|2.0.0":{"name":"a","version":"2.0.0","image":"i","stage":"upgrade","state":"erroring"},"b|1.0.0":{"name":"b","version":"1.0.0","image":"i","stage":"apply","state":"complete"}}"#;
-        let n1 = node("n1", &[], &[("nodewright.nvidia.com/nodeState_tuning", state)]);
-        let opts = ResetOptions { skip_batch_reset: false, package: Some("a:2.0.0".into()) };
+        let n1 = node(
+            "n1",
+            &[],
+            &[("nodewright.nvidia.com/nodeState_tuning", state)],
+        );
+        let opts = ResetOptions {
+            skip_batch_reset: false,
+            package: Some("a:2.0.0".into()),
+        };
         let plan = plan_reset(&snapshot(vec![n1], vec![]), "tuning", &opts).unwrap();
         let p = patch_for(&plan, "n1");
         assert_eq!(
             p.node_state,
-            vec![NodeStateDelta::Entries { nodewright: "tuning".into(), upsert: BTreeMap::new(), remove: vec!["a|2.0.0".into()] }]
+            vec![NodeStateDelta::Entries {
+                nodewright: "tuning".into(),
+                upsert: BTreeMap::new(),
+                remove: vec!["a|2.0.0".into()]
+            }]
         );
         assert!(plan.notes.iter().any(|n| n.contains("a|1.0.0")));
     }
 
     #[test]
     fn malformed_state_is_skipped_with_a_warning() {
-        let n1 = node("n1", &[], &[("nodewright.nvidia.com/nodeState_tuning", "{oops")]);
-        let plan = plan_reset(&snapshot(vec![n1], vec![]), "tuning", &ResetOptions::default()).unwrap();
+        let n1 = node(
+            "n1",
+            &[],
+            &[("nodewright.nvidia.com/nodeState_tuning", "{oops")],
+        );
+        let plan = plan_reset(
+            &snapshot(vec![n1], vec![]),
+            "tuning",
+            &ResetOptions::default(),
+        )
+        .unwrap();
         assert!(plan.is_noop());
         assert!(plan.warnings[0].contains("does not parse"));
     }
 
     #[test]
     fn node_reset_touches_only_matching_nodes() {
-        let a = node("gpu-1", &[], &[("nodewright.nvidia.com/nodeState_tuning", STATE)]);
-        let b = node("gpu-2", &[], &[("nodewright.nvidia.com/nodeState_tuning", STATE)]);
+        let a = node(
+            "gpu-1",
+            &[],
+            &[("nodewright.nvidia.com/nodeState_tuning", STATE)],
+        );
+        let b = node(
+            "gpu-2",
+            &[],
+            &[("nodewright.nvidia.com/nodeState_tuning", STATE)],
+        );
         let patterns = NodePatterns::new(&["gpu-1".into()]).unwrap();
         let plan = plan_node_reset(&snapshot(vec![a, b], vec![]), "tuning", &patterns).unwrap();
         assert_eq!(plan.actions.len(), 1);

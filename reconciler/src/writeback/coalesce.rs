@@ -32,7 +32,12 @@ pub struct Coalescer {
 impl Coalescer {
     /// A coalescer committing at most once per `interval`.
     pub fn new(interval: Duration) -> Self {
-        Coalescer { interval, last_digest: None, last_commit_at: None, last_statuses: BTreeMap::new() }
+        Coalescer {
+            interval,
+            last_digest: None,
+            last_commit_at: None,
+            last_statuses: BTreeMap::new(),
+        }
     }
 
     /// Starts from what the status branch already holds (after a restart), so an unchanged
@@ -40,12 +45,20 @@ impl Coalescer {
     pub fn seeded(interval: Duration, files: &[StatusFile], docs: &[StatusDocument]) -> Self {
         let mut c = Coalescer::new(interval);
         c.last_digest = Some(digest(files));
-        c.last_statuses = docs.iter().map(|d| (d.nodewright.clone(), d.status.clone())).collect();
+        c.last_statuses = docs
+            .iter()
+            .map(|d| (d.nodewright.clone(), d.status.clone()))
+            .collect();
         c
     }
 
     /// Decides for the freshly rendered files and documents.
-    pub fn decide(&self, now: Timestamp, files: &[StatusFile], docs: &[StatusDocument]) -> Decision {
+    pub fn decide(
+        &self,
+        now: Timestamp,
+        files: &[StatusFile],
+        docs: &[StatusDocument],
+    ) -> Decision {
         if self.last_digest.as_deref() == Some(digest(files).as_str()) {
             return Decision::Unchanged;
         }
@@ -55,8 +68,14 @@ impl Coalescer {
         });
         match self.last_commit_at {
             Some(at) if !terminal_transition => {
-                let due = at + jiff::SignedDuration::try_from(self.interval).unwrap_or(jiff::SignedDuration::ZERO);
-                if now < due { Decision::WaitUntil(due) } else { Decision::Commit }
+                let due = at
+                    + jiff::SignedDuration::try_from(self.interval)
+                        .unwrap_or(jiff::SignedDuration::ZERO);
+                if now < due {
+                    Decision::WaitUntil(due)
+                } else {
+                    Decision::Commit
+                }
             }
             _ => Decision::Commit,
         }
@@ -66,7 +85,10 @@ impl Coalescer {
     pub fn committed(&mut self, now: Timestamp, files: &[StatusFile], docs: &[StatusDocument]) {
         self.last_digest = Some(digest(files));
         self.last_commit_at = Some(now);
-        self.last_statuses = docs.iter().map(|d| (d.nodewright.clone(), d.status.clone())).collect();
+        self.last_statuses = docs
+            .iter()
+            .map(|d| (d.nodewright.clone(), d.status.clone()))
+            .collect();
     }
 }
 
@@ -94,23 +116,38 @@ mod tests {
     }
 
     fn file(content: &str) -> Vec<StatusFile> {
-        vec![StatusFile { path: "status/tuning.yaml".into(), content: content.into() }]
+        vec![StatusFile {
+            path: "status/tuning.yaml".into(),
+            content: content.into(),
+        }]
     }
 
     #[test]
     fn commits_changes_at_most_once_per_interval_but_flushes_terminal_transitions() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let mut c = Coalescer::new(Duration::from_secs(30));
-        assert_eq!(c.decide(t0, &file("a"), &[doc("in_progress")]), Decision::Commit);
+        assert_eq!(
+            c.decide(t0, &file("a"), &[doc("in_progress")]),
+            Decision::Commit
+        );
         c.committed(t0, &file("a"), &[doc("in_progress")]);
-        assert_eq!(c.decide(t0, &file("a"), &[doc("in_progress")]), Decision::Unchanged);
+        assert_eq!(
+            c.decide(t0, &file("a"), &[doc("in_progress")]),
+            Decision::Unchanged
+        );
         let t10 = t0 + jiff::SignedDuration::from_secs(10);
         assert_eq!(
             c.decide(t10, &file("b"), &[doc("in_progress")]),
             Decision::WaitUntil(t0 + jiff::SignedDuration::from_secs(30))
         );
-        assert_eq!(c.decide(t10, &file("c"), &[doc("complete")]), Decision::Commit);
+        assert_eq!(
+            c.decide(t10, &file("c"), &[doc("complete")]),
+            Decision::Commit
+        );
         let t31 = t0 + jiff::SignedDuration::from_secs(31);
-        assert_eq!(c.decide(t31, &file("b"), &[doc("in_progress")]), Decision::Commit);
+        assert_eq!(
+            c.decide(t31, &file("b"), &[doc("in_progress")]),
+            Decision::Commit
+        );
     }
 }

@@ -129,7 +129,11 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
         .map(|c| {
             (
                 c.type_.clone(),
-                ConditionSummary { status: c.status.clone(), reason: c.reason.clone(), message: c.message.clone() },
+                ConditionSummary {
+                    status: c.status.clone(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                },
             )
         })
         .collect();
@@ -184,15 +188,29 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
                     .collect()
             })
             .unwrap_or_default();
-        nodes.insert(node.clone(), NodeSummary { status: s.to_string(), packages });
+        nodes.insert(
+            node.clone(),
+            NodeSummary {
+                status: s.to_string(),
+                packages,
+            },
+        );
     }
     StatusDocument {
         nodewright: nw.name().to_string(),
-        source_commit: nw.metadata.annotations.as_ref().and_then(|a| a.get(keys::SOURCE_COMMIT)).cloned(),
+        source_commit: nw
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::SOURCE_COMMIT))
+            .cloned(),
         generation: nw.metadata.generation,
         observed_generation: status.observed_generation,
         status: status.status.unwrap_or(Status::Unknown).to_string(),
-        complete_nodes: status.complete_nodes.clone().unwrap_or_else(|| "0/0".to_string()),
+        complete_nodes: status
+            .complete_nodes
+            .clone()
+            .unwrap_or_else(|| "0/0".to_string()),
         nodes_in_progress: status.nodes_in_progress.unwrap_or(0),
         packages: status.package_list.clone().unwrap_or_default(),
         node_counts,
@@ -205,7 +223,10 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
 
 /// Renders every status file: one YAML per NodeWright plus the README table.
 pub fn render_all(nodewrights: &[NodeWright], node_detail_limit: usize) -> Vec<StatusFile> {
-    let mut docs: Vec<StatusDocument> = nodewrights.iter().map(|nw| document(nw, node_detail_limit)).collect();
+    let mut docs: Vec<StatusDocument> = nodewrights
+        .iter()
+        .map(|nw| document(nw, node_detail_limit))
+        .collect();
     docs.sort_by(|a, b| a.nodewright.cmp(&b.nodewright));
     let mut files: Vec<StatusFile> = docs
         .iter()
@@ -218,7 +239,10 @@ pub fn render_all(nodewrights: &[NodeWright], node_detail_limit: usize) -> Vec<S
             ),
         })
         .collect();
-    files.push(StatusFile { path: format!("{STATUS_DIR}/README.md"), content: readme(&docs) });
+    files.push(StatusFile {
+        path: format!("{STATUS_DIR}/README.md"),
+        content: readme(&docs),
+    });
     files
 }
 
@@ -234,7 +258,11 @@ fn readme(docs: &[StatusDocument]) -> String {
     out.push_str("|---|---|---|---|---|---|---|---|\n");
     for d in docs {
         let count = |s: &str| d.node_counts.get(s).copied().unwrap_or(0);
-        let ready = d.conditions.get("Ready").map(|c| c.message.replace('|', "\\|")).unwrap_or_default();
+        let ready = d
+            .conditions
+            .get("Ready")
+            .map(|c| c.message.replace('|', "\\|"))
+            .unwrap_or_default();
         out.push_str(&format!(
             "| [{name}]({name}.yaml) | {status} | {complete} | {ip} | {err} | {bw} | {commit} | {ready} |\n",
             name = d.nodewright,
@@ -258,12 +286,17 @@ pub fn digest(files: &[StatusFile]) -> String {
         hasher.update(f.content.as_bytes());
         hasher.update([0]);
     }
-    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A commit message saying what changed: `tuning: 12/40 complete, 1 erroring; driver: complete`.
 pub fn commit_message(before: &[StatusDocument], after: &[StatusDocument]) -> String {
-    let previous: BTreeMap<&str, &StatusDocument> = before.iter().map(|d| (d.nodewright.as_str(), d)).collect();
+    let previous: BTreeMap<&str, &StatusDocument> =
+        before.iter().map(|d| (d.nodewright.as_str(), d)).collect();
     let mut parts = Vec::new();
     for d in after {
         if previous.get(d.nodewright.as_str()).is_some_and(|p| *p == d) {
@@ -289,7 +322,14 @@ pub fn summary(d: &StatusDocument) -> String {
         return format!("{}: complete ({})", d.nodewright, d.complete_nodes);
     }
     let mut s = format!("{}: {} complete", d.nodewright, d.complete_nodes);
-    for bucket in ["erroring", "blocked", "in_progress", "waiting", "paused", "disabled"] {
+    for bucket in [
+        "erroring",
+        "blocked",
+        "in_progress",
+        "waiting",
+        "paused",
+        "disabled",
+    ] {
         if let Some(n) = d.node_counts.get(bucket).filter(|n| **n > 0) {
             s.push_str(&format!(", {n} {}", bucket.replace('_', " ")));
         }
@@ -300,16 +340,29 @@ pub fn summary(d: &StatusDocument) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodewright_schema::{NodeState, NodeWrightSpec, NodeWrightStatus, PackageStatus, Stage, State};
+    use nodewright_schema::{
+        NodeState, NodeWrightSpec, NodeWrightStatus, PackageStatus, Stage, State,
+    };
 
     fn nw(name: &str, statuses: &[(&str, Status)]) -> NodeWright {
         let mut nw = NodeWright::new(name, NodeWrightSpec::default());
         let mut state = NodeState::default();
-        state.upsert(PackageStatus::new("tuning", "1.0.0", "example/tuning", Stage::Config, State::Erroring));
+        state.upsert(PackageStatus::new(
+            "tuning",
+            "1.0.0",
+            "example/tuning",
+            Stage::Config,
+            State::Erroring,
+        ));
         nw.status = Some(NodeWrightStatus {
             status: Some(Status::InProgress),
             node_status: Some(statuses.iter().map(|(n, s)| (n.to_string(), *s)).collect()),
-            node_state: Some(statuses.iter().map(|(n, _)| (n.to_string(), state.clone())).collect()),
+            node_state: Some(
+                statuses
+                    .iter()
+                    .map(|(n, _)| (n.to_string(), state.clone()))
+                    .collect(),
+            ),
             complete_nodes: Some("1/3".into()),
             ..NodeWrightStatus::default()
         });
@@ -318,7 +371,14 @@ mod tests {
 
     #[test]
     fn document_counts_nodes_and_limits_complete_detail() {
-        let nw = nw("tuning", &[("a", Status::Complete), ("b", Status::Complete), ("c", Status::Erroring)]);
+        let nw = nw(
+            "tuning",
+            &[
+                ("a", Status::Complete),
+                ("b", Status::Complete),
+                ("c", Status::Erroring),
+            ],
+        );
         let doc = document(&nw, 1);
         assert_eq!(doc.node_counts["complete"], 2);
         assert_eq!(doc.nodes.len(), 2);
@@ -334,9 +394,16 @@ mod tests {
         assert_eq!(render_all(&a, 10), render_all(&a, 10));
         assert_ne!(digest(&render_all(&a, 10)), digest(&render_all(&b, 10)));
         let files = render_all(&a, 10);
-        assert_eq!(files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["status/tuning.yaml", "status/README.md"]);
+        assert_eq!(
+            files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
+            ["status/tuning.yaml", "status/README.md"]
+        );
         let parsed: serde_yaml::Value = serde_yaml::from_str(&files[0].content).unwrap();
         assert_eq!(parsed["status"], "in_progress");
-        assert!(files[1].content.contains("| [tuning](tuning.yaml) | in_progress | 1/3 |"));
+        assert!(
+            files[1]
+                .content
+                .contains("| [tuning](tuning.yaml) | in_progress | 1/3 |")
+        );
     }
 }
