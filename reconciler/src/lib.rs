@@ -3,7 +3,10 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod controller;
 pub mod plan;
 pub mod settings;
 pub mod snapshot;
 pub mod source;
+pub mod verbs;
+pub mod writeback;
