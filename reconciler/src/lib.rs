@@ -6,3 +6,4 @@ pub mod engine;
 pub mod plan;
 pub mod settings;
 pub mod snapshot;
+pub mod source;
