@@ -374,9 +374,18 @@ pub struct NwView<'a> {
     pub initial_status: Option<Status>,
     /// The Status changed in this pass (for the Transition mirror, §12.3).
     pub transitioned: bool,
-    /// Node ids whose working copy this NodeWright's pass changed.
-    pub touched_nodes: Vec<usize>,
+    /// Node id → position in `selected` ([`NOT_SELECTED`] when not selected).
+    pub pos: Vec<u32>,
+    /// Completion by package state, parallel to `selected` (refreshed by introspection).
+    pub complete: Vec<bool>,
+    /// Compartment definitions of this pass (§2.5, §2.8), filled by selection.
+    pub compartments: Vec<super::policy::CompartmentDef>,
+    /// Compartment index per selected node, parallel to `selected`.
+    pub compartment_of: Vec<usize>,
 }
+
+/// Marker in [`NwView::pos`] for a node the NodeWright does not select.
+pub const NOT_SELECTED: u32 = u32::MAX;
 
 impl<'a> NwView<'a> {
     /// `disable` annotation (§5.11).
@@ -432,6 +441,21 @@ impl<'a> NwView<'a> {
             .conditions
             .as_ref()
             .and_then(|l| l.iter().find(|c| c.type_ == type_))
+    }
+    /// Whether the node id is selected by this NodeWright.
+    pub fn selects(&self, node: usize) -> bool {
+        self.pos.get(node).is_some_and(|p| *p != NOT_SELECTED)
+    }
+    /// Completion by package state of a selected node (false when not selected).
+    pub fn is_complete(&self, node: usize) -> bool {
+        match self.pos.get(node) {
+            Some(&p) if p != NOT_SELECTED => self.complete[p as usize],
+            _ => false,
+        }
+    }
+    /// Every selected node complete by package state (vacuously true).
+    pub fn all_complete(&self) -> bool {
+        self.complete.iter().all(|c| *c)
     }
     /// Working per-node Status as published in `status.nodeStatus` (absent = `unknown`).
     pub fn published_node_status(&self, node: &str) -> Status {
@@ -513,7 +537,16 @@ impl<'a> PassCtx<'a> {
                 _ => (None, false),
             };
             let status = nw.status.clone().unwrap_or_default();
+            let mut pos = vec![NOT_SELECTED; nodes.len()];
+            for (p, &i) in selected.iter().enumerate() {
+                pos[i] = p as u32;
+            }
+            let complete = vec![false; selected.len()];
             nws.push(NwView {
+                pos,
+                complete,
+                compartments: Vec::new(),
+                compartment_of: Vec::new(),
                 nw,
                 name,
                 selected,
@@ -522,7 +555,6 @@ impl<'a> PassCtx<'a> {
                 initial_status: status.status,
                 status,
                 transitioned: false,
-                touched_nodes: Vec::new(),
             });
         }
         PassCtx {
