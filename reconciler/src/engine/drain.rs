@@ -100,21 +100,15 @@ pub fn classify(pod: &Pod, drain: &DrainConfig, operator_namespace: &str) -> Pod
     }
 }
 
-/// Kubernetes toleration matching of one taint.
+/// Kubernetes toleration matching of one taint (one home: `nodewright_schema::toleration`).
 pub fn tolerates(t: &Toleration, key: &str, value: Option<&str>, effect: &str) -> bool {
-    let effect_ok = t
-        .effect
-        .as_deref()
-        .is_none_or(|e| e.is_empty() || e == effect);
-    if !effect_ok {
-        return false;
-    }
-    let exists = t.operator.as_deref() == Some("Exists");
-    let key_ok = match t.key.as_deref() {
-        None | Some("") => exists,
-        Some(k) => k == key,
+    let taint = k8s_openapi::api::core::v1::Taint {
+        key: key.to_string(),
+        value: value.map(str::to_string),
+        effect: effect.to_string(),
+        time_added: None,
     };
-    key_ok && (exists || t.value.as_deref().unwrap_or_default() == value.unwrap_or_default())
+    nodewright_schema::toleration::tolerates(t, &taint)
 }
 
 /// One entry of `drainBlocked_<nw>` (§4.1), field order fixed.

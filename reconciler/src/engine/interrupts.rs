@@ -3,7 +3,7 @@
 
 use nodewright_schema::{Interrupt, InterruptType, Package};
 
-use super::complete::glob_match;
+use nodewright_schema::glob::matches as glob_match;
 
 /// Matched config interrupts (§6.4): for each changed key and each `configInterrupts` pattern
 /// that matches it, the interrupt; duplicates (same type and same services, order-sensitive)

@@ -913,51 +913,18 @@ fn quantities_equal(
     let empty = BTreeMap::new();
     let (a, b) = (a.unwrap_or(&empty), b.unwrap_or(&empty));
     a.len() == b.len()
-        && a.iter().all(|(k, q)| {
-            b.get(k)
-                .is_some_and(|other| quantity_value(&q.0) == quantity_value(&other.0))
-        })
+        && a.iter()
+            .all(|(k, q)| b.get(k).is_some_and(|other| quantity_eq(&q.0, &other.0)))
 }
 
-/// A quantity in milli-units, for semantic equality (`1` == `1000m`, `1Gi` == `1024Mi`).
-pub fn quantity_value(text: &str) -> Option<i128> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(split);
-    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    let negative = int_part.starts_with('-');
-    let int_digits = int_part.trim_start_matches(['+', '-']);
-    // Work in units of 10^-9 so decimal fractions stay exact.
-    let frac: String = frac_part
-        .chars()
-        .chain(std::iter::repeat('0'))
-        .take(9)
-        .collect();
-    let base: i128 =
-        int_digits.parse::<i128>().unwrap_or(0) * 1_000_000_000 + frac.parse::<i128>().ok()?;
-    let factor: i128 = match suffix {
-        "" => 1,
-        "n" => return Some(sign(negative, base / 1_000_000_000 / 1_000_000)),
-        "u" => return Some(sign(negative, base / 1_000_000_000 / 1_000)),
-        "m" => return Some(sign(negative, base / 1_000_000_000)),
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "T" => 1_000_000_000_000,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ti" => 1 << 40,
-        _ => return None,
-    };
-    // milli-units: base is value × 10^9, so value × 1000 = base / 10^6.
-    Some(sign(negative, base * factor / 1_000_000))
-}
-
-fn sign(negative: bool, v: i128) -> i128 {
-    if negative { -v } else { v }
+/// Semantic quantity equality (`1` == `1000m`, `1Gi` == `1024Mi`); unparsable values compare
+/// as text.
+fn quantity_eq(a: &str, b: &str) -> bool {
+    use nodewright_schema::quantity::Quantity as Q;
+    match (Q::parse(a), Q::parse(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 /// Whether a Job's recorded package differs from the spec package now (§16.3: a package edit
@@ -1266,9 +1233,8 @@ mod tests {
 
     #[test]
     fn quantities_compare_semantically() {
-        assert_eq!(quantity_value("1"), quantity_value("1000m"));
-        assert_eq!(quantity_value("1Gi"), quantity_value("1024Mi"));
-        assert_eq!(quantity_value("0.5"), quantity_value("500m"));
-        assert_ne!(quantity_value("1G"), quantity_value("1Gi"));
+        assert!(quantity_eq("1", "1000m"));
+        assert!(quantity_eq("1Gi", "1024Mi"));
+        assert!(!quantity_eq("1G", "1Gi"));
     }
 }
