@@ -4,4 +4,5 @@
 pub mod cluster;
 pub mod plan;
 pub mod settings;
+pub mod sim;
 pub mod snapshot;
