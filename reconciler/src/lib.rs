@@ -6,3 +6,4 @@ pub mod plan;
 pub mod settings;
 pub mod sim;
 pub mod snapshot;
+pub mod source;
