@@ -5,5 +5,6 @@ pub mod cluster;
 pub mod engine;
 pub mod plan;
 pub mod settings;
+pub mod sim;
 pub mod snapshot;
 pub mod source;
