@@ -27,7 +27,11 @@ pub mod status;
 pub mod sweep;
 
 #[cfg(test)]
+mod lifecycle_tests;
+#[cfg(test)]
 mod pass_tests;
+#[cfg(test)]
+mod sim_tests;
 #[cfg(test)]
 pub mod testkit;
 
