@@ -4,8 +4,10 @@
 pub mod cli;
 pub mod cluster;
 pub mod controller;
+pub mod engine;
 pub mod plan;
 pub mod settings;
+pub mod sim;
 pub mod snapshot;
 pub mod source;
 pub mod verbs;

@@ -4,6 +4,7 @@
 //! Adapters: the simulated cluster (`crate::sim`) and kube-rs (`kube`, later).
 
 pub mod kube;
+pub mod sim;
 
 use std::future::Future;
 
