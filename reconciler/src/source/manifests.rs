@@ -104,6 +104,19 @@ impl<T> Sourced<T> {
             .map(|l| self.text.first_line + l)
             .unwrap_or(self.source.line)
     }
+    /// An object that did not come from YAML text (built in code, read from a cluster): line
+    /// lookups fall back to `source.line`.
+    pub fn detached(object: T, raw: Value, source: Provenance) -> Sourced<T> {
+        Sourced {
+            object,
+            raw,
+            source,
+            text: Arc::new(DocumentText {
+                text: String::new(),
+                first_line: 1,
+            }),
+        }
+    }
     /// Same object, different payload (keeps provenance and text).
     fn with<U>(&self, object: U) -> Sourced<U> {
         Sourced {
