@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod plan;
+pub mod scenario;
 pub mod settings;
 pub mod sim;
 pub mod snapshot;
