@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod engine;
 pub mod plan;
 pub mod scenario;
 pub mod settings;
