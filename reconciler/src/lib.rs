@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod controller;
 pub mod engine;
 pub mod plan;
+pub mod scenario;
 pub mod settings;
 pub mod sim;
 pub mod snapshot;
