@@ -114,8 +114,8 @@ impl Sandbox {
         std::fs::copy(bb, bin.join("busybox")).unwrap();
         for applet in [
             "sh", "cat", "echo", "env", "pwd", "mkdir", "printf", "sleep", "kill", "ls", "test",
-            "true", "false", "touch", "cut", "grep", "sed", "tr", "wc", "rm", "cp", "head", "id",
-            "dirname", "basename",
+            "true", "false", "touch", "date", "cut", "grep", "sed", "tr", "wc", "rm", "cp", "head",
+            "id", "dirname", "basename",
         ] {
             std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
         }
