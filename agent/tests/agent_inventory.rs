@@ -1041,3 +1041,51 @@ fn six_runs_leave_five_logs_each_with_its_err() {
         assert!(names.contains(&format!("{l}.err")), "{l} has its .err");
     }
 }
+
+// §16 Q3: step modes tolerate a missing resource id (banner shows unknown).
+#[test]
+fn step_modes_tolerate_a_missing_resource_id() {
+    let mut sb = Sandbox::new();
+    sb.unset("SKYHOOK_RESOURCE_ID");
+    simple(&sb, &record("apply"), "exit 0");
+    let r = sb.run("apply");
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("flag dir: /var/lib/skyhook/nw/flags/unknown/unknown"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(sb.calls(), ["apply"]);
+}
+
+// §6.6: invalid JSON fails before START with one error line naming the file.
+#[test]
+fn invalid_config_json_fails_before_start_with_one_error_line() {
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.copy()).unwrap();
+    std::fs::write(sb.copy().join("config.json"), "{\"schema_version\": ").unwrap();
+    let r = sb.run("apply");
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.starts_with("ERROR: invalid config.json:")
+            && r.stderr.contains("config.json is not valid JSON"),
+        "{}",
+        r.stderr
+    );
+    assert!(!sb.flags_dir().join("START").exists());
+}
+
+// §4.2: PREVIOUS_VERSION is empty when the history file is corrupt.
+#[test]
+fn upgrade_with_corrupt_history_has_empty_previous_version_and_backs_it_up() {
+    let sb = Sandbox::new();
+    upgrade_pkg(&sb, false);
+    let hist = sb.host(&format!("{ROOT_DIR}/history/pkg.json"));
+    std::fs::create_dir_all(hist.parent().unwrap()).unwrap();
+    std::fs::write(&hist, "garbage").unwrap();
+    assert_eq!(sb.run("upgrade").code, 0);
+    assert_eq!(sb.calls(), ["upgrade  1.0.0 args:"]);
+    assert!(hist.with_extension("json.backup").exists());
+}
