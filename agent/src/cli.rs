@@ -41,6 +41,7 @@ pub struct Args {
 
 /// Selects the form by argument count (program name excluded).
 pub fn parse(args: &[String]) -> Result<Args, Error> {
+    // Indexing is bounded by the argument count matched below.
     let a = |i: usize| args[i].clone();
     match args.len() {
         2 => Ok(Args {

@@ -181,8 +181,9 @@ pub(crate) fn invocation(
         .interrupt_log_prefix(&rid.package, &rid.version, name);
     let base = format!("{}-{}.log", prefix.display(), utc_log_stamp());
     Invocation {
-        program: cmd[0].clone(),
-        args: cmd[1..].to_vec(),
+        // Every command of `Interrupt::commands` has a program; an empty one would fail to spawn.
+        program: cmd.first().cloned().unwrap_or_default(),
+        args: cmd.iter().skip(1).cloned().collect(),
         env: command_env(ctx),
         cwd: ctx.args.copy_dir.clone(),
         chmod: false,

@@ -1089,3 +1089,32 @@ fn upgrade_with_corrupt_history_has_empty_previous_version_and_backs_it_up() {
     assert_eq!(sb.calls(), ["upgrade  1.0.0 args:"]);
     assert!(hist.with_extension("json.backup").exists());
 }
+
+// §9.5: identical path/arguments/returncodes share one flag across modes; config ignores it.
+#[test]
+fn apply_flag_makes_identical_post_interrupt_step_skip_but_config_reruns() {
+    let sb = Sandbox::new();
+    sb.write_config(&config(
+        "pkg",
+        "1.0.0",
+        json!({
+            "apply": [step("s.sh", &["x"], false)], "apply-check": [step("s_check.sh", &[], true)],
+            "config": [step("s.sh", &["x"], false)], "config-check": [step("s_check.sh", &[], true)],
+            "post-interrupt": [step("s.sh", &["x"], false)], "post-interrupt-check": [step("s_check.sh", &[], true)]
+        }),
+    ));
+    sb.script("s.sh", &record("s $*"));
+    sb.script("s_check.sh", "exit 0");
+    assert_eq!(sb.run("apply").code, 0);
+    let r = sb.run("post-interrupt");
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("Skipping s.sh because"), "{}", r.stdout);
+    let r = sb.run("config");
+    assert_eq!(r.code, 0);
+    assert!(
+        r.stdout.contains("Mode config ignores flags"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(sb.calls(), ["s x", "s x"]);
+}
