@@ -102,6 +102,28 @@ mod tests {
     }
 
     #[test]
+    fn fresh_copy_merges_node_files_over_the_data_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let (data, nodes, copy) = (
+            d.path().join("data"),
+            d.path().join("nodes"),
+            d.path().join("copy"),
+        );
+        std::fs::create_dir_all(data.join("configmaps")).unwrap();
+        std::fs::create_dir_all(nodes.join("configmaps")).unwrap();
+        std::fs::write(data.join("configmaps/a"), "image").unwrap();
+        std::fs::write(nodes.join("configmaps/a"), "node").unwrap();
+        assert_eq!(
+            ensure_copy_dir(&copy, &data, &nodes).unwrap(),
+            CopyOutcome::Copied
+        );
+        assert_eq!(
+            std::fs::read_to_string(copy.join("configmaps/a")).unwrap(),
+            "node"
+        );
+    }
+
+    #[test]
     fn missing_copy_dir_without_data_dir_is_created_empty() {
         let d = tempfile::tempdir().unwrap();
         let copy = d.path().join("copy");

@@ -433,3 +433,36 @@ fn validate_subcommand_accepts_the_example_and_rejects_broken_packages() {
         "validate touches no host state"
     );
 }
+
+/// F7: steps write into the copy dir, and a mutating step runs in a check mode.
+#[test]
+fn steps_may_write_into_the_copy_dir_even_in_check_modes() {
+    let sb = Sandbox::new();
+    sb.write_config(&config(
+        "gke",
+        "0.1.1",
+        json!({
+            "config": [step("prepare.sh", &[], false), step("update.sh", &[], true)],
+            "config-check": [step("prepare.sh", &[], false), step("update_check.sh", &[], true)]
+        }),
+    ));
+    std::fs::create_dir_all(sb.copy().join("profiles/h100")).unwrap();
+    std::fs::write(sb.copy().join("profiles/h100/sysctl.conf"), "x=1\n").unwrap();
+    sb.script("prepare.sh", "mkdir -p \"$SKYHOOK_DIR/configmaps\"; cp \"$SKYHOOK_DIR/profiles/h100/sysctl.conf\" \"$SKYHOOK_DIR/configmaps/\"");
+    sb.script(
+        "update.sh",
+        "cp \"$SKYHOOK_DIR/configmaps/sysctl.conf\" \"$NODEWRIGHT_HOST_ROOT/applied.conf\"",
+    );
+    sb.script(
+        "update_check.sh",
+        "cmp \"$SKYHOOK_DIR/configmaps/sysctl.conf\" \"$NODEWRIGHT_HOST_ROOT/applied.conf\"",
+    );
+    ok(&sb.run("config"));
+    std::fs::remove_file(sb.copy().join("configmaps/sysctl.conf")).unwrap();
+    ok(&sb.run("config-check"));
+    assert_eq!(read(sb.copy().join("configmaps/sysctl.conf")), "x=1\n");
+    assert_eq!(
+        read(sb.flags_dir().join("check_results")),
+        "prepare.sh False\nupdate_check.sh False"
+    );
+}
