@@ -34,6 +34,19 @@ pub enum Error {
         /// Cause.
         source: std::io::Error,
     },
+    /// `chroot` was refused: the agent is not root.
+    #[error(
+        "cannot chroot into {root} to run {program}: {source}; the agent must run as root, or \
+         set NODEWRIGHT_AGENT_NO_CHROOT=1 for a sandbox root"
+    )]
+    ChrootDenied {
+        /// Root mount.
+        root: String,
+        /// Program.
+        program: String,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// fork/chroot/exec failed.
     #[error("cannot run {program}: {source}")]
     Spawn {
@@ -240,9 +253,19 @@ impl Runner {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
-            program: inv.program.clone(),
-            source,
+        let mut child = cmd.spawn().map_err(|source| {
+            if !self.no_chroot && source.raw_os_error() == Some(libc::EPERM) {
+                Error::ChrootDenied {
+                    root: self.root_mount.clone(),
+                    program: inv.program.clone(),
+                    source,
+                }
+            } else {
+                Error::Spawn {
+                    program: inv.program.clone(),
+                    source,
+                }
+            }
         })?;
         let limit = self.buffer_limit;
         let stdout = child.stdout.take();

@@ -129,3 +129,44 @@ fn chroot_tuning_example_runs_with_host_paths() {
             .contains("vm.max_map_count=262144")
     );
 }
+
+#[test]
+fn chroot_as_non_root_fails_with_a_hint_at_sandbox_mode() {
+    let Some(sb) = Sandbox::chroot("chroot_as_non_root_fails_with_a_hint_at_sandbox_mode") else {
+        return;
+    };
+    if !std::path::Path::new("/usr/bin/setpriv").is_file() {
+        println!("SKIP chroot_as_non_root_fails_with_a_hint_at_sandbox_mode: no setpriv");
+        return;
+    }
+    sb.write_config(&config(
+        "pkg",
+        "1.0.0",
+        serde_json::json!({"apply": [step("a.sh", &[], false)], "apply-check": [step("a_check.sh", &[], false)]}),
+    ));
+    sb.script("a.sh", "exit 0");
+    sb.script("a_check.sh", "exit 0");
+    // Hand the sandbox to an unprivileged user, who can then do everything but chroot.
+    let st = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(sb.dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = std::process::Command::new("/usr/bin/setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_nodewright-agent"),
+        ])
+        .args(["apply", sb.root().to_str().unwrap(), COPY_DIR])
+        .env_clear()
+        .envs(&sb.env)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("NODEWRIGHT_AGENT_NO_CHROOT=1"), "{stdout}");
+    assert!(!sb.flag("pkg", "1.0.0", "a.sh", &[], &[0]).exists());
+}
