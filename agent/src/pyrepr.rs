@@ -4,54 +4,31 @@
 //! codes; nodes upgraded from the Python agent keep their flags only if we produce the same
 //! bytes.
 
-/// Python's `str.isprintable()` for one character.
-///
-/// Python treats categories Cc, Cf, Cs, Co, Cn, Zl, Zp and Zs (except the space) as
-/// non-printable. We carry no Unicode tables, so this lists every control, format, separator,
-/// private-use and noncharacter code point, plus the large unassigned planes. Code points
-/// unassigned in Python's Unicode database but lying inside assigned blocks are treated as
-/// printable: a known, documented gap that no real package argument hits.
+/// Code points Python's `str.isprintable()` rejects, generated from the Python the upstream
+/// agent runs (`agent/scripts/gen_printable_table.py`).
+#[path = "pyrepr_table.rs"]
+#[rustfmt::skip]
+pub mod table;
+
+/// Python's `str.isprintable()` for one character, exactly as the Python version of
+/// [`table::PYTHON_VERSION`] (the upstream agent's runtime) decides it: categories Cc, Cf, Cs,
+/// Co, Cn, Zl, Zp and Zs (except the space) are not printable.
 pub fn is_printable(c: char) -> bool {
     let u = c as u32;
-    if u == 0x20 {
+    if (0x20..0x7f).contains(&u) {
         return true;
     }
-    if u < 0x20 || (0x7f..=0xa0).contains(&u) || u == 0xad {
-        return false;
-    }
-    if u < 0x100 {
-        return true;
-    }
-    // Noncharacters (Cn in every Unicode version).
-    if (u & 0xfffe) == 0xfffe || (0xfdd0..=0xfdef).contains(&u) {
-        return false;
-    }
-    const NON_PRINTABLE: &[(u32, u32)] = &[
-        (0x0600, 0x0605),
-        (0x061c, 0x061c),
-        (0x06dd, 0x06dd),
-        (0x070f, 0x070f),
-        (0x0890, 0x0891),
-        (0x08e2, 0x08e2),
-        (0x1680, 0x1680),
-        (0x180e, 0x180e),
-        (0x2000, 0x200f),
-        (0x2028, 0x202f),
-        (0x205f, 0x206f),
-        (0x3000, 0x3000),
-        (0xd800, 0xf8ff),
-        (0xfeff, 0xfeff),
-        (0xfff0, 0xfffb),
-        (0x110bd, 0x110bd),
-        (0x110cd, 0x110cd),
-        (0x13430, 0x1343f),
-        (0x1bca0, 0x1bca3),
-        (0x1d173, 0x1d17a),
-        (0x40000, 0xdffff),
-        (0xe0000, 0xeffff),
-        (0xf0000, 0x10ffff),
-    ];
-    !NON_PRINTABLE.iter().any(|&(lo, hi)| (lo..=hi).contains(&u))
+    table::NON_PRINTABLE
+        .binary_search_by(|&(lo, hi)| {
+            if hi < u {
+                std::cmp::Ordering::Less
+            } else if lo > u {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_err()
 }
 
 /// Python `repr(str)`.
@@ -124,6 +101,24 @@ mod tests {
     #[test]
     fn repr_escapes_single_quote_when_both_present() {
         assert_eq!(repr_str("a'b\"c"), "'a\\'b\"c'");
+    }
+
+    #[test]
+    fn printability_follows_the_unicode_version_of_upstreams_python() {
+        // Assigned in Unicode 15.0 (CJK Extension H): printable for Python 3.13.
+        assert!(is_printable('\u{31350}'));
+        // Unassigned, private use, format and separators: escaped.
+        for c in [
+            '\u{378}',
+            '\u{e000}',
+            '\u{200b}',
+            '\u{2028}',
+            '\u{3000}',
+            '\u{10ffff}',
+        ] {
+            assert!(!is_printable(c), "{c:?}");
+        }
+        assert_eq!(repr_str("\u{378}"), "'\\u0378'");
     }
 
     #[test]
