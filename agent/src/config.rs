@@ -302,9 +302,16 @@ impl Config {
     }
 }
 
+/// Python's `re.search` with a pattern ending in `$` also matches before one trailing newline;
+/// upstream validates with it, so we accept what it accepts.
+fn strip_python_dollar(s: &str) -> &str {
+    s.strip_suffix('\n').unwrap_or(s)
+}
+
 /// Strict semver as the v1 schema's pattern: `X.Y.Z`, no leading zeros, optional `-pre` and
 /// `+build`.
 pub fn is_semver(v: &str) -> bool {
+    let v = strip_python_dollar(v);
     fn numeric(s: &str) -> bool {
         !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
     }
@@ -337,6 +344,7 @@ pub fn is_semver(v: &str) -> bool {
 
 /// `^[a-zA-Z0-9_\-.]+$`.
 fn is_step_name(s: &str) -> bool {
+    let s = strip_python_dollar(s);
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
@@ -388,7 +396,9 @@ const STEP_KEYS: [&str; 9] = [
     "requires_interrupt",
 ];
 
-fn parse_step(v: &Value, at: &str) -> Result<Step> {
+/// Parses one step. `loader_rules` adds the loader's check on unknown keys (§16 Q9), which the
+/// schema itself does not make.
+fn parse_step(v: &Value, at: &str, loader_rules: bool) -> Result<Step> {
     let obj = v
         .as_object()
         .ok_or_else(|| schema(at, "step must be an object"))?;
@@ -428,7 +438,10 @@ fn parse_step(v: &Value, at: &str) -> Result<Step> {
             .collect::<Result<Vec<_>>>()?,
         Some(_) => return Err(schema(format!("{p}env"), "must be an object of strings")),
     };
-    if let Some(key) = obj.keys().find(|k| !STEP_KEYS.contains(&k.as_str())) {
+    if let Some(key) = obj
+        .keys()
+        .find(|k| loader_rules && !STEP_KEYS.contains(&k.as_str()))
+    {
         return Err(Error::UnknownStepKey {
             field: at.to_string(),
             key: key.clone(),
@@ -463,22 +476,25 @@ fn check_v1(doc: &Map<String, Value>) -> Result<()> {
     let modes = req(doc, "modes", "")?
         .as_object()
         .ok_or_else(|| schema("modes", "must be an object"))?;
-    for (mode, steps) in modes {
+    // The schema constrains only the ten step modes; other keys are the loader's business.
+    for (mode, steps) in modes
+        .iter()
+        .filter(|(m, _)| STEP_MODES.contains(&m.as_str()))
+    {
         let arr = steps
             .as_array()
             .ok_or_else(|| schema(format!("modes.{mode}"), "must be an array of steps"))?;
         for (i, s) in arr.iter().enumerate() {
-            parse_step(s, &format!("modes.{mode}[{i}]"))?;
+            parse_step(s, &format!("modes.{mode}[{i}]"), false)?;
         }
     }
-    if let Some(r) = doc.get("root_dir") {
-        string(r, "root_dir")?;
-    }
+    // `root_dir` is not in the v1 schema: any value is accepted and ignored.
     Ok(())
 }
 
-/// Validates against the schema `schema_version` names.
-fn validate_schema(doc: &Value) -> Result<SchemaVersion> {
+/// Validates against the schema `schema_version` names (the JSON Schema step of §6.4, without
+/// the loader's own rules such as unknown mode keys).
+pub fn validate_schema(doc: &Value) -> Result<SchemaVersion> {
     let obj = doc
         .as_object()
         .ok_or_else(|| schema("$", "config must be a JSON object"))?;
@@ -541,7 +557,7 @@ fn build(doc: &Value, schema_version: SchemaVersion) -> Result<Config> {
         let steps = arr
             .iter()
             .enumerate()
-            .map(|(i, s)| parse_step(s, &format!("modes.{mode}[{i}]")))
+            .map(|(i, s)| parse_step(s, &format!("modes.{mode}[{i}]"), true))
             .collect::<Result<Vec<_>>>()?;
         for s in &steps {
             if s.upgrade_step && !s.arguments.is_empty() {

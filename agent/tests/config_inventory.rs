@@ -405,3 +405,20 @@ fn empty_returncodes_and_bad_step_names_are_schema_errors() {
     doc["modes"]["apply"][0]["name"] = json!("has space");
     assert!(matches!(parse(&doc), Err(Error::Schema { .. })));
 }
+
+#[test]
+fn patterns_accept_one_trailing_newline_like_pythons_re_dollar() {
+    let mut doc = sample();
+    doc["package_version"] = json!("1.0.0\n");
+    doc["modes"]["apply"][0]["name"] = json!("step\n");
+    assert!(parse(&doc).is_ok());
+    doc["package_version"] = json!("1.0.0\n\n");
+    assert!(matches!(parse(&doc), Err(Error::Schema { .. })));
+}
+
+#[test]
+fn root_dir_is_not_validated() {
+    let mut doc = sample();
+    doc["root_dir"] = json!(42);
+    assert!(parse(&doc).is_ok());
+}
