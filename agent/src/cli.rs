@@ -80,8 +80,8 @@ pub fn is_known_mode(mode: &str) -> bool {
 /// The warning printed for an unknown mode (exit 0, §3.2).
 pub fn unknown_mode_warning(mode: &str) -> String {
     format!(
-        "WARNING: mode {mode:?} is not supported; supported modes: {}. Doing nothing.",
-        MODES.join(", ")
+        "WARNING: This version of the Agent doesn't support the {mode} mode. Options are: {}.",
+        MODES.join(",")
     )
 }
 

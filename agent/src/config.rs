@@ -8,7 +8,8 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 /// Action modes, in upstream's order.
-pub const ACTION_MODES: [&str; 5] = ["apply", "config", "post-interrupt", "uninstall", "upgrade"];
+/// Upstream's `APPLY_TO_CHECK` order, which decides which error is reported first.
+pub const ACTION_MODES: [&str; 5] = ["uninstall", "upgrade", "apply", "config", "post-interrupt"];
 /// The ten modes that carry steps.
 pub const STEP_MODES: [&str; 10] = [
     "apply",
@@ -22,6 +23,9 @@ pub const STEP_MODES: [&str; 10] = [
     "upgrade",
     "upgrade-check",
 ];
+/// Upstream's enum names of [`ACTION_MODES`], used in its error message.
+pub const ACTION_MODE_NAMES: [&str; 5] =
+    ["UNINSTALL", "UPGRADE", "APPLY", "CONFIG", "POST_INTERRUPT"];
 /// Mode key accepted in `modes` whose steps never run (§6.4 step 3).
 pub const INTERRUPT_MODE: &str = "interrupt";
 
@@ -45,7 +49,7 @@ pub enum Error {
         source: serde_json::Error,
     },
     /// `schema_version` is missing or not a supported version.
-    #[error("unknown schema_version {0:?}; supported: v1")]
+    #[error("Unknown skyhook-agent schema version: {0}")]
     UnknownSchemaVersion(String),
     /// A schema rule failed.
     #[error("schema validation failed at {field}: {reason}")]
@@ -67,29 +71,31 @@ pub enum Error {
         key: String,
     },
     /// An upgrade step declares arguments.
-    #[error("upgrade step {path} in mode {mode} cannot have arguments, got {arguments:?}")]
+    #[error("UpgradeStep {name} can not have any arguments, but found: {}", crate::pyrepr::repr_str_list(.arguments))]
     UpgradeStepArguments {
         /// Mode.
         mode: String,
-        /// Step path.
-        path: String,
+        /// Step name.
+        name: String,
         /// The arguments given.
         arguments: Vec<String>,
     },
     /// No mode has a step.
-    #[error("no defined steps")]
+    #[error("There are no defined steps.")]
     NoSteps,
     /// Only check modes are defined.
-    #[error("only check modes defined; define at least one of the action modes: {}", ACTION_MODES.join(", "))]
+    #[error("There are only check modes defined. You must define at least one of {}", ACTION_MODE_NAMES.join(", "))]
     OnlyCheckModes,
     /// An action mode with steps has no check steps.
-    #[error("mode {mode} has steps but {mode}-check has none; every action mode needs checks")]
+    #[error("Couldn't validate steps. There are no checks for any of the {mode} steps.")]
     MissingCheckMode {
         /// The action mode.
         mode: String,
     },
     /// An upgrade step appears in a non-upgrade mode.
-    #[error("upgrade step {path} is not allowed in mode {mode}; only in upgrade, upgrade-check")]
+    #[error(
+        "UpgradeStep {path} defined in the {mode} mode but can only be defined in the UPGRADE or UPGRADE_CHECK modes."
+    )]
     UpgradeStepOutsideUpgrade {
         /// Mode.
         mode: String,
@@ -97,10 +103,10 @@ pub enum Error {
         path: String,
     },
     /// Step files missing under `skyhook_dir/`.
-    #[error("step files do not exist: {}", .0.join(", "))]
+    #[error("Following steps did not exist:{}", .0.join(", "))]
     MissingStepFiles(Vec<String>),
     /// An expected config file is missing under `configmaps/`.
-    #[error("expected config file {0} does not exist in configmaps")]
+    #[error("Expected config file {0} not found in configmaps directory.")]
     MissingConfigFile(String),
 }
 
@@ -563,7 +569,7 @@ fn build(doc: &Value, schema_version: SchemaVersion) -> Result<Config> {
             if s.upgrade_step && !s.arguments.is_empty() {
                 return Err(Error::UpgradeStepArguments {
                     mode: mode.clone(),
-                    path: s.path.clone(),
+                    name: s.name.clone(),
                     arguments: s.arguments.clone(),
                 });
             }
@@ -615,33 +621,36 @@ pub fn check_step_set(modes: &[(String, Vec<Step>)]) -> Result<Vec<String>> {
         .filter(|(k, _)| k.ends_with("-check"))
         .flat_map(|(_, s)| s.iter().map(|s| s.path.as_str()))
         .collect();
-    let mut warnings = vec![];
-    for (mode, steps) in modes
+    // A set difference upstream: each missing check reported once.
+    let mut missing: Vec<String> = vec![];
+    for (_, steps) in modes
         .iter()
         .filter(|(k, _)| ACTION_MODES.contains(&k.as_str()))
     {
         for s in steps {
             let expected = conventional_check_path(&s.path);
-            if !check_paths.contains(&expected.as_str()) {
-                warnings.push(format!(
-                    "WARNING: step {} of mode {mode} has no conventional check step {expected}",
-                    s.path
-                ));
+            if !check_paths.contains(&expected.as_str()) && !missing.contains(&expected) {
+                missing.push(expected);
             }
         }
     }
-    Ok(warnings)
+    Ok(missing
+        .into_iter()
+        .map(|name| {
+            format!(
+                "WARNING: {name} doesn't exist. Checks ensure that all tasks in the step will complete."
+            )
+        })
+        .collect())
 }
 
-/// `x.ext` → `x_check.ext`; `x` → `x_check`.
+/// The conventional check of an action step, as upstream derives it: split the whole path at
+/// its last `.` (directories included), `x.ext` → `x_check.ext`, `x` or `x.` → `x_check`.
 pub fn conventional_check_path(path: &str) -> String {
-    let file_start = path.rfind('/').map_or(0, |i| i + 1);
-    match path[file_start..].rfind('.') {
-        Some(dot) if dot > 0 => {
-            let dot = file_start + dot;
-            format!("{}_check{}", &path[..dot], &path[dot..])
-        }
-        _ => format!("{path}_check"),
+    match path.rsplit_once('.') {
+        Some((name, ext)) if !ext.is_empty() => format!("{name}_check.{ext}"),
+        Some((name, _)) => format!("{name}_check"),
+        None => format!("{path}_check"),
     }
 }
 

@@ -253,7 +253,7 @@ impl Runner {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|source| {
+        let mut child = spawn_retrying_busy(&mut cmd).map_err(|source| {
             if !self.no_chroot && source.raw_os_error() == Some(libc::EPERM) {
                 Error::ChrootDenied {
                     root: self.root_mount.clone(),
@@ -283,6 +283,21 @@ impl Runner {
             source,
         })?;
         Ok(status_of(status))
+    }
+}
+
+/// Spawns, retrying briefly on `ETXTBSY`: a program file that another process has only just
+/// finished writing (a package copy racing a fork elsewhere) is briefly unexecutable.
+fn spawn_retrying_busy(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut attempts = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 10 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
     }
 }
 

@@ -37,14 +37,22 @@ fn backup(path: &Path) -> Result<(), Error> {
     let mut b = path.as_os_str().to_owned();
     b.push(".backup");
     println!(
-        "History file {} is corrupt; moving it to {} and starting afresh",
-        path.display(),
+        "Failed to load existing history, corrupt history file moved to {}...",
         PathBuf::from(&b).display()
     );
     std::fs::rename(path, &b).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// Upstream's notice, printed on reads and writes alike when the file does not exist.
+fn no_history_notice(path: &Path) {
+    let package = path
+        .file_stem()
+        .map(|s| s.to_string_lossy())
+        .unwrap_or_default();
+    println!("no existing history found for {package}, could be first installation...");
 }
 
 fn empty_doc() -> Map<String, Value> {
@@ -83,10 +91,7 @@ fn load(path: &Path) -> Result<Loaded, Error> {
 pub fn previous_version(path: &Path) -> Result<String, Error> {
     match load(path)? {
         Loaded::Missing => {
-            println!(
-                "There is no existing history file {}; this could be a first installation",
-                path.display()
-            );
+            no_history_notice(path);
             Ok("unknown".to_string())
         }
         Loaded::Doc(m) => match m.get("current-version") {
@@ -102,7 +107,10 @@ pub fn previous_version(path: &Path) -> Result<String, Error> {
 /// Prepends `version` with the current UTC time and makes it current.
 pub fn record(path: &Path, version: &str) -> Result<(), Error> {
     let mut doc = match load(path)? {
-        Loaded::Missing => empty_doc(),
+        Loaded::Missing => {
+            no_history_notice(path);
+            empty_doc()
+        }
         Loaded::Doc(m) => m,
     };
     let mut entry = Map::new();

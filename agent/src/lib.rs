@@ -129,37 +129,46 @@ impl Context {
     }
 }
 
+/// Prints the start-up banner in upstream's layout (§3.3), so people and tools reading pod logs
+/// find the same lines.
 fn banner(ctx: &Context) {
     let rid = ResourceId::parse(ctx.env.resource_id());
     let (pkg, ver) = rid.as_ref().map_or(("unknown", "unknown"), |r| {
         (r.package.as_str(), r.version.as_str())
     });
     let l = &ctx.layout;
-    println!("nodewright-agent {}", env!("CARGO_PKG_VERSION"));
-    println!("  mode: {}", ctx.args.mode);
-    println!("  root mount: {}", ctx.args.root_mount);
-    println!("  copy dir: {}", ctx.args.copy_dir);
-    println!("  payload: {}", ctx.args.payload.as_deref().unwrap_or(""));
+    let b = pyrepr::py_bool;
+    println!("{}", "-".repeat(20));
+    println!("-CLI CONFIGURATION--");
+    println!("mode: {}", ctx.args.mode);
+    println!("root_mount: {}", ctx.args.root_mount);
+    println!("copy_dir: {}", ctx.args.copy_dir);
     println!(
-        "  always run step: {}",
-        pyrepr::py_bool(ctx.env.always_run())
+        "interrupt_data: {}",
+        ctx.args.payload.as_deref().unwrap_or("None")
     );
-    println!("  COPY_RESOLV: {}", pyrepr::py_bool(ctx.env.copy_resolv()));
-    println!("  SKYHOOK_RESOURCE_ID: {}", ctx.env.resource_id());
-    println!("  SKYHOOK_DATA_DIR: {}", ctx.env.data_dir());
-    println!("  SKYHOOK_ROOT_DIR: {}", l.root_dir);
-    println!("  SKYHOOK_LOG_DIR: {}", l.log_dir);
-    println!("  buffer limit: {}", ctx.runner.buffer_limit);
-    println!("  write logs: {}", pyrepr::py_bool(ctx.env.write_logs()));
-    println!("  flag dir: {}/flags/{pkg}/{ver}", l.root_dir);
-    println!("  log dir: {}/{pkg}/{ver}", l.log_dir);
-    println!("  history file: {}/history/{pkg}.json", l.root_dir);
+    println!("always_run_step: {}", b(ctx.env.always_run()));
+    println!("-ENV CONFIGURATION--");
+    println!("COPY_RESOLV: {}", b(ctx.env.copy_resolv()));
+    println!("OVERLAY_ALWAYS_RUN_STEP: {}", b(ctx.env.always_run()));
+    println!("SKYHOOK_RESOURCE_ID: {}", ctx.env.resource_id());
+    println!("SKYHOOK_DATA_DIR: {}", ctx.env.data_dir());
+    println!("SKYHOOK_ROOT_DIR: {}", l.root_dir);
+    println!("SKYHOOK_LOG_DIR: {}", l.log_dir);
+    println!("SKYHOOK_AGENT_BUFFER_LIMIT: {}", ctx.runner.buffer_limit);
+    println!("SKYHOOK_AGENT_WRITE_LOGS: {}", b(ctx.env.write_logs()));
+    println!("Directory CONFIGURATION");
+    println!("flag_dir: {}/flags/{pkg}/{ver}", l.root_dir);
+    println!("log_dir: {}/{pkg}/{ver}", l.log_dir);
+    println!("history_file: {}/history/{pkg}.json", l.root_dir);
     if ctx.runner.no_chroot {
         println!(
-            "  sandbox: {}=1, steps run without chroot",
+            "sandbox: {}=1, steps run without chroot",
             env::NO_CHROOT_VAR
         );
     }
+    println!("agent: nodewright-agent {}", env!("CARGO_PKG_VERSION"));
+    println!("{}", "-".repeat(20));
 }
 
 /// Runs one invocation and returns its exit code (§3.4). `argv` excludes the program name.
@@ -189,7 +198,7 @@ fn run_inner(argv: &[String], env: AgentEnv) -> Result<i32> {
     }
     banner(&ctx);
     if !cli::is_known_mode(&ctx.args.mode) {
-        println!("{}", cli::unknown_mode_warning(&ctx.args.mode));
+        eprintln!("{}", cli::unknown_mode_warning(&ctx.args.mode));
         return Ok(0);
     }
     let pkg = ctx.package_dir();

@@ -58,7 +58,7 @@ pub fn run(ctx: &Context) -> Result<i32> {
     let pkg_dir = ctx.package_dir();
     let (config, warnings) = config::load(&pkg_dir)?;
     for w in &warnings {
-        println!("{w}");
+        eprintln!("{w}");
     }
     if !is_uninstall_mode(mode) {
         let root = std::path::PathBuf::from(&ctx.layout.root_mount);
@@ -73,7 +73,7 @@ pub fn run(ctx: &Context) -> Result<i32> {
 
     let steps = config.steps(mode);
     if steps.is_empty() {
-        println!("WARNING: there are no {mode} steps defined; this is a no-op for {mode}");
+        eprintln!("WARNING: There are no {mode} steps defined. This will be ran as a no-op.");
     }
     let check = is_check_mode(mode);
     let mut results = vec![];
@@ -93,7 +93,10 @@ pub fn run(ctx: &Context) -> Result<i32> {
             &ctx.layout.flags_dir(),
         ))? {
             Verdict::NotAllRan { expected, got } => {
-                println!("Not all checks ran: expected {expected} results, got {got}");
+                println!(
+                    "It does not look like you have successfully run all check steps yet. \
+                     ({got} results for {expected} steps)"
+                );
                 return Ok(1);
             }
             Verdict::Failed => {
@@ -147,32 +150,27 @@ fn run_one(
         let shown = flag.display();
         match decision {
             Decision::Run => {}
-            Decision::RunAlwaysRun => {
-                println!(
-                    "WARNING: OVERLAY_ALWAYS_RUN_STEP is set: running {} although {shown} exists",
-                    step.path
-                )
-            }
-            Decision::RunModeIgnoresFlags => {
-                println!(
-                    "Mode {mode} ignores flags: running {} although {shown} exists",
-                    step.path
-                )
-            }
-            Decision::RunIdempotenceDisabled => println!(
-                "Step {} handles idempotence itself: running although {shown} exists",
+            Decision::RunAlwaysRun => println!(
+                "WARNING: {shown} exists for {} but OVERLAY_ALWAYS_RUN_STEP flag is set so running anyway.",
                 step.path
             ),
+            Decision::RunModeIgnoresFlags => println!(
+                "Flag exists but CONFIG, UNINSTALL, and UPGRADE mode don't support idempotence so running step anyway."
+            ),
+            Decision::RunIdempotenceDisabled => {
+                println!("Flag exists but idempotence is Idempotence.Disabled so running step.")
+            }
             Decision::Skip => {
-                println!("Skipping {} because {shown} exists", step.path);
+                println!("Skipping {} because {shown} exists.", step.path);
                 return Ok(true);
             }
         }
     }
+    // Upstream prints the arguments after appending upgrade versions, before `env:` substitution.
     println!(
         "{mode} {} {} {} {} {}",
         step.path,
-        repr_str_list(&step.arguments),
+        repr_str_list(&args),
         repr_int_list(&step.returncodes),
         step.idempotence_label(),
         py_bool(step.on_host)

@@ -16,7 +16,7 @@ pub fn run(args: &[String]) -> i32 {
     match config::load(dir) {
         Ok((cfg, warnings)) => {
             for w in &warnings {
-                println!("{w}");
+                eprintln!("{w}");
             }
             if let Err(e) = config::check_config_files(&cfg, &dir.join("configmaps")) {
                 println!("WARNING: {e} (must be provided by the package's configMap)");

@@ -196,7 +196,7 @@ fn nvidia_setup_package_needs_configmaps_and_completes_through_a_reboot() {
     assert_eq!(r.code, 1);
     assert!(
         r.stderr
-            .contains("expected config file service does not exist"),
+            .contains("Expected config file service not found in configmaps directory."),
         "{}",
         r.stderr
     );
