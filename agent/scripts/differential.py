@@ -99,7 +99,7 @@ def scenario(name, pkg, steps, extra=None):
 WORK = os.environ.get("DIFF_WORK", "/tmp/nodewright-diff")
 b64 = lambda s: base64.b64encode(s.encode()).decode()
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["shell", "checks", "upgrade", "interrupts", "nvidia"]
+    which = sys.argv[1:] or ["shell", "checks", "upgrade", "interrupts", "nvidia", "knobs", "invalid", "history"]
     E = env()
     if "shell" in which:
         r = scenario("shell", FIX / "shellscript", [(m, None, E) for m in
@@ -122,3 +122,49 @@ if __name__ == "__main__":
             c = root / COPY.lstrip("/") / "configmaps"; c.mkdir(parents=True, exist_ok=True)
             (c / "service").write_text("gke"); (c / "accelerator").write_text("h100")
         scenario("nvidia", FIX / "nvidia-setup", [(m, None, env(rid="g-u-2_nvidia-setup_0.2.1", NVIDIA_SETUP_INSTALL_KERNEL="1")) for m in ["apply", "apply-check", "post-interrupt-check"]], cms)
+
+    if "knobs" in which:
+        def longlines(root):
+            sd = root / COPY.lstrip("/") / "skyhook_dir"
+            (sd / "install.sh").write_text("#!/bin/sh\nprintf 'abcdefghijklmnop\\nxyz\\n'; printf 'e1\\ne2' >&2\n")
+        scenario("knobs", FIX / "checks-fail", [
+            ("apply", None, env(SKYHOOK_AGENT_BUFFER_LIMIT="4")),
+            ("apply", None, env(OVERLAY_ALWAYS_RUN_STEP="TRUE")),
+            ("apply", None, env(SKYHOOK_AGENT_WRITE_LOGS="False")),
+            ("apply", None, E),
+        ], longlines)
+    if "invalid" in which:
+        def cfg(mutate):
+            def f(root):
+                p = root / COPY.lstrip("/") / "config.json"
+                d = json.loads(p.read_text()); mutate(d); p.write_text(json.dumps(d))
+            return f
+        def rm_check(d): del d["modes"]["apply-check"]
+        def only_checks(d): del d["modes"]["apply"]
+        def bad_mode(d): d["modes"]["reboot"] = []
+        def bad_version(d): d["package_version"] = "1.0"
+        def latest(d): d["schema_version"] = "latest"
+        def env_arg(d): d["modes"]["apply"][0]["arguments"] = ["env:NOPE_A", "env:NOPE_B"]
+        def missing_file(d): d["modes"]["apply"][0]["path"] = "nope.sh"
+        def upgrade_in_apply(d): d["modes"]["apply"][0]["upgrade_step"] = True
+        for n, m in [("rm_check", rm_check), ("only_checks", only_checks), ("bad_mode", bad_mode),
+                     ("bad_version", bad_version), ("latest", latest), ("env_arg", env_arg),
+                     ("missing_file", missing_file), ("upgrade_in_apply", upgrade_in_apply)]:
+            scenario(f"invalid-{n}", FIX / "checks-fail", [("apply", None, E), ("apply-check", None, E)], cfg(m))
+        def cm(root):
+            p = root / COPY.lstrip("/") / "config.json"
+            d = json.loads(p.read_text()); d["expected_config_files"] = ["needed"]
+            d["modes"]["uninstall"] = d["modes"]["apply"]; d["modes"]["uninstall-check"] = d["modes"]["apply-check"]
+            p.write_text(json.dumps(d))
+            o = root / COPY.lstrip("/") / "root_dir/etc/overlay"; o.mkdir(parents=True); (o / "x.conf").write_text("x")
+        scenario("configmap", FIX / "checks-fail", [("apply", None, E), ("uninstall", None, E), ("uninstall-check", None, E)], cm)
+    if "history" in which:
+        def corrupt(root):
+            h = root / "var/lib/skyhook/nw/history"; h.mkdir(parents=True)
+            (h / "upgrader.json").write_text("{broken")
+        scenario("history-corrupt", FIX / "upgrade", [(m, None, E) for m in ["upgrade", "apply-check", "upgrade-check"]], corrupt)
+        def config_only(root):
+            p = root / COPY.lstrip("/") / "config.json"
+            d = json.loads(p.read_text()); d["modes"] = {"config": d["modes"]["apply"], "config-check": d["modes"]["apply-check"]}
+            p.write_text(json.dumps(d))
+        scenario("config-only", FIX / "upgrade", [(m, None, E) for m in ["apply", "apply-check", "config", "config-check", "post-interrupt-check", "uninstall-check"]], config_only)

@@ -177,10 +177,11 @@ fn run_one(
     );
     let status = execute(ctx, config, step, &args, &injected);
     let ok = matches!(status, Some(s) if step.returncodes.contains(&i64::from(s)));
+    // A step that could not start for missing `env:` variables prints only those messages.
     match status {
         Some(_) if ok => println!("SUCEEDED: {} {}", step.path, args.join(" ")),
         Some(s) => println!("FAILED: {} {} {s}", step.path, args.join(" ")),
-        None => println!("FAILED: {} {} 1", step.path, args.join(" ")),
+        None => {}
     }
     if check {
         results.push(CheckResult {
@@ -193,7 +194,7 @@ fn run_one(
     Ok(ok)
 }
 
-/// Runs a step after `env:` substitution; `None` when it could not run.
+/// Runs a step after `env:` substitution; `None` when an `env:` variable is missing.
 fn execute(
     ctx: &Context,
     config: &Config,
@@ -248,11 +249,12 @@ fn execute(
             .map(|(_, base)| (base.into(), format!("{base}.err").into())),
         echo: None,
     };
+    // Like upstream, a command that cannot be started counts as exit status 1.
     let status = match ctx.runner.run(&inv) {
         Ok(s) => Some(s),
         Err(e) => {
             println!("{}: {e}", step.path);
-            None
+            Some(1)
         }
     };
     if let Some((prefix, _)) = logs
