@@ -39,6 +39,16 @@ pub const FIELD_MANAGER: &str = "nodewright-gitops";
 /// Attempts of a read-modify-write before reporting a conflict.
 const CONFLICT_RETRIES: usize = 5;
 
+/// Where `nodewright sim serve` writes its kubeconfig by default, and where `--sim` looks:
+/// `$XDG_CACHE_HOME/nodewright/sim-kubeconfig.yaml` (or `~/.cache/…`).
+pub fn sim_kubeconfig_path() -> std::path::PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    cache.join("nodewright").join("sim-kubeconfig.yaml")
+}
+
 /// Configuration of the kube adapter.
 #[derive(Clone, Debug)]
 pub struct KubeOptions {

@@ -221,6 +221,14 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
     }
 }
 
+/// The scenario runner's `gitStatus:` hook: the document `status/<name>.yaml` holds.
+pub fn scenario_git_status(
+    nw: &NodeWright,
+    _settings: &crate::settings::Settings,
+) -> serde_yaml::Value {
+    serde_yaml::to_value(document(nw, DEFAULT_NODE_DETAIL_LIMIT)).unwrap_or(serde_yaml::Value::Null)
+}
+
 /// Renders every status file: one YAML per NodeWright plus the README table.
 pub fn render_all(nodewrights: &[NodeWright], node_detail_limit: usize) -> Vec<StatusFile> {
     let mut docs: Vec<StatusDocument> = nodewrights
