@@ -5,3 +5,4 @@ pub mod cluster;
 pub mod plan;
 pub mod settings;
 pub mod snapshot;
+pub mod source;
