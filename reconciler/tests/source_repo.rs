@@ -35,7 +35,7 @@ fn clones_a_bare_remote_and_fetches_new_commits() {
         outcome
             .updated
             .iter()
-            .any(|(name, id)| name == "refs/heads/main" && id.to_string() == first)
+            .any(|(name, id)| name == "refs/heads/main" && *id == oid(&first))
     );
     assert_eq!(mirror.resolve("main").unwrap().to_string(), first);
 
@@ -49,7 +49,7 @@ fn clones_a_bare_remote_and_fetches_new_commits() {
         outcome
             .updated
             .iter()
-            .any(|(name, id)| name == "refs/heads/main" && id.to_string() == second)
+            .any(|(name, id)| name == "refs/heads/main" && *id == oid(&second))
     );
     assert_eq!(mirror.resolve("main").unwrap().to_string(), second);
 
@@ -203,4 +203,8 @@ fn symlinks_escaping_the_root_and_oversized_files_are_refused() {
             .iter()
             .all(|v| !v.to_string().contains("hunter2"))
     );
+}
+
+fn oid(hex: &str) -> gix::ObjectId {
+    gix::ObjectId::from_hex(hex.as_bytes()).unwrap()
 }

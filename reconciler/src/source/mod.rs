@@ -4,3 +4,4 @@
 
 pub mod repo;
 pub mod tree;
+pub mod signature;
