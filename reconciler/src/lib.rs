@@ -1,6 +1,7 @@
 //! The NodeWright GitOps reconciler: Git source, lifecycle engine, simulated cluster, cluster
 //! adapters, status write-back and the `nodewright` command line.
 
+pub mod cli;
 pub mod cluster;
 pub mod diff;
 pub mod plan;

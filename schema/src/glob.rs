@@ -78,11 +78,7 @@ fn scan_chunk(pattern: &str) -> (bool, &str, &str) {
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'\\' => {
-                if i + 1 < bytes.len() {
-                    i += 1;
-                }
-            }
+            b'\\' if i + 1 < bytes.len() => i += 1,
             b'[' => in_range = true,
             b']' => in_range = false,
             b'*' if !in_range => break,

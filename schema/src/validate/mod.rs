@@ -121,7 +121,8 @@ impl fmt::Display for FieldPath {
 
 impl PartialEq<&str> for FieldPath {
     fn eq(&self, other: &&str) -> bool {
-        self.to_string() == *other
+        let rendered: String = self.to_string();
+        rendered.as_str() == *other
     }
 }
 

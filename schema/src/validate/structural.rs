@@ -141,14 +141,14 @@ fn walk(v: &Value, schema: &Value, path: &FieldPath, out: &mut Vec<Violation>) {
     let s = |k: &str| schema.get(k);
     let flag = |k: &str| s(k).and_then(Value::as_bool).unwrap_or(false);
     if v.is_null() {
-        if !flag("nullable") {
-            if let Some(t) = s("type").and_then(Value::as_str) {
-                out.push(Violation::error(
-                    rules::SCHEMA_TYPE,
-                    path.clone(),
-                    format!("{path} in body must be of type {t}: \"null\""),
-                ));
-            }
+        if !flag("nullable")
+            && let Some(t) = s("type").and_then(Value::as_str)
+        {
+            out.push(Violation::error(
+                rules::SCHEMA_TYPE,
+                path.clone(),
+                format!("{path} in body must be of type {t}: \"null\""),
+            ));
         }
         return;
     }
