@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
-use nodewright_schema::validate::{Severity, Violation, nodewright_update, rules};
+use nodewright_schema::validate::{Severity, rules};
 use nodewright_schema::{DeploymentPolicy, Interrupt, InterruptType, NodeWright, Package};
 use serde::Serialize;
 use serde_json::Value;
@@ -278,16 +278,14 @@ impl ChangeClass {
             },
             ChangeClass::Upgrade { from, to, interrupt } => match interrupt {
                 Some(i) => format!(
-                    "{from} → {to}: cordon, drain, upgrade → config → interrupt ({}) → post-interrupt; the {from} entry is removed when the upgrade completes",
+                    "upgrade to {to}: cordon, drain, upgrade → config → interrupt ({}) → post-interrupt; the {from} entry is removed when the upgrade completes",
                     interrupt_text(i)
                 ),
                 None => format!(
-                    "{from} → {to}: upgrade → config; the {from} entry is removed when the upgrade completes"
+                    "upgrade to {to}: upgrade → config; the {from} entry is removed when the upgrade completes"
                 ),
             },
-            ChangeClass::Downgrade { from, to, explanation, .. } => {
-                format!("{from} → {to}: {explanation}")
-            }
+            ChangeClass::Downgrade { explanation, .. } => explanation.clone(),
             ChangeClass::VersionUnordered { from, to } => {
                 format!("{from} → {to}: not comparable as semver; the head commit is invalid")
             }
@@ -526,8 +524,11 @@ impl DesiredDiff {
     }
 }
 
-/// Diff `base` against `head`. `head_problems`/`base_problems` are each commit's own
-/// validation findings (file:line); the §3.2 update rules between the two are added here.
+/// Diff `base` against `head`. `head_problems` are the head commit's findings (file:line)
+/// from validating it with `base` as the previous state — so §3.2's update rules are among
+/// them (see [`crate::source::desired::evaluate_commit`]); `base_problems` are shown for
+/// context. Removal of an uninstall-enabled package that was never asked to uninstall is
+/// added here as an error (see [`ChangeClass::RemovedFromSpec`]).
 pub fn diff_desired(
     base: &Desired,
     head: &Desired,
@@ -583,7 +584,6 @@ pub fn diff_desired(
                 if b == h {
                     continue;
                 }
-                problems.extend(update_problems(b, h));
                 let packages = package_changes(b, h, &mut problems);
                 let fields = field_changes(b, h);
                 let (by, hy) = (yaml(*b), yaml(*h));
@@ -657,33 +657,11 @@ fn nodewright_deleted(p: &Package) -> ChangeClass {
     }
 }
 
-/// The §3.2 update rules between the two specs, as problems of the head object.
-fn update_problems(base: &NodeWright, head: &NodeWright) -> Vec<Problem> {
-    let update_rule_ids = [
-        rules::UNINSTALL_REMOVAL.id,
-        rules::UNINSTALL_DOWNGRADE_APPLY_FIRST.id,
-        rules::UNINSTALL_DOWNGRADE_INCOMPLETE.id,
-        rules::UNINSTALL_CANCELLED.id,
-    ];
-    nodewright_update(base, head, None)
-        .into_iter()
-        .filter(|v| update_rule_ids.contains(&v.rule.id))
-        .map(|v| violation_problem(head.name(), &v))
-        .collect()
-}
-
-fn violation_problem(name: &str, v: &Violation) -> Problem {
-    Problem {
-        file: None,
-        line: None,
-        object: Some(format!("NodeWright/{name}")),
-        rule: v.rule.id.to_owned(),
-        message: v.to_string(),
-        severity: v.severity,
-    }
-}
-
-fn package_changes(base: &NodeWright, head: &NodeWright, problems: &mut Vec<Problem>) -> Vec<PackageChange> {
+fn package_changes(
+    base: &NodeWright,
+    head: &NodeWright,
+    problems: &mut Vec<Problem>,
+) -> Vec<PackageChange> {
     let bp = base.spec.packages();
     let hp = head.spec.packages();
     let names: BTreeSet<&String> = bp.keys().chain(hp.keys()).collect();
@@ -754,25 +732,27 @@ fn package_classes(b: &Package, h: &Package) -> Vec<ChangeClass> {
     let mut out = Vec::new();
     let version_changed = b.version != h.version;
     if version_changed {
-        out.push(match nodewright_schema::semver::compare(&h.version, &b.version) {
-            Some(Ordering::Greater) => ChangeClass::Upgrade {
-                from: b.version.clone(),
-                to: h.version.clone(),
-                interrupt: h.interrupt.clone(),
+        out.push(
+            match nodewright_schema::semver::compare(&h.version, &b.version) {
+                Some(Ordering::Greater) => ChangeClass::Upgrade {
+                    from: b.version.clone(),
+                    to: h.version.clone(),
+                    interrupt: h.interrupt.clone(),
+                },
+                Some(Ordering::Less) => downgrade(b, h),
+                // Equal precedence with different spelling (`1.2` vs `v1.2.0`, build metadata):
+                // a different node-state key, so it behaves as a new version.
+                Some(Ordering::Equal) => ChangeClass::Upgrade {
+                    from: b.version.clone(),
+                    to: h.version.clone(),
+                    interrupt: h.interrupt.clone(),
+                },
+                None => ChangeClass::VersionUnordered {
+                    from: b.version.clone(),
+                    to: h.version.clone(),
+                },
             },
-            Some(Ordering::Less) => downgrade(b, h),
-            // Equal precedence with different spelling (`1.2` vs `v1.2.0`, build metadata):
-            // a different node-state key, so it behaves as a new version.
-            Some(Ordering::Equal) => ChangeClass::Upgrade {
-                from: b.version.clone(),
-                to: h.version.clone(),
-                interrupt: h.interrupt.clone(),
-            },
-            None => ChangeClass::VersionUnordered {
-                from: b.version.clone(),
-                to: h.version.clone(),
-            },
-        });
+        );
     }
 
     // Uninstall toggles come first in the lifecycle: an uninstalling package does no config.
@@ -899,8 +879,16 @@ fn config_class(b: &Package, h: &Package) -> ChangeClass {
             removed: bm.keys().cloned().collect(),
         };
     }
-    let added: Vec<String> = hm.keys().filter(|k| !bm.contains_key(*k)).cloned().collect();
-    let removed: Vec<String> = bm.keys().filter(|k| !hm.contains_key(*k)).cloned().collect();
+    let added: Vec<String> = hm
+        .keys()
+        .filter(|k| !bm.contains_key(*k))
+        .cloned()
+        .collect();
+    let removed: Vec<String> = bm
+        .keys()
+        .filter(|k| !hm.contains_key(*k))
+        .cloned()
+        .collect();
     let changed: Vec<String> = hm
         .iter()
         .filter(|(k, v)| bm.get(*k).is_some_and(|old| old != *v))
@@ -947,7 +935,12 @@ fn added_fields(h: &NodeWright) -> Vec<FieldChange> {
     let empty = NodeWright::new(h.name(), Default::default());
     field_changes(&empty, h)
         .into_iter()
-        .filter(|f| matches!(f.field.as_str(), "nodeSelectors" | "deploymentPolicy" | "interruptionBudget" | "pause" | "disable"))
+        .filter(|f| {
+            matches!(
+                f.field.as_str(),
+                "nodeSelectors" | "deploymentPolicy" | "interruptionBudget" | "pause" | "disable"
+            )
+        })
         .collect()
 }
 
@@ -957,19 +950,58 @@ fn field_changes(b: &NodeWright, h: &NodeWright) -> Vec<FieldChange> {
     let field = |v: &Value, f: &str| v.get(f).cloned().unwrap_or(Value::Null);
     let mut out = Vec::new();
     let spec_fields: [(&str, &str); 13] = [
-        ("nodeSelectors", "re-evaluated every pass: newly matching nodes are enrolled and get every package; nodes no longer matching leave scope (their host changes and node state stay)"),
-        ("interruptionBudget", "changes how many nodes of the default compartment are worked at once"),
-        ("deploymentPolicy", "the rollout follows this policy's compartments, budgets and batch strategies from now on"),
-        ("deploymentPolicyOptions", "changes whether batch state resets when the rollout completes"),
-        ("priority", "changes the order across NodeWrights (lower first, ties by name); later priorities wait for earlier ones on each node (§5.10)"),
-        ("sequencing", "node: gates later priorities per node; all: gates them until this NodeWright is complete everywhere (§5.10)"),
-        ("serial", "true: one package at a time per node; false: independent packages run in parallel"),
-        ("podNonInterruptLabels", "changes which pods must finish before a drain starts (§7.5)"),
-        ("drainConfig", "changes how nodes are drained before interrupt work (§7)"),
-        ("additionalTolerations", "changes package pod tolerations and which tainted nodes are blocked (§5.8)"),
-        ("runtimeRequired", "changes whether nodes keep the runtime-required taint until this NodeWright completes (§10.3)"),
-        ("runtimeRequiredCordonAfter", "changes whether nodes are cordoned when the runtime-required taint is removed (§10.5)"),
-        ("autoTaintNewNodes", "changes whether new matching nodes are tainted runtime-required (§10.4)"),
+        (
+            "nodeSelectors",
+            "re-evaluated every pass: newly matching nodes are enrolled and get every package; nodes no longer matching leave scope (their host changes and node state stay)",
+        ),
+        (
+            "interruptionBudget",
+            "changes how many nodes of the default compartment are worked at once",
+        ),
+        (
+            "deploymentPolicy",
+            "the rollout follows this policy's compartments, budgets and batch strategies from now on",
+        ),
+        (
+            "deploymentPolicyOptions",
+            "changes whether batch state resets when the rollout completes",
+        ),
+        (
+            "priority",
+            "changes the order across NodeWrights (lower first, ties by name); later priorities wait for earlier ones on each node (§5.10)",
+        ),
+        (
+            "sequencing",
+            "node: gates later priorities per node; all: gates them until this NodeWright is complete everywhere (§5.10)",
+        ),
+        (
+            "serial",
+            "true: one package at a time per node; false: independent packages run in parallel",
+        ),
+        (
+            "podNonInterruptLabels",
+            "changes which pods must finish before a drain starts (§7.5)",
+        ),
+        (
+            "drainConfig",
+            "changes how nodes are drained before interrupt work (§7)",
+        ),
+        (
+            "additionalTolerations",
+            "changes package pod tolerations and which tainted nodes are blocked (§5.8)",
+        ),
+        (
+            "runtimeRequired",
+            "changes whether nodes keep the runtime-required taint until this NodeWright completes (§10.3)",
+        ),
+        (
+            "runtimeRequiredCordonAfter",
+            "changes whether nodes are cordoned when the runtime-required taint is removed (§10.5)",
+        ),
+        (
+            "autoTaintNewNodes",
+            "changes whether new matching nodes are tainted runtime-required (§10.4)",
+        ),
     ];
     for (name, effect) in spec_fields {
         let (before, after) = (field(&bv, name), field(&hv, name));
@@ -1013,8 +1045,10 @@ fn field_changes(b: &NodeWright, h: &NodeWright) -> Vec<FieldChange> {
 
 fn policy_changes(base: &Desired, head: &Desired) -> Vec<PolicyChange> {
     let name = |p: &DeploymentPolicy| p.metadata.name.clone().unwrap_or_default();
-    let bp: BTreeMap<String, &DeploymentPolicy> = base.policies.iter().map(|p| (name(p), p)).collect();
-    let hp: BTreeMap<String, &DeploymentPolicy> = head.policies.iter().map(|p| (name(p), p)).collect();
+    let bp: BTreeMap<String, &DeploymentPolicy> =
+        base.policies.iter().map(|p| (name(p), p)).collect();
+    let hp: BTreeMap<String, &DeploymentPolicy> =
+        head.policies.iter().map(|p| (name(p), p)).collect();
     let names: BTreeSet<&String> = bp.keys().chain(hp.keys()).collect();
     let mut out = Vec::new();
     for n in names {
@@ -1055,8 +1089,18 @@ fn policy_parts(b: &DeploymentPolicy, h: &DeploymentPolicy) -> Vec<String> {
     if b.spec.reset_batch_state_on_completion != h.spec.reset_batch_state_on_completion {
         parts.push("resetBatchStateOnCompletion".to_owned());
     }
-    let bc: BTreeMap<&str, _> = b.spec.compartments.iter().map(|c| (c.name.as_str(), c)).collect();
-    let hc: BTreeMap<&str, _> = h.spec.compartments.iter().map(|c| (c.name.as_str(), c)).collect();
+    let bc: BTreeMap<&str, _> = b
+        .spec
+        .compartments
+        .iter()
+        .map(|c| (c.name.as_str(), c))
+        .collect();
+    let hc: BTreeMap<&str, _> = h
+        .spec
+        .compartments
+        .iter()
+        .map(|c| (c.name.as_str(), c))
+        .collect();
     for name in bc.keys().chain(hc.keys()).collect::<BTreeSet<_>>() {
         match (bc.get(name), hc.get(name)) {
             (None, Some(_)) => parts.push(format!("compartment {name} added")),
@@ -1072,6 +1116,11 @@ fn policy_parts(b: &DeploymentPolicy, h: &DeploymentPolicy) -> Vec<String> {
 }
 
 /// The interrupt type that dominates a set when coalesced on one node (§6.13: lowest rank).
-pub fn dominant_interrupt<'a>(interrupts: impl IntoIterator<Item = &'a Interrupt>) -> Option<InterruptType> {
-    interrupts.into_iter().map(|i| i.kind).min_by_key(|k| k.rank())
+pub fn dominant_interrupt<'a>(
+    interrupts: impl IntoIterator<Item = &'a Interrupt>,
+) -> Option<InterruptType> {
+    interrupts
+        .into_iter()
+        .map(|i| i.kind)
+        .min_by_key(|k| k.rank())
 }

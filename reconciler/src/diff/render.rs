@@ -37,15 +37,23 @@ fn short(commit: &str) -> &str {
 pub fn verdict(diff: &DesiredDiff) -> String {
     let s = diff.summary();
     if s.errors > 0 {
-        return format!(
+        let mut line = format!(
             "head {} is INVALID: {} error{} — the reconciler would refuse this commit and keep the last valid state",
             short(&diff.head),
             s.errors,
             if s.errors == 1 { "" } else { "s" }
         );
+        if !s.classes.is_empty() {
+            let classes: Vec<String> = s.classes.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            let _ = write!(line, "; it would apply {}", classes.join(", "));
+        }
+        return line;
     }
     if diff.is_empty() {
-        return format!("head {} changes nothing in the desired state", short(&diff.head));
+        return format!(
+            "head {} changes nothing in the desired state",
+            short(&diff.head)
+        );
     }
     let mut parts = Vec::new();
     let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
@@ -55,7 +63,11 @@ pub fn verdict(diff: &DesiredDiff) -> String {
     if !diff.policies.is_empty() {
         parts.push(count(diff.policies.len(), "DeploymentPolicy").replace("Policys", "Policies"));
     }
-    let mut line = format!("head {} is valid: changes {}", short(&diff.head), parts.join(" and "));
+    let mut line = format!(
+        "head {} is valid: changes {}",
+        short(&diff.head),
+        parts.join(" and ")
+    );
     if !s.classes.is_empty() {
         let classes: Vec<String> = s.classes.iter().map(|(k, v)| format!("{v} {k}")).collect();
         let _ = write!(line, " ({})", classes.join(", "));
@@ -71,7 +83,11 @@ fn interrupt_clause(s: &Summary) -> String {
     if s.interrupts.is_empty() {
         return "; no interrupts".to_owned();
     }
-    let each: Vec<String> = s.interrupts.iter().map(|(k, v)| format!("{v}× {k}")).collect();
+    let each: Vec<String> = s
+        .interrupts
+        .iter()
+        .map(|(k, v)| format!("{v}× {k}"))
+        .collect();
     let reboot = if s.interrupts.contains_key("reboot") {
         " — nodes will REBOOT"
     } else {
@@ -98,7 +114,13 @@ fn unified(base: Option<&str>, head: Option<&str>, base_name: &str, head_name: &
 }
 
 fn problem_line(p: &Problem) -> String {
-    format!("{} [{}] {}: {}", p.location(), p.rule, p.severity, p.message)
+    format!(
+        "{} [{}] {}: {}",
+        p.location(),
+        p.rule,
+        p.severity,
+        p.message
+    )
 }
 
 fn text(diff: &DesiredDiff) -> String {
@@ -114,7 +136,14 @@ fn text(diff: &DesiredDiff) -> String {
     for nw in &diff.nodewrights {
         let _ = writeln!(out, "\nNodeWright {} ({})", nw.name, change_word(nw.change));
         for f in &nw.fields {
-            let _ = writeln!(out, "  {}: {} → {}: {}", f.field, compact(&f.before), compact(&f.after), f.effect);
+            let _ = writeln!(
+                out,
+                "  {}: {} → {}: {}",
+                f.field,
+                compact(&f.before),
+                compact(&f.after),
+                f.effect
+            );
         }
         for p in &nw.packages {
             let version = match (&p.before_version, &p.after_version) {
@@ -124,12 +153,23 @@ fn text(diff: &DesiredDiff) -> String {
             };
             for c in &p.classes {
                 let mark = if c.is_error() { "ERROR " } else { "" };
-                let _ = writeln!(out, "  {mark}{} {version} [{}] {}", p.package, c.label(), c.describe());
+                let _ = writeln!(
+                    out,
+                    "  {mark}{} {version} [{}] {}",
+                    p.package,
+                    c.label(),
+                    c.describe()
+                );
             }
         }
     }
     for pol in &diff.policies {
-        let _ = writeln!(out, "\nDeploymentPolicy {} ({})", pol.name, change_word(pol.change));
+        let _ = writeln!(
+            out,
+            "\nDeploymentPolicy {} ({})",
+            pol.name,
+            change_word(pol.change)
+        );
         for part in &pol.parts {
             let _ = writeln!(out, "  {part}");
         }
@@ -169,11 +209,19 @@ fn markdown(diff: &DesiredDiff) -> String {
     let mut out = String::new();
     let icon = if diff.has_errors() { "❌" } else { "✅" };
     let _ = writeln!(out, "{icon} **NodeWright dry run:** {}\n", verdict(diff));
-    let _ = writeln!(out, "<sub>base `{}` → head `{}`</sub>\n", short(&diff.base), short(&diff.head));
+    let _ = writeln!(
+        out,
+        "<sub>base `{}` → head `{}`</sub>\n",
+        short(&diff.base),
+        short(&diff.head)
+    );
 
     if !diff.problems.is_empty() {
         let _ = writeln!(out, "### Problems in head\n");
-        let _ = writeln!(out, "| Where | Severity | Rule | Problem |\n|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "| Where | Severity | Rule | Problem |\n|---|---|---|---|"
+        );
         for p in &diff.problems {
             let _ = writeln!(
                 out,
@@ -188,9 +236,17 @@ fn markdown(diff: &DesiredDiff) -> String {
     }
 
     for nw in &diff.nodewrights {
-        let _ = writeln!(out, "### NodeWright `{}` — {}\n", nw.name, change_word(nw.change));
+        let _ = writeln!(
+            out,
+            "### NodeWright `{}` — {}\n",
+            nw.name,
+            change_word(nw.change)
+        );
         if !nw.fields.is_empty() {
-            let _ = writeln!(out, "| Field | Before | After | Effect |\n|---|---|---|---|");
+            let _ = writeln!(
+                out,
+                "| Field | Before | After | Effect |\n|---|---|---|---|"
+            );
             for f in &nw.fields {
                 let _ = writeln!(
                     out,
@@ -204,7 +260,10 @@ fn markdown(diff: &DesiredDiff) -> String {
             out.push('\n');
         }
         if !nw.packages.is_empty() {
-            let _ = writeln!(out, "| Package | Version | Change | Interrupt | What happens |\n|---|---|---|---|---|");
+            let _ = writeln!(
+                out,
+                "| Package | Version | Change | Interrupt | What happens |\n|---|---|---|---|---|"
+            );
             for p in &nw.packages {
                 let version = match (&p.before_version, &p.after_version) {
                     (Some(b), Some(h)) if b != h => format!("{b} → {h}"),
@@ -217,14 +276,22 @@ fn markdown(diff: &DesiredDiff) -> String {
                     } else {
                         format!("**{}**", c.label())
                     };
-                    let cost: Vec<String> = c.interrupt_cost().iter().map(|i| super::classify::interrupt_text(i)).collect();
+                    let cost: Vec<String> = c
+                        .interrupt_cost()
+                        .iter()
+                        .map(|i| super::classify::interrupt_text(i))
+                        .collect();
                     let _ = writeln!(
                         out,
                         "| `{}` | {} | {} | {} | {} |",
                         p.package,
                         cell(&version),
                         label,
-                        if cost.is_empty() { "—".to_owned() } else { cell(&cost.join(", ")) },
+                        if cost.is_empty() {
+                            "—".to_owned()
+                        } else {
+                            cell(&cost.join(", "))
+                        },
                         cell(&c.describe())
                     );
                 }
@@ -246,7 +313,10 @@ fn markdown(diff: &DesiredDiff) -> String {
 
     if !diff.policies.is_empty() {
         let _ = writeln!(out, "### DeploymentPolicies\n");
-        let _ = writeln!(out, "| Policy | Change | Parts | Used by |\n|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "| Policy | Change | Parts | Used by |\n|---|---|---|---|"
+        );
         for p in &diff.policies {
             let _ = writeln!(
                 out,
@@ -277,7 +347,11 @@ fn markdown(diff: &DesiredDiff) -> String {
         let _ = writeln!(out, "### Simulated rollout\n\n{}\n", t.markdown);
     }
     if let Some(e) = &diff.timeline_error {
-        let _ = writeln!(out, "### Simulated rollout\n\nSimulation failed: {}\n", cell(e));
+        let _ = writeln!(
+            out,
+            "### Simulated rollout\n\nSimulation failed: {}\n",
+            cell(e)
+        );
     }
     if !diff.base_problems.is_empty() {
         let _ = writeln!(

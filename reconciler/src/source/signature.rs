@@ -33,7 +33,9 @@ pub enum SignatureError {
         reason: String,
     },
     /// The signature is of a kind this build cannot verify.
-    #[error("commit {commit} is signed with {format}, which this reconciler cannot verify; use SSH signatures")]
+    #[error(
+        "commit {commit} is signed with {format}, which this reconciler cannot verify; use SSH signatures"
+    )]
     Unsupported {
         /// The commit.
         commit: String,
@@ -153,7 +155,11 @@ impl SignaturePolicy {
                 sshsig.namespace()
             )));
         }
-        let Some(key) = self.keys.iter().find(|k| k.key_data() == sshsig.public_key()) else {
+        let Some(key) = self
+            .keys
+            .iter()
+            .find(|k| k.key_data() == sshsig.public_key())
+        else {
             let signer = PublicKey::from(sshsig.public_key().clone());
             return Err(invalid(format!(
                 "signed by key {} which is not an allowed signing key",
