@@ -7,6 +7,8 @@ pub mod manifests;
 pub mod repo;
 pub mod signature;
 pub mod tree;
+pub mod triggers;
+pub mod webhook;
 
 /// The branch status write-back commits to by default (ARCHITECTURE §4). It is never read as
 /// desired state.
