@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod controller;
+pub mod diff;
 pub mod engine;
 pub mod plan;
 pub mod scenario;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod crds;
+pub mod diff;
 pub mod validate;
 pub mod verbs;
 
@@ -70,6 +71,9 @@ pub enum Command {
     /// Check manifests: schema, admission rules and cross-object rules, with file:line.
     #[command(long_about = validate::LONG_ABOUT, after_long_help = validate::EXAMPLES)]
     Validate(validate::Args),
+    /// Show what a change between two commits will do to the fleet (for pull requests).
+    #[command(long_about = diff::LONG_ABOUT, after_long_help = diff::EXAMPLES)]
+    Diff(diff::Args),
     /// Print the CustomResourceDefinitions (NodeWright, DeploymentPolicy) as YAML.
     #[command(long_about = crds::LONG_ABOUT, after_long_help = crds::EXAMPLES)]
     Crds(crds::Args),
@@ -84,6 +88,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Crds(args) => crds::run(args),
         Command::Verb(verb) => verbs::run(verb, cli.common),
+        Command::Diff(args) => diff::run(args),
     }
 }
 

@@ -9,7 +9,10 @@ use clap::ValueEnum;
 use serde::Serialize;
 
 use super::exit;
-use crate::source::manifests::{self, Limits, LoadError, Loaded, Located, Notice};
+use crate::source::desired::{ReadOptions, load_commit};
+use crate::source::manifests::{self, Limits, LoadError, LoadErrorKind, Loaded, Located, Notice};
+use crate::source::repo::{GitRepo, RepoError};
+use crate::source::tree::{FileViolation, TreeLimits};
 use nodewright_schema::validate::{Severity, Violation};
 
 /// Long help.
@@ -50,8 +53,17 @@ pub enum Format {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Files or directories to check.
-    #[arg(required = true, value_name = "PATH")]
+    #[arg(required_unless_present = "repo", value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+    /// Validate a commit of this Git repository (a local path) instead of folders.
+    #[arg(long, value_name = "REPO", requires = "rev", conflicts_with = "paths")]
+    pub repo: Option<PathBuf>,
+    /// The commit, branch or tag to validate (with --repo).
+    #[arg(long, value_name = "REV", requires = "repo")]
+    pub rev: Option<String>,
+    /// Root path inside the repository; only manifests under it are read (with --repo).
+    #[arg(long = "path", value_name = "P", default_value = "")]
+    pub root: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -86,18 +98,92 @@ pub fn check(paths: &[PathBuf], limits: &Limits) -> std::io::Result<Report> {
     Ok(Report { loaded, violations })
 }
 
+/// Loads and validates the manifests of commit `rev` of the repository at `repo`, under
+/// `root`. Files the tree walk refuses (symlinks escaping the root, oversized files) are
+/// reported as load errors of those files.
+pub fn check_commit(
+    repo: &std::path::Path,
+    rev: &str,
+    root: &str,
+    limits: &Limits,
+) -> Result<Report, RepoError> {
+    let git = GitRepo::open(repo)?;
+    let commit = git.resolve_desired(rev, crate::source::DEFAULT_STATUS_BRANCH)?;
+    let options = ReadOptions {
+        root: root.to_owned(),
+        tree: TreeLimits {
+            max_file_bytes: limits.max_file_bytes as u64,
+            ..TreeLimits::default()
+        },
+        load: *limits,
+        signatures: None,
+    };
+    let (mut loaded, refused) = load_commit(&git, commit, &options)?;
+    for v in refused {
+        let (file, reason) = match &v {
+            FileViolation::TooLarge { path, size, limit } => (
+                path.clone(),
+                LoadErrorKind::TooLarge {
+                    size: usize::try_from(*size).unwrap_or(usize::MAX),
+                    limit: usize::try_from(*limit).unwrap_or(usize::MAX),
+                },
+            ),
+            FileViolation::SymlinkEscape { path, .. }
+            | FileViolation::SymlinkUnresolved { path, .. } => (
+                path.clone(),
+                LoadErrorKind::Io {
+                    message: v.to_string(),
+                },
+            ),
+            FileViolation::TooManyFiles { root, .. } => (
+                root.clone(),
+                LoadErrorKind::Io {
+                    message: v.to_string(),
+                },
+            ),
+            FileViolation::NonUtf8Path { parent } => (
+                parent.clone(),
+                LoadErrorKind::Io {
+                    message: v.to_string(),
+                },
+            ),
+        };
+        loaded.errors.push(LoadError {
+            file,
+            line: 1,
+            reason,
+        });
+    }
+    let violations = manifests::validate_set(&loaded, None);
+    Ok(Report { loaded, violations })
+}
+
 /// Runs the command.
 pub fn run(args: Args) -> ExitCode {
     let limits = Limits {
         max_file_bytes: args.max_file_bytes,
         ..Limits::default()
     };
-    let report = match check(&args.paths, &limits) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(exit::USAGE);
-        }
+    let report = match (&args.repo, &args.rev) {
+        (Some(repo), Some(rev)) => match check_commit(repo, rev, &args.root, &limits) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(match e {
+                    RepoError::Open { .. }
+                    | RepoError::Resolve { .. }
+                    | RepoError::StatusBranch { .. } => exit::USAGE,
+                    _ => exit::RUNTIME,
+                });
+            }
+        },
+        _ => match check(&args.paths, &limits) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(exit::USAGE);
+            }
+        },
     };
     let written = match args.format {
         Format::Text => print_text(&report, args.quiet),

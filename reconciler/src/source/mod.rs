@@ -2,4 +2,14 @@
 //! manifest files of a commit, commit-atomic validation with a last-good tracker, change
 //! triggers (poll, filesystem events, webhooks) and commit-signature verification.
 
+pub mod desired;
 pub mod manifests;
+pub mod repo;
+pub mod signature;
+pub mod tree;
+pub mod triggers;
+pub mod webhook;
+
+/// The branch status write-back commits to by default (ARCHITECTURE §4). It is never read as
+/// desired state.
+pub const DEFAULT_STATUS_BRANCH: &str = "nodewright/status";

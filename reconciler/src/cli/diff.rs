@@ -1,0 +1,151 @@
+//! `nodewright diff --repo R --base REV --head REV`: what merging head will do to the fleet,
+//! for a terminal, a pull-request comment (Markdown) or a machine (JSON). Needs no cluster.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::exit;
+use crate::diff::{Format, diff_desired, render};
+use crate::source::desired::{ReadOptions, evaluate_commit};
+use crate::source::manifests::{Limits, Previous};
+use crate::source::repo::{GitRepo, RemoteSpec, RepoError};
+use crate::source::tree::TreeLimits;
+
+/// Long help.
+pub const LONG_ABOUT: &str = "\
+Show what a change to the fleet repository will do before it merges: NodeWrights and \
+DeploymentPolicies added, removed and changed, and for every package the change the node \
+lifecycle will apply — first install, upgrade, downgrade (refused for uninstall-enabled \
+packages that were not uninstalled first), config with the interrupt it costs, image-only, \
+interrupt and dependsOn changes, uninstall and cancel, removal from the spec (not an \
+uninstall), and selector, budget, policy, priority, sequencing, pause and disable changes.
+
+Both commits are read straight from the repository (no checkout). The head commit is \
+validated as the reconciler would (every file, every object, the whole set, and the update \
+rules against base); its problems are part of the output with file:line.
+
+Exit code 0 when head is valid, 3 when the reconciler would refuse it, 1 on runtime errors, \
+2 on usage errors (unknown revision, missing repository).";
+
+/// Examples shown after the long help.
+pub const EXAMPLES: &str = "\
+Examples:
+  # In a pull-request job: comment the Markdown, fail the check on exit code 3
+  nodewright diff --repo . --base origin/main --head HEAD --format markdown > comment.md
+
+  # Only manifests under clusters/prod
+  nodewright diff --repo . --base main --head feature --path clusters/prod
+
+  # For machines
+  nodewright diff --repo . --base v1.4 --head main --format json | jq .summary";
+
+/// Arguments of `nodewright diff`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The repository: a local path (work tree or bare), or a remote URL (file://, https://,
+    /// ssh://) mirrored into --cache-dir.
+    #[arg(long, value_name = "R")]
+    pub repo: String,
+    /// The commit, branch or tag the fleet runs now.
+    #[arg(long, value_name = "REV")]
+    pub base: String,
+    /// The commit, branch or tag to review.
+    #[arg(long, value_name = "REV")]
+    pub head: String,
+    /// Root path inside the repository; only manifests under it are read.
+    #[arg(long = "path", value_name = "P", default_value = "")]
+    pub root: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Where remote repositories are mirrored (default: the system temp directory).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Largest manifest file accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_file_bytes)]
+    pub max_file_bytes: usize,
+}
+
+fn open(args: &Args) -> Result<GitRepo, RepoError> {
+    let path = std::path::Path::new(&args.repo);
+    if path.exists() {
+        return GitRepo::open(path);
+    }
+    let cache = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("nodewright-cache"));
+    GitRepo::sync_remote(&RemoteSpec::anonymous(args.repo.clone()), &cache).map(|(g, _)| g)
+}
+
+/// Computes the diff the command prints (exposed for tests and the CI integration).
+pub fn compute(args: &Args) -> Result<crate::diff::DesiredDiff, RepoError> {
+    let git = open(args)?;
+    let status_branch = crate::source::DEFAULT_STATUS_BRANCH;
+    let base = git.resolve_desired(&args.base, status_branch)?;
+    let head = git.resolve_desired(&args.head, status_branch)?;
+    let options = ReadOptions {
+        root: args.root.clone(),
+        tree: TreeLimits {
+            max_file_bytes: args.max_file_bytes as u64,
+            ..TreeLimits::default()
+        },
+        load: Limits {
+            max_file_bytes: args.max_file_bytes,
+            ..Limits::default()
+        },
+        signatures: None,
+    };
+    let base_eval = evaluate_commit(&git, base, &options, None)?;
+    let previous = Previous::from_objects(
+        base_eval.objects.nodewrights.iter().cloned(),
+        base_eval
+            .objects
+            .policies
+            .iter()
+            .filter_map(|p| p.metadata.name.clone()),
+    );
+    let head_eval = evaluate_commit(&git, head, &options, Some(&previous))?;
+    Ok(diff_desired(
+        &base_eval.objects,
+        &head_eval.objects,
+        head_eval.problems,
+        base_eval.problems,
+    ))
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> ExitCode {
+    let diff = match compute(&args) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(match e {
+                RepoError::Open { .. }
+                | RepoError::Resolve { .. }
+                | RepoError::StatusBranch { .. } => exit::USAGE,
+                _ => exit::RUNTIME,
+            });
+        }
+    };
+    let text = render(&diff, args.format);
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| {
+        if text.ends_with('\n') {
+            Ok(())
+        } else {
+            writeln!(out)
+        }
+    }) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write the diff: {e}");
+        }
+        return ExitCode::from(exit::RUNTIME);
+    }
+    if diff.has_errors() {
+        ExitCode::from(exit::INVALID)
+    } else {
+        ExitCode::from(exit::OK)
+    }
+}

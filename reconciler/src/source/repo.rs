@@ -1,0 +1,466 @@
+//! Repository access through `gix` only (ARCHITECTURE §2.2): open a local repository, mirror a
+//! remote into a bare cache repository (clone = init + first fetch), resolve revisions, read
+//! commits without a work tree.
+//!
+//! Remotes are mirrored with `+refs/heads/*:refs/heads/*` and `+refs/tags/*:refs/tags/*`, so
+//! a branch, tag or commit id resolves the same way in the cache as on the remote.
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use gix::ObjectId;
+use sha2::{Digest, Sha256};
+
+/// A failure reaching or reading a repository, with the repository and operation it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    /// The repository could not be opened.
+    #[error("cannot open repository {path}: {message}")]
+    Open {
+        /// Where we looked.
+        path: PathBuf,
+        /// gix's explanation.
+        message: String,
+    },
+    /// Creating or fetching into the cache repository failed.
+    #[error("cannot fetch {url} into {cache}: {message}")]
+    Fetch {
+        /// The remote (credentials never included).
+        url: String,
+        /// The cache repository.
+        cache: PathBuf,
+        /// gix's explanation.
+        message: String,
+    },
+    /// A revision does not name a commit.
+    #[error("revision {rev:?} does not name a commit in {repo}: {message}")]
+    Resolve {
+        /// The revision as given.
+        rev: String,
+        /// The repository.
+        repo: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The status branch holds write-back documents, never desired state.
+    #[error(
+        "revision {rev:?} is the status branch {branch:?}; it holds rollout status, not desired state"
+    )]
+    StatusBranch {
+        /// The revision as given.
+        rev: String,
+        /// The configured status branch.
+        branch: String,
+    },
+    /// Reading an object failed.
+    #[error("cannot read {what} in {repo}: {message}")]
+    Read {
+        /// Which object.
+        what: String,
+        /// The repository.
+        repo: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A credential source could not be read.
+    #[error("cannot read credential from {source_desc}: {message}")]
+    Credential {
+        /// `file <path>` or `env <VAR>`.
+        source_desc: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Where a secret comes from; secrets are never written in configuration or command lines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    /// Read a file; surrounding whitespace is trimmed.
+    File(PathBuf),
+    /// Read an environment variable.
+    Env(String),
+}
+
+impl SecretSource {
+    /// Read the secret now (every fetch re-reads, so rotated secrets are picked up).
+    pub fn read(&self) -> Result<String, RepoError> {
+        match self {
+            SecretSource::File(path) => std::fs::read_to_string(path)
+                .map(|s| s.trim().to_owned())
+                .map_err(|e| RepoError::Credential {
+                    source_desc: format!("file {}", path.display()),
+                    message: e.to_string(),
+                }),
+            SecretSource::Env(var) => {
+                std::env::var(var)
+                    .map(|s| s.trim().to_owned())
+                    .map_err(|e| RepoError::Credential {
+                        source_desc: format!("env {var}"),
+                        message: e.to_string(),
+                    })
+            }
+        }
+    }
+}
+
+/// How to authenticate to a remote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Credentials {
+    /// Anonymous (local paths, `file://`, public https).
+    #[default]
+    None,
+    /// https with a token as password; `username` defaults to `x-access-token` (GitHub's
+    /// convention, also accepted by GitLab for project/personal access tokens as `oauth2`).
+    Token {
+        /// User name sent with the token.
+        username: Option<String>,
+        /// The token.
+        token: SecretSource,
+    },
+    /// https basic authentication.
+    Basic {
+        /// User name.
+        username: String,
+        /// Password.
+        password: SecretSource,
+    },
+    /// ssh with a private key file (and optionally a known_hosts file to pin the host key).
+    SshKey {
+        /// Private key file passed to `ssh -i`.
+        key_file: PathBuf,
+        /// known_hosts file; when set, host keys are checked strictly against it.
+        known_hosts: Option<PathBuf>,
+    },
+}
+
+/// A remote to mirror.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteSpec {
+    /// URL (`file://`, `https://`, `ssh://`, scp-like `git@host:path`, or a local path).
+    pub url: String,
+    /// Authentication.
+    pub credentials: Credentials,
+    /// Fetch only this many commits of each ref's history (`None` = full history).
+    pub depth: Option<NonZeroU32>,
+}
+
+impl RemoteSpec {
+    /// An anonymous, full-history remote.
+    pub fn anonymous(url: impl Into<String>) -> Self {
+        RemoteSpec {
+            url: url.into(),
+            credentials: Credentials::None,
+            depth: None,
+        }
+    }
+
+    /// The cache directory for this remote under `cache_root`: one bare repository per URL,
+    /// named by a digest so any URL maps to a safe directory name.
+    pub fn cache_dir(&self, cache_root: &Path) -> PathBuf {
+        let digest = Sha256::digest(self.url.as_bytes());
+        let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+        cache_root.join(format!("{hex}.git"))
+    }
+
+    /// In-memory git configuration that wires the ssh key into gix's ssh transport.
+    fn config_overrides(&self) -> Vec<String> {
+        let mut out = vec![
+            // A bare mirror never records reflogs, but gix wants a committer for ref edits.
+            "user.name=nodewright".to_owned(),
+            "user.email=nodewright@localhost".to_owned(),
+        ];
+        if let Credentials::SshKey {
+            key_file,
+            known_hosts,
+        } = &self.credentials
+        {
+            let mut cmd = format!(
+                "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes",
+                shell_quote(&key_file.to_string_lossy())
+            );
+            match known_hosts {
+                Some(kh) => cmd.push_str(&format!(
+                    " -o StrictHostKeyChecking=yes -o UserKnownHostsFile={}",
+                    shell_quote(&kh.to_string_lossy())
+                )),
+                None => cmd.push_str(" -o StrictHostKeyChecking=accept-new"),
+            }
+            out.push(format!("core.sshCommand={cmd}"));
+        }
+        out
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The outcome of a fetch: which refs moved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FetchOutcome {
+    /// `(ref name, new commit)` for every ref created or updated by this fetch.
+    pub updated: Vec<(String, ObjectId)>,
+}
+
+/// A commit's signature header value and the exact bytes it signs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitSignature {
+    /// The `gpgsig` header value (armored SSH or OpenPGP signature).
+    pub signature: Vec<u8>,
+    /// The commit object without the signature header: what the signer signed.
+    pub payload: Vec<u8>,
+}
+
+/// An opened repository (local, or the bare cache of a remote). Cheap to clone and `Send +
+/// Sync`; each operation works on a thread-local handle.
+#[derive(Clone)]
+pub struct GitRepo {
+    repo: gix::ThreadSafeRepository,
+    path: PathBuf,
+    remote: Option<RemoteSpec>,
+}
+
+impl std::fmt::Debug for GitRepo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitRepo")
+            .field("path", &self.path)
+            .field("remote", &self.remote.as_ref().map(|r| &r.url))
+            .finish()
+    }
+}
+
+fn msg(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl GitRepo {
+    /// Open an existing repository (with or without work tree) at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, RepoError> {
+        let path = path.as_ref().to_path_buf();
+        let repo = gix::open_opts(&path, open_options(&[])).map_err(|e| RepoError::Open {
+            path: path.clone(),
+            message: msg(e),
+        })?;
+        Ok(GitRepo {
+            repo: repo.into_sync(),
+            path,
+            remote: None,
+        })
+    }
+
+    /// Mirror `remote` into its cache directory under `cache_root` — creating the bare cache
+    /// repository on first use (a clone), fetching into it afterwards — and open it.
+    pub fn sync_remote(
+        remote: &RemoteSpec,
+        cache_root: &Path,
+    ) -> Result<(Self, FetchOutcome), RepoError> {
+        let cache = remote.cache_dir(cache_root);
+        let fetch_err = |message: String| RepoError::Fetch {
+            url: remote.url.clone(),
+            cache: cache.clone(),
+            message,
+        };
+        if !cache.join("HEAD").exists() {
+            std::fs::create_dir_all(cache_root).map_err(|e| fetch_err(msg(e)))?;
+            gix::init_bare(&cache).map_err(|e| fetch_err(msg(e)))?;
+        }
+        let overrides = remote.config_overrides();
+        let repo =
+            gix::open_opts(&cache, open_options(&overrides)).map_err(|e| fetch_err(msg(e)))?;
+        let git = GitRepo {
+            repo: repo.into_sync(),
+            path: cache.clone(),
+            remote: Some(remote.clone()),
+        };
+        let outcome = git.fetch()?;
+        Ok((git, outcome))
+    }
+
+    /// Fetch the configured remote again (a no-op error for a local repository opened with
+    /// [`GitRepo::open`], which has nothing to fetch).
+    pub fn fetch(&self) -> Result<FetchOutcome, RepoError> {
+        let Some(remote) = &self.remote else {
+            return Ok(FetchOutcome::default());
+        };
+        let fetch_err = |message: String| RepoError::Fetch {
+            url: remote.url.clone(),
+            cache: self.path.clone(),
+            message,
+        };
+        let repo = self.repo.to_thread_local();
+        let url = remote_url(&remote.url);
+        let handle = repo
+            .remote_at(url.as_str())
+            .map_err(|e| fetch_err(msg(e)))?
+            .with_refspecs(
+                ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+                gix::remote::Direction::Fetch,
+            )
+            .map_err(|e| fetch_err(msg(e)))?;
+        let connection = handle
+            .connect(gix::remote::Direction::Fetch)
+            .map_err(|e| fetch_err(msg(e)))?;
+        let account = match &remote.credentials {
+            Credentials::Token { username, token } => Some(gix::sec::identity::Account {
+                username: username
+                    .clone()
+                    .unwrap_or_else(|| "x-access-token".to_owned()),
+                password: token.read()?,
+                oauth_refresh_token: None,
+            }),
+            Credentials::Basic { username, password } => Some(gix::sec::identity::Account {
+                username: username.clone(),
+                password: password.read()?,
+                oauth_refresh_token: None,
+            }),
+            Credentials::None | Credentials::SshKey { .. } => None,
+        };
+        // Only our configured identity is ever offered: no credential helpers, no prompts.
+        let connection = connection.with_credentials(move |action| match (&action, &account) {
+            (gix::credentials::helper::Action::Get(ctx), Some(account)) => {
+                Ok(Some(gix::credentials::protocol::Outcome {
+                    identity: account.clone(),
+                    next: ctx.clone().into(),
+                }))
+            }
+            _ => Ok(None),
+        });
+        let interrupt = AtomicBool::new(false);
+        let mut prepare = connection
+            .prepare_fetch(gix::progress::Discard, Default::default())
+            .map_err(|e| fetch_err(msg(e)))?;
+        if let Some(depth) = remote.depth {
+            prepare = prepare.with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(depth));
+        }
+        let outcome = prepare
+            .receive(gix::progress::Discard, &interrupt)
+            .map_err(|e| fetch_err(msg(e)))?;
+        let update_refs = match &outcome.status {
+            gix::remote::fetch::Status::NoPackReceived { update_refs, .. }
+            | gix::remote::fetch::Status::Change { update_refs, .. } => update_refs,
+        };
+        use gix::remote::fetch::refs::update::Mode;
+        let updated = update_refs
+            .updates
+            .iter()
+            .filter(|u| matches!(u.mode, Mode::FastForward | Mode::Forced | Mode::New))
+            .filter_map(|u| u.edit_index.and_then(|i| update_refs.edits.get(i)))
+            .filter_map(|edit| match &edit.change {
+                gix::refs::transaction::Change::Update {
+                    new: gix::refs::Target::Object(id),
+                    ..
+                } => Some((edit.name.as_bstr().to_string(), *id)),
+                _ => None,
+            })
+            .collect();
+        Ok(FetchOutcome { updated })
+    }
+
+    /// Where the repository lives (the cache directory for a remote).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The git directory, whose refs change when a commit lands (watched by the fs trigger).
+    pub fn git_dir(&self) -> PathBuf {
+        self.repo.to_thread_local().path().to_path_buf()
+    }
+
+    /// Resolve a branch, tag, `HEAD`, full or abbreviated commit id (any `rev-parse` spec) to
+    /// a commit id, peeling annotated tags.
+    pub fn resolve(&self, rev: &str) -> Result<ObjectId, RepoError> {
+        let repo = self.repo.to_thread_local();
+        let err = |message: String| RepoError::Resolve {
+            rev: rev.to_owned(),
+            repo: self.path.clone(),
+            message,
+        };
+        let id = repo.rev_parse_single(rev).map_err(|e| err(msg(e)))?;
+        let commit = id
+            .object()
+            .map_err(|e| err(msg(e)))?
+            .peel_to_commit()
+            .map_err(|e| err(msg(e)))?;
+        Ok(commit.id)
+    }
+
+    /// Resolve `rev` for use as desired state: like [`GitRepo::resolve`], but the status
+    /// branch (write-back documents) is refused.
+    pub fn resolve_desired(&self, rev: &str, status_branch: &str) -> Result<ObjectId, RepoError> {
+        let short = rev.strip_prefix("refs/heads/").unwrap_or(rev);
+        if short == status_branch {
+            return Err(RepoError::StatusBranch {
+                rev: rev.to_owned(),
+                branch: status_branch.to_owned(),
+            });
+        }
+        self.resolve(rev)
+    }
+
+    /// Run `f` with a thread-local gix handle (for tree walks and signature checks).
+    pub(crate) fn with_repo<T>(&self, f: impl FnOnce(&gix::Repository) -> T) -> T {
+        f(&self.repo.to_thread_local())
+    }
+
+    /// The raw signature header and the signed payload of `commit`, if it is signed.
+    pub fn commit_signature(&self, commit: ObjectId) -> Result<Option<CommitSignature>, RepoError> {
+        let repo = self.repo.to_thread_local();
+        let err = |message: String| RepoError::Read {
+            what: format!("commit {commit}"),
+            repo: self.path.clone(),
+            message,
+        };
+        let c = repo.find_commit(commit).map_err(|e| err(msg(e)))?;
+        let sig = c.signature().map_err(|e| err(msg(e)))?;
+        Ok(sig.map(|(sig, data)| CommitSignature {
+            signature: sig.to_vec(),
+            payload: data.to_bstring().to_vec(),
+        }))
+    }
+
+    /// Whether the ancestor relation holds (`ancestor` is reachable from `descendant`).
+    pub fn is_ancestor(&self, ancestor: ObjectId, descendant: ObjectId) -> Result<bool, RepoError> {
+        if ancestor == descendant {
+            return Ok(true);
+        }
+        let repo = self.repo.to_thread_local();
+        let err = |message: String| RepoError::Read {
+            what: format!("history of {descendant}"),
+            repo: self.path.clone(),
+            message,
+        };
+        let walk = repo.rev_walk([descendant]).all().map_err(|e| err(msg(e)))?;
+        for info in walk {
+            let info = info.map_err(|e| err(msg(e)))?;
+            if info.id == ancestor {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// Local paths become `file://` URLs so gix's file transport (not a `git` subprocess) serves
+/// them; everything else is passed through.
+fn remote_url(url: &str) -> String {
+    let looks_like_url = url.contains("://") || (url.contains('@') && url.contains(':'));
+    if looks_like_url {
+        return url.to_owned();
+    }
+    let path = Path::new(url);
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    };
+    format!("file://{}", abs.display())
+}
+
+fn open_options(overrides: &[String]) -> gix::open::Options {
+    // Isolated: the host's global/system git configuration (credential helpers, url rewrites,
+    // hooks) must not change what the reconciler reads.
+    gix::open::Options::isolated().config_overrides(overrides.iter().map(String::as_str))
+}

@@ -1,0 +1,72 @@
+//! Test fixtures: real repositories in temp dirs, set up with the git CLI (tests only).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Run git in `dir` with a fixed identity and no host configuration.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A work-tree repository on branch `main`.
+pub struct WorkRepo {
+    pub dir: PathBuf,
+}
+
+impl WorkRepo {
+    pub fn init(dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        git(dir, &["init", "-q", "-b", "main"]);
+        WorkRepo {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    pub fn write(&self, path: &str, content: &str) {
+        let p = self.dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+
+    pub fn remove(&self, path: &str) {
+        std::fs::remove_file(self.dir.join(path)).unwrap();
+    }
+
+    #[cfg(unix)]
+    pub fn symlink(&self, path: &str, target: &str) {
+        let p = self.dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, p).unwrap();
+    }
+
+    /// Stage everything and commit; returns the commit id.
+    pub fn commit(&self, message: &str) -> String {
+        git(&self.dir, &["add", "-A"]);
+        git(&self.dir, &["commit", "-q", "--allow-empty", "-m", message]);
+        git(&self.dir, &["rev-parse", "HEAD"])
+    }
+}
+
+/// A NodeWright manifest with the given packages block (already indented by 4 spaces).
+pub fn nodewright(name: &str, packages: &str) -> String {
+    format!(
+        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: {name}\nspec:\n  nodeSelectors:\n    matchLabels:\n      role: gpu\n  packages:\n{packages}"
+    )
+}

@@ -1,0 +1,210 @@
+//! Repository access through gix against real repositories built with the git CLI.
+
+mod common;
+
+use common::{WorkRepo, git};
+use nodewright_reconciler::source::repo::{GitRepo, RemoteSpec, RepoError};
+use nodewright_reconciler::source::tree::{FileViolation, TreeLimits, read_commit_files};
+
+fn file_names(files: &nodewright_reconciler::source::tree::CommitFiles) -> Vec<&str> {
+    files.files.iter().map(|f| f.path.as_str()).collect()
+}
+
+#[test]
+fn clones_a_bare_remote_and_fetches_new_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("fleet/a.yaml", "a: 1\n");
+    let first = work.commit("first");
+    let bare = tmp.path().join("remote.git");
+    git(
+        tmp.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            work.dir.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+
+    let spec = RemoteSpec::anonymous(format!("file://{}", bare.display()));
+    let cache = tmp.path().join("cache");
+    let (mirror, outcome) = GitRepo::sync_remote(&spec, &cache).unwrap();
+    assert!(
+        outcome
+            .updated
+            .iter()
+            .any(|(name, id)| name == "refs/heads/main" && *id == oid(&first))
+    );
+    assert_eq!(mirror.resolve("main").unwrap().to_string(), first);
+
+    // A new commit on the remote is visible after the next fetch, not before.
+    work.write("fleet/b.yaml", "b: 2\n");
+    let second = work.commit("second");
+    git(&work.dir, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    assert_eq!(mirror.resolve("main").unwrap().to_string(), first);
+    let outcome = mirror.fetch().unwrap();
+    assert!(
+        outcome
+            .updated
+            .iter()
+            .any(|(name, id)| name == "refs/heads/main" && *id == oid(&second))
+    );
+    assert_eq!(mirror.resolve("main").unwrap().to_string(), second);
+
+    // Re-opening the cache (a restarted reconciler) fetches incrementally.
+    let (again, outcome) = GitRepo::sync_remote(&spec, &cache).unwrap();
+    assert!(
+        outcome.updated.is_empty(),
+        "nothing new: {:?}",
+        outcome.updated
+    );
+    let files = read_commit_files(
+        &again,
+        again.resolve("main").unwrap(),
+        "fleet",
+        &TreeLimits::default(),
+    )
+    .unwrap();
+    assert_eq!(file_names(&files), ["fleet/a.yaml", "fleet/b.yaml"]);
+}
+
+#[test]
+fn a_local_path_remote_and_a_shallow_fetch_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("a.yaml", "a: 1\n");
+    let first = work.commit("first");
+    work.write("a.yaml", "a: 2\n");
+    let second = work.commit("second");
+    let bare = tmp.path().join("remote.git");
+    git(
+        tmp.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            work.dir.to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+
+    let mut spec = RemoteSpec::anonymous(bare.to_str().unwrap());
+    spec.depth = std::num::NonZeroU32::new(1);
+    let (mirror, _) = GitRepo::sync_remote(&spec, &tmp.path().join("cache")).unwrap();
+    assert_eq!(mirror.resolve("main").unwrap().to_string(), second);
+    // Only the tip was fetched: its parent is not in the cache.
+    assert!(
+        mirror.resolve(&first).is_err(),
+        "shallow fetch brought the parent commit"
+    );
+}
+
+#[test]
+fn reads_a_commit_that_is_not_checked_out_and_resolves_tags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("fleet/a.yaml", "version: old\n");
+    work.write("fleet/notes.txt", "not a manifest\n");
+    work.write(".nodewright/state.yaml", "never: read\n");
+    let old = work.commit("old");
+    git(&work.dir, &["tag", "-a", "v1", "-m", "release 1"]);
+    work.write("fleet/a.yaml", "version: new\n");
+    work.write("fleet/sub/b.yml", "b: 1\n");
+    work.write("fleet/.nodewright/x.yaml", "never: read\n");
+    work.commit("new");
+
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let tag = repo.resolve("v1").unwrap();
+    assert_eq!(tag.to_string(), old, "annotated tag peels to its commit");
+    assert_eq!(repo.resolve(&old[..10]).unwrap().to_string(), old);
+
+    let files = read_commit_files(&repo, tag, "", &TreeLimits::default()).unwrap();
+    assert_eq!(file_names(&files), ["fleet/a.yaml"]);
+    assert_eq!(files.files[0].bytes, b"version: old\n");
+
+    let head = repo.resolve("HEAD").unwrap();
+    let files = read_commit_files(&repo, head, "fleet", &TreeLimits::default()).unwrap();
+    assert_eq!(file_names(&files), ["fleet/a.yaml", "fleet/sub/b.yml"]);
+    assert!(files.violations.is_empty());
+
+    // A root path that does not exist yields no files (an empty desired state).
+    let files = read_commit_files(&repo, head, "nowhere", &TreeLimits::default()).unwrap();
+    assert!(files.files.is_empty());
+}
+
+#[test]
+fn the_status_branch_is_never_desired_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("a.yaml", "a: 1\n");
+    work.commit("first");
+    git(&work.dir, &["branch", "nodewright/status"]);
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let err = repo
+        .resolve_desired("nodewright/status", "nodewright/status")
+        .unwrap_err();
+    assert!(matches!(err, RepoError::StatusBranch { .. }), "{err}");
+    assert!(repo.resolve_desired("main", "nodewright/status").is_ok());
+}
+
+#[test]
+fn unknown_revisions_are_reported_with_the_revision() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.commit("first");
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let err = repo.resolve("no-such-branch").unwrap_err();
+    assert!(err.to_string().contains("no-such-branch"), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn symlinks_escaping_the_root_and_oversized_files_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("fleet/real.yaml", "a: 1\n");
+    work.write("secrets/token.yaml", "token: hunter2\n");
+    work.symlink("fleet/inside.yaml", "real.yaml");
+    work.symlink("fleet/escape.yaml", "../secrets/token.yaml");
+    work.symlink("fleet/absolute.yaml", "/etc/passwd");
+    work.write("fleet/big.yaml", &"x: 1\n".repeat(1000));
+    let head = work.commit("links");
+
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let limits = TreeLimits {
+        max_file_bytes: 1000,
+        ..TreeLimits::default()
+    };
+    let files = read_commit_files(&repo, head.parse().unwrap(), "fleet", &limits).unwrap();
+    assert_eq!(file_names(&files), ["fleet/inside.yaml", "fleet/real.yaml"]);
+    assert_eq!(
+        files.files[0].bytes, b"a: 1\n",
+        "link inside the root resolves to its target"
+    );
+    let mut escaped: Vec<&str> = files
+        .violations
+        .iter()
+        .filter_map(|v| match v {
+            FileViolation::SymlinkEscape { path, .. } => Some(path.as_str()),
+            _ => None,
+        })
+        .collect();
+    escaped.sort();
+    assert_eq!(escaped, ["fleet/absolute.yaml", "fleet/escape.yaml"]);
+    assert!(files.violations.iter().any(|v| matches!(
+        v,
+        FileViolation::TooLarge { path, size: 5000, limit: 1000 } if path == "fleet/big.yaml"
+    )));
+    assert!(
+        files
+            .violations
+            .iter()
+            .all(|v| !v.to_string().contains("hunter2"))
+    );
+}
+
+fn oid(hex: &str) -> gix::ObjectId {
+    gix::ObjectId::from_hex(hex.as_bytes()).unwrap()
+}
