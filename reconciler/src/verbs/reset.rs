@@ -71,10 +71,8 @@ pub fn plan_reset(
             reset_node(&mut plan, node, nw_name, lookup);
         }
     }
-    if !options.skip_batch_reset {
-        if let Lookup::Found(nw) = lookup {
-            reset_batch_state(&mut plan, nw, true);
-        }
+    if let (false, Lookup::Found(nw)) = (options.skip_batch_reset, lookup) {
+        reset_batch_state(&mut plan, nw, true);
     }
     if plan.is_noop() {
         plan.notes.push(format!(
