@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 pub mod crds;
 pub mod diff;
+pub mod serve;
 pub mod validate;
 pub mod verbs;
 
@@ -77,6 +78,9 @@ pub enum Command {
     /// Print the CustomResourceDefinitions (NodeWright, DeploymentPolicy) as YAML.
     #[command(long_about = crds::LONG_ABOUT, after_long_help = crds::EXAMPLES)]
     Crds(crds::Args),
+    /// The simulated cluster: `sim serve` speaks the Kubernetes API on loopback.
+    #[command(subcommand)]
+    Sim(serve::SimCommand),
     /// Operational verbs (kubectl-plugin equivalents).
     #[command(flatten)]
     Verb(verbs::VerbCommand),
@@ -89,6 +93,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Crds(args) => crds::run(args),
         Command::Verb(verb) => verbs::run(verb, cli.common),
         Command::Diff(args) => diff::run(args),
+        Command::Sim(command) => serve::run(command, cli.common),
     }
 }
 

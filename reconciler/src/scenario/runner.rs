@@ -206,20 +206,7 @@ impl<'h> Run<'h> {
     pub fn new(scenario: &Scenario, hooks: &'h Hooks) -> Result<Self, String> {
         let settings = scenario.settings.clone();
         settings.validate().map_err(|e| e.to_string())?;
-        let models = PackageModels(scenario.packages.clone());
-        let mut runner = ModelRunner::new(models.clone());
-        if models.has_real_packages() {
-            let Some(real) = hooks.real_agent else {
-                return Err("this scenario uses real package directories (`path:`), but no real-agent runner is wired into the simulator (Hooks::real_agent)".into());
-            };
-            runner = runner.with_real_agent(real(&models));
-        }
-        let mut world = SimCluster::new(
-            &settings.namespace,
-            Box::new(runner),
-            seed_from(&scenario.name),
-        );
-        add_objects(&mut world, &scenario.cluster)?;
+        let world = build_world(scenario, hooks.real_agent)?;
         let start = world.now();
         Ok(Run {
             cluster: SimAdapter::new(world),
@@ -607,6 +594,30 @@ fn track_failure_targets(memory: &mut Memory, snapshot: &Snapshot) {
     memory
         .failure_target_seen
         .retain(|name, _| stuck.contains(name));
+}
+
+/// The simulated cluster a scenario starts from: its package models (and real packages when
+/// `real_agent` is given), nodes, workload pods and PDBs. `nodewright sim serve --scenario`
+/// serves the same world.
+pub fn build_world(
+    scenario: &Scenario,
+    real_agent: Option<RealAgentFn>,
+) -> Result<SimCluster, String> {
+    let models = PackageModels(scenario.packages.clone());
+    let mut runner = ModelRunner::new(models.clone());
+    if models.has_real_packages() {
+        let Some(real) = real_agent else {
+            return Err("this scenario uses real package directories (`path:`), but no real-agent runner is wired into the simulator (Hooks::real_agent)".into());
+        };
+        runner = runner.with_real_agent(real(&models));
+    }
+    let mut world = SimCluster::new(
+        &scenario.settings.namespace,
+        Box::new(runner),
+        seed_from(&scenario.name),
+    );
+    add_objects(&mut world, &scenario.cluster)?;
+    Ok(world)
 }
 
 fn add_objects(world: &mut SimCluster, spec: &ClusterSpec) -> Result<(), String> {
