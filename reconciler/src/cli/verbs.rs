@@ -626,28 +626,9 @@ pub async fn connect(common: &Common) -> Result<crate::cluster::kube::KubeCluste
     } else {
         common.kubeconfig.clone()
     };
-    let (config, clock) = match kubeconfig {
-        Some(path) => {
-            let raw = kube::config::Kubeconfig::read_from(&path)
-                .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
-            let clock = crate::cluster::kube::Clock::from_kubeconfig(&raw);
-            let config = kube::Config::from_custom_kubeconfig(
-                raw,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
-            (config, clock)
-        }
-        None => (
-            kube::Config::infer()
-                .await
-                .map_err(|e| format!("no cluster configured: {e}"))?,
-            crate::cluster::kube::Clock::Wall,
-        ),
-    };
-    let client =
-        kube::Client::try_from(config).map_err(|e| format!("cannot build a client: {e}"))?;
+    let (client, clock) = crate::cluster::kube::client(kubeconfig.as_deref())
+        .await
+        .map_err(|e| e.to_string())?;
     crate::cluster::kube::KubeCluster::connect(
         client,
         crate::cluster::kube::KubeOptions {

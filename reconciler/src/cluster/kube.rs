@@ -114,6 +114,42 @@ impl Clock {
     }
 }
 
+/// A client for the adapter from a kubeconfig file (or, with `None`, the ambient
+/// configuration: in-cluster, `$KUBECONFIG`, `~/.kube/config`), with the clock the kubeconfig
+/// declares ([`Clock::from_kubeconfig`]).
+///
+/// kube-rs retries 429 responses by default; the adapter must see an eviction refused by a
+/// PodDisruptionBudget (429) at once, as the PDB wait state, instead of stalling the pass
+/// in client retries, so the default retry layer is turned off: every failed write is
+/// retried by the next pass from fresh state anyway.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<(Client, Clock), ClusterError> {
+    let (mut config, clock) = match kubeconfig {
+        Some(path) => {
+            let raw = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                ClusterError::Transport(format!("cannot read kubeconfig {}: {e}", path.display()))
+            })?;
+            let clock = Clock::from_kubeconfig(&raw);
+            let config = kube::Config::from_custom_kubeconfig(
+                raw,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| ClusterError::Transport(format!("kubeconfig {}: {e}", path.display())))?;
+            (config, clock)
+        }
+        None => (
+            kube::Config::infer()
+                .await
+                .map_err(|e| ClusterError::Transport(format!("no cluster configured: {e}")))?,
+            Clock::Wall,
+        ),
+    };
+    config.default_retry = false;
+    let client = Client::try_from(config)
+        .map_err(|e| ClusterError::Transport(format!("cannot build a client: {e}")))?;
+    Ok((client, clock))
+}
+
 /// Configuration of the kube adapter.
 #[derive(Clone, Debug)]
 pub struct KubeOptions {
@@ -622,8 +658,9 @@ impl Cluster for KubeCluster {
                     .await
                 {
                     Ok(_) => Ok(Outcome::Done),
-                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
-                    Err(e) if status_code(&e) == Some(409) => Ok(Outcome::Conflict),
+                    // 409 here is the UID precondition: the Job of that UID is gone (a
+                    // successor took the name), exactly as the simulator reports it.
+                    Err(e) if matches!(status_code(&e), Some(404 | 409)) => Ok(Outcome::NotFound),
                     Err(e) => Err(api_error("annotate job", e)),
                 }
             }
@@ -767,6 +804,16 @@ impl Cluster for KubeCluster {
     }
 
     async fn apply_desired(&self, desired: &Desired) -> Result<(), ClusterError> {
+        if !self
+            .writes_allowed
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(ClusterError::Api {
+                action: "apply desired CRs".into(),
+                status: 503,
+                message: "not the leader: writes are stopped until the lease is held again".into(),
+            });
+        }
         let nodewrights = Api::<NodeWright>::all(self.client.clone());
         let policies = Api::<DeploymentPolicy>::all(self.client.clone());
         let params = PatchParams::apply(FIELD_MANAGER).force();

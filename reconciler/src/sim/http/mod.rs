@@ -95,16 +95,15 @@ pub enum ServeError {
 }
 
 impl SimServer {
-    /// Starts serving `sim` on 127.0.0.1. The virtual clock continues from
-    /// `max(sim's time, wall time)` at `options.speed`.
-    pub async fn start(mut sim: SimCluster, options: ServeOptions) -> Result<Self, ServeError> {
+    /// Starts serving `sim` on 127.0.0.1. The virtual clock continues from the simulator's
+    /// time at `options.speed`.
+    pub async fn start(sim: SimCluster, options: ServeOptions) -> Result<Self, ServeError> {
         if !(options.speed.is_finite() && options.speed > 0.0) {
             return Err(ServeError::Speed(options.speed));
         }
+        // The virtual clock continues from the simulator's own time: jumping it to the wall
+        // clock would fire every timer of the scenario (pods that run for a while) at once.
         let wall_origin = Timestamp::now();
-        if sim.now() < wall_origin {
-            sim.advance_to(wall_origin);
-        }
         let clock = Clock::Scaled {
             wall_origin,
             virtual_origin: sim.now(),
@@ -210,15 +209,17 @@ impl SimServer {
         std::fs::write(path, self.kubeconfig_yaml()).map_err(error)
     }
 
-    /// A kube-rs client for this server, built from [`Self::kubeconfig_yaml`].
+    /// A kube-rs client for this server, built as the adapter builds its clients
+    /// ([`crate::cluster::kube::client`]) from [`Self::kubeconfig_yaml`].
     pub async fn client(&self) -> Result<kube::Client, ServeError> {
         let error = |e: String| ServeError::Client(e);
         let raw = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml())
             .map_err(|e| error(e.to_string()))?;
-        let config =
+        let mut config =
             kube::Config::from_custom_kubeconfig(raw, &kube::config::KubeConfigOptions::default())
                 .await
                 .map_err(|e| error(e.to_string()))?;
+        config.default_retry = false;
         kube::Client::try_from(config).map_err(|e| error(e.to_string()))
     }
 }

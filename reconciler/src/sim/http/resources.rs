@@ -37,6 +37,8 @@ impl ResourceDef {
 /// Index of a resource in [`RESOURCES`].
 pub type Rid = usize;
 
+// One positional constructor keeps the table below readable as a table.
+#[allow(clippy::too_many_arguments)]
 const fn def(
     group: &'static str,
     version: &'static str,

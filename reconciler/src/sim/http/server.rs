@@ -266,8 +266,8 @@ fn dispatch(
                         } else {
                             value
                         };
-                        inner.update(rid, &key, status, new)?;
-                        respond_with(inner, rid, &key, 200)
+                        inner.update(rid, &key, status, new.clone())?;
+                        Ok(respond_or(inner, rid, &key, &new))
                     })
                 }
                 (&Method::PATCH, Some(key), sub @ (None | Some("status"))) => {
@@ -288,8 +288,8 @@ fn dispatch(
                         } else {
                             super::patch::merge(&mut new, &patch);
                         }
-                        inner.update(rid, &key, status, new)?;
-                        respond_with(inner, rid, &key, 200)
+                        inner.update(rid, &key, status, new.clone())?;
+                        Ok(respond_or(inner, rid, &key, &new))
                     })
                 }
                 (&Method::DELETE, Some(key), None) => {
@@ -354,6 +354,21 @@ fn respond_with(
         .get(rid, key)
         .map(|v| json_response(code, &v))
         .ok_or_else(|| ApiError::not_found(rid, &key.1))
+}
+
+/// The object after a write, or — when the write removed it (the last finalizer of an object
+/// being deleted) — the object as written, as the apiserver answers.
+fn respond_or(
+    inner: &mut super::world::Inner,
+    rid: Rid,
+    key: &ObjKey,
+    written: &Value,
+) -> Response {
+    inner.publish();
+    match inner.get(rid, key) {
+        Some(v) => json_response(200, &v),
+        None => json_response(200, written),
+    }
 }
 
 fn deleted_status(rid: Rid, key: &ObjKey, before: Option<&Value>) -> Response {

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
@@ -70,6 +71,8 @@ pub struct Inner {
     seen: Seen,
     log: VecDeque<LogEntry>,
     floor: u64,
+    fail_updates: u32,
+    conflicts: u64,
 }
 
 /// The served world: one lock, plus a channel that wakes watches after every change.
@@ -137,7 +140,6 @@ fn decode<T: serde::de::DeserializeOwned>(value: &Value, rid: Rid) -> Result<T, 
 }
 
 /// Diffs one simulator collection against its published copies.
-#[allow(clippy::too_many_arguments)]
 fn sync_kind<K: Ord + Clone, T>(
     rid: Rid,
     current: &mut BTreeMap<K, T>,
@@ -321,6 +323,8 @@ impl World {
             seen: Seen::default(),
             log: VecDeque::new(),
             floor: 0,
+            fail_updates: 0,
+            conflicts: 0,
         };
         inner.seed();
         inner.publish();
@@ -362,6 +366,18 @@ impl World {
     /// Runs `f` on the simulated cluster (tests, scenario steps), then publishes.
     pub fn with_sim<R>(&self, f: impl FnOnce(&mut SimCluster) -> R) -> R {
         self.with(|inner| f(&mut inner.sim))
+    }
+
+    /// Makes the next `n` updates (PUT/PATCH) answer 409 Conflict, as a concurrent writer
+    /// would cause: a fault to test optimistic-concurrency retries against.
+    pub fn fail_next_updates(&self, n: u32) {
+        self.lock().fail_updates = n;
+    }
+
+    /// How many updates were refused with 409 Conflict so far (stale resourceVersion or
+    /// UID precondition, or injected).
+    pub fn conflicts(&self) -> u64 {
+        self.lock().conflicts
     }
 
     /// A receiver that changes whenever the world does.
@@ -736,8 +752,26 @@ impl Inner {
         status: bool,
         new: Value,
     ) -> Result<(), ApiError> {
+        let result = self.update_checked(rid, key, status, new);
+        if matches!(&result, Err(e) if e.code == 409) {
+            self.conflicts += 1;
+        }
+        result
+    }
+
+    fn update_checked(
+        &mut self,
+        rid: Rid,
+        key: &ObjKey,
+        status: bool,
+        new: Value,
+    ) -> Result<(), ApiError> {
         let old = self.require(rid, key)?;
         let name = key.1.as_str();
+        if self.fail_updates > 0 {
+            self.fail_updates -= 1;
+            return Err(ApiError::conflict(rid, name, "injected conflict"));
+        }
         let wanted_rv = new
             .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str);
@@ -892,6 +926,7 @@ impl Inner {
                 .suspend_job(name, new_spec.suspend.unwrap_or(false));
         }
         let rv = self.next_rv();
+        let mut deadline = None;
         if let Some(job) = self.sim.jobs.get_mut(name) {
             let spec = job.spec.get_or_insert_with(Default::default);
             let mut spec_changed = false;
@@ -902,6 +937,15 @@ impl Inner {
             if spec.active_deadline_seconds != new_spec.active_deadline_seconds {
                 spec.active_deadline_seconds = new_spec.active_deadline_seconds;
                 spec_changed = true;
+                // The Job controller requeues a Job at its new deadline.
+                let start = job.status.as_ref().and_then(|s| s.start_time.clone());
+                let uid = job.metadata.uid.clone().unwrap_or_default();
+                if let (Some(start), Some(ads)) = (start, new_spec.active_deadline_seconds) {
+                    deadline = Some((
+                        uid,
+                        util::add(start.0, Duration::from_secs(ads.max(0) as u64)),
+                    ));
+                }
             }
             if spec_changed {
                 job.metadata.generation = Some(job.metadata.generation.unwrap_or(1) + 1);
@@ -909,6 +953,9 @@ impl Inner {
             job.metadata.labels = after.metadata.labels.clone();
             job.metadata.annotations = after.metadata.annotations.clone();
             job.metadata.resource_version = Some(rv.to_string());
+        }
+        if let Some((uid, at)) = deadline {
+            self.sim.job_sync_at(name, &uid, at);
         }
         self.sim.dirty_jobs.insert(name.to_string());
         self.sim.settle();
