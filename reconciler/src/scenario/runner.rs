@@ -609,7 +609,8 @@ fn track_failure_targets(memory: &mut Memory, snapshot: &Snapshot) {
         .retain(|name, _| stuck.contains(name));
 }
 
-fn add_objects(world: &mut SimCluster, spec: &ClusterSpec) -> Result<(), String> {
+/// Adds a fleet description (a scenario's `cluster:` block) to a simulated world.
+pub fn add_objects(world: &mut SimCluster, spec: &ClusterSpec) -> Result<(), String> {
     let node = |name: String, labels, annotations, taints: Vec<Taint>, unschedulable| NodeInput {
         name,
         labels,

@@ -6,6 +6,10 @@
 //! The same [`Controller::pass`] runs in production, in `demo`, and under the scenario runner,
 //! so what the scenarios prove is what ships.
 
+pub mod daemon;
+pub mod source;
+pub mod status;
+
 use std::time::Duration;
 
 use jiff::Timestamp;
