@@ -62,6 +62,22 @@ pub fn commit_status(
     author: &Author,
     time_seconds: i64,
 ) -> Result<Option<ObjectId>, WritebackError> {
+    let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_bytes())).collect();
+    commit_files(repo_path, branch, &files, &[STATUS_DIR], message, author, time_seconds)
+}
+
+/// Commits `files` (path, content) onto `branch` through gix, after removing the `remove`
+/// paths from the branch's tree; creates the branch when missing. Returns `None` when the
+/// resulting tree equals the branch's current one.
+pub fn commit_files(
+    repo_path: &Path,
+    branch: &str,
+    files: &[(&str, &[u8])],
+    remove: &[&str],
+    message: &str,
+    author: &Author,
+    time_seconds: i64,
+) -> Result<Option<ObjectId>, WritebackError> {
     let err = |message: String| WritebackError::Git {
         repo: repo_path.display().to_string(),
         branch: branch.to_string(),
@@ -85,11 +101,13 @@ pub fn commit_status(
         None => repo.empty_tree().id,
     };
     let mut editor = repo.edit_tree(base_tree).map_err(|e| err(e.to_string()))?;
-    editor.remove(STATUS_DIR).map_err(|e| err(e.to_string()))?;
-    for file in files {
-        let blob = repo.write_blob(file.content.as_bytes()).map_err(|e| err(e.to_string()))?;
+    for path in remove {
+        editor.remove(*path).map_err(|e| err(e.to_string()))?;
+    }
+    for (path, content) in files {
+        let blob = repo.write_blob(content).map_err(|e| err(e.to_string()))?;
         editor
-            .upsert(file.path.as_str(), gix::object::tree::EntryKind::Blob, blob.detach())
+            .upsert(*path, gix::object::tree::EntryKind::Blob, blob.detach())
             .map_err(|e| err(e.to_string()))?;
     }
     let tree = editor.write().map_err(|e| err(e.to_string()))?.detach();
@@ -107,6 +125,25 @@ pub fn commit_status(
         .commit_as(sig, sig, reference.as_str(), message, tree, parent)
         .map_err(|e| err(e.to_string()))?;
     Ok(Some(id.detach()))
+}
+
+/// The subjects of the last `limit` commits of `branch`, newest first, with short ids
+/// (`git log --oneline`).
+pub fn log_oneline(repo_path: &Path, branch: &str, limit: usize) -> Vec<String> {
+    let Ok(repo) = gix::open(repo_path) else { return Vec::new() };
+    let Ok(Some(mut reference)) = repo.try_find_reference(format!("refs/heads/{branch}").as_str()) else {
+        return Vec::new();
+    };
+    let Ok(tip) = reference.peel_to_id() else { return Vec::new() };
+    let Ok(walk) = repo.rev_walk([tip.detach()]).all() else { return Vec::new() };
+    walk.filter_map(Result::ok)
+        .take(limit)
+        .filter_map(|info| {
+            let commit = repo.find_commit(info.id).ok()?;
+            let subject = commit.message().ok()?.summary().to_string();
+            Some(format!("{} {subject}", &info.id.to_string()[..7]))
+        })
+        .collect()
 }
 
 /// Reads `status/<file>` from the tip of `branch`, if present.
@@ -194,6 +231,9 @@ mod tests {
         let log = git(dir.path(), &["log", "--format=%s|%an", "nodewright/status"]);
         assert_eq!(log, "status: b: complete|nodewright\nstatus: a: 0/1 complete|nodewright\n");
         assert_eq!(read_status_file(dir.path(), DEFAULT_STATUS_BRANCH, "b.yaml").as_deref(), Some("status: complete\n"));
+        let oneline = log_oneline(dir.path(), DEFAULT_STATUS_BRANCH, 10);
+        assert_eq!(oneline.len(), 2);
+        assert!(oneline[0].ends_with(" status: b: complete"));
         // The tracked branch is untouched.
         assert!(Command::new("git").arg("-C").arg(dir.path()).args(["rev-parse", "--verify", "-q", "main"]).output().unwrap().stdout.is_empty());
     }
