@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod crds;
+pub mod demo;
 pub mod diff;
+pub mod fleet;
+pub mod progress;
 pub mod validate;
 pub mod verbs;
 
@@ -77,6 +80,9 @@ pub enum Command {
     /// Print the CustomResourceDefinitions (NodeWright, DeploymentPolicy) as YAML.
     #[command(long_about = crds::LONG_ABOUT, after_long_help = crds::EXAMPLES)]
     Crds(crds::Args),
+    /// Roll the example fleet out on an embedded simulated cluster, in accelerated time.
+    #[command(long_about = demo::LONG_ABOUT, after_long_help = demo::EXAMPLES)]
+    Demo(demo::Args),
     /// Operational verbs (kubectl-plugin equivalents).
     #[command(flatten)]
     Verb(verbs::VerbCommand),
@@ -89,6 +95,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Crds(args) => crds::run(args),
         Command::Verb(verb) => verbs::run(verb, cli.common),
         Command::Diff(args) => diff::run(args),
+        Command::Demo(args) => demo::run(args),
     }
 }
 
