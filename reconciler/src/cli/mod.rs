@@ -11,6 +11,7 @@ pub mod demo;
 pub mod diff;
 pub mod fleet;
 pub mod progress;
+pub mod run;
 pub mod validate;
 pub mod verbs;
 
@@ -80,6 +81,9 @@ pub enum Command {
     /// Print the CustomResourceDefinitions (NodeWright, DeploymentPolicy) as YAML.
     #[command(long_about = crds::LONG_ABOUT, after_long_help = crds::EXAMPLES)]
     Crds(crds::Args),
+    /// Watch a Git repository and converge the cluster to it (the reconciler).
+    #[command(long_about = run::LONG_ABOUT, after_long_help = run::EXAMPLES)]
+    Run(run::Args),
     /// Roll the example fleet out on an embedded simulated cluster, in accelerated time.
     #[command(long_about = demo::LONG_ABOUT, after_long_help = demo::EXAMPLES)]
     Demo(demo::Args),
@@ -96,6 +100,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Verb(verb) => verbs::run(verb, cli.common),
         Command::Diff(args) => diff::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Run(args) => run::run(args, cli.common),
     }
 }
 
