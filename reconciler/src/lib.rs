@@ -2,6 +2,7 @@
 //! adapters, status write-back and the `nodewright` command line.
 
 pub mod cluster;
+pub mod forge;
 pub mod plan;
 pub mod settings;
 pub mod snapshot;
