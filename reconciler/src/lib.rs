@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod forge;
+pub mod metrics;
 pub mod plan;
 pub mod settings;
 pub mod snapshot;
