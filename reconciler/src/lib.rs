@@ -1,9 +1,14 @@
 //! The NodeWright GitOps reconciler: Git source, lifecycle engine, simulated cluster, cluster
 //! adapters, status write-back and the `nodewright` command line.
 
+pub mod cli;
 pub mod cluster;
+pub mod controller;
 pub mod forge;
 pub mod metrics;
 pub mod plan;
 pub mod settings;
 pub mod snapshot;
+pub mod source;
+pub mod verbs;
+pub mod writeback;

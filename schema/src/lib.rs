@@ -6,12 +6,18 @@
 
 pub mod crd;
 pub mod duration;
+pub mod glob;
 pub mod keys;
 pub mod legacy;
 pub mod names;
 pub mod node_state;
 pub mod nodewright;
 pub mod policy;
+pub mod quantity;
+pub mod selector;
+pub mod semver;
+pub mod toleration;
+pub mod validate;
 
 pub use node_state::{NodeState, PackageStatus, Stage, State, Status};
 pub use nodewright::{

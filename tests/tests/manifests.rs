@@ -353,8 +353,15 @@ type Need = (&'static str, &'static str, &'static str, Scope);
 fn action_needs(action: &Action) -> Vec<Need> {
     const NW: &str = "nodewright.nvidia.com";
     match action {
-        Action::PatchNode(_) => vec![("", "nodes", "patch", Cluster)],
-        Action::PatchNodeConditions { .. } => vec![("", "nodes/status", "patch", Cluster)],
+        // Read, merge the delta, patch under the resourceVersion.
+        Action::PatchNode(_) => vec![
+            ("", "nodes", "get", Cluster),
+            ("", "nodes", "patch", Cluster),
+        ],
+        Action::PatchNodeConditions { .. } => vec![
+            ("", "nodes/status", "get", Cluster),
+            ("", "nodes/status", "patch", Cluster),
+        ],
         // The Job's controller reference to its NodeWright sets blockOwnerDeletion, which
         // OwnerReferencesPermissionEnforcement authorizes as update on the owner's finalizers.
         Action::CreateJob(_) => vec![
@@ -368,19 +375,25 @@ fn action_needs(action: &Action) -> Vec<Need> {
         // Workload pods live in any namespace.
         Action::EvictPod(_) => vec![("", "pods/eviction", "create", Cluster)],
         Action::DeletePod(_) => vec![("", "pods", "delete", Cluster)],
+        // Server-side apply; an apply that creates is also authorized as create.
         Action::UpsertConfigMap(_) => vec![
             ("", "configmaps", "create", Ns),
-            ("", "configmaps", "update", Ns),
             ("", "configmaps", "patch", Ns),
             (NW, "nodewrights/finalizers", "update", Cluster),
         ],
         Action::DeleteConfigMap { .. } => vec![("", "configmaps", "delete", Ns)],
-        Action::PatchNodeWrightStatus { .. } => vec![(NW, "nodewrights/status", "patch", Cluster)],
-        Action::SetFinalizer { .. } => vec![(NW, "nodewrights", "patch", Cluster)],
-        // Events about cluster-scoped objects (Node, NodeWright) are stored in `default`.
+        Action::PatchNodeWrightStatus { .. } => vec![
+            (NW, "nodewrights/status", "get", Cluster),
+            (NW, "nodewrights/status", "patch", Cluster),
+        ],
+        Action::PatchNodeWrightAnnotations { .. } => vec![(NW, "nodewrights", "patch", Cluster)],
+        Action::SetFinalizer { .. } => vec![
+            (NW, "nodewrights", "get", Cluster),
+            (NW, "nodewrights", "patch", Cluster),
+        ],
+        // kube-rs's Recorder (events.k8s.io/v1); events about cluster-scoped objects (Node,
+        // NodeWright) are stored in `default`.
         Action::RecordEvent(_) => vec![
-            ("", "events", "create", Cluster),
-            ("", "events", "patch", Cluster),
             ("events.k8s.io", "events", "create", Cluster),
             ("events.k8s.io", "events", "patch", Cluster),
         ],
@@ -431,6 +444,10 @@ fn one_of_each_action() -> Vec<Action> {
             name: "tuning".into(),
             status: Box::default(),
         },
+        Action::PatchNodeWrightAnnotations {
+            name: "tuning".into(),
+            annotations: BTreeMap::new(),
+        },
         Action::SetFinalizer {
             name: "tuning".into(),
             present: true,
@@ -449,21 +466,24 @@ fn one_of_each_action() -> Vec<Action> {
 fn standing_needs() -> Vec<(Need, &'static str)> {
     const NW: &str = "nodewright.nvidia.com";
     let mut out = Vec::new();
-    for verb in ["get", "list", "watch"] {
+    for verb in ["list", "watch"] {
         out.push((("", "nodes", verb, Cluster), "node reflector"));
         out.push((
             ("", "pods", verb, Cluster),
-            "pod reflector (drain, stage evidence)",
+            "workload pods of nodes under drain",
         ));
+        out.push((("", "pods", verb, Ns), "package pod reflector"));
         out.push((("batch", "jobs", verb, Ns), "Job reflector"));
-        out.push((("", "configmaps", verb, Ns), "ConfigMap reflector"));
+        out.push((("", "configmaps", verb, Ns), "ConfigMap reflectors"));
         out.push(((NW, "nodewrights", verb, Cluster), "NodeWright reflector"));
         out.push((
             (NW, "deploymentpolicies", verb, Cluster),
             "policy reflector",
         ));
     }
-    for verb in ["create", "patch", "delete"] {
+    // Server-side apply of the declared CRs (creating ones that do not exist), then deleting
+    // the ones this reconciler materialized that Git no longer declares.
+    for verb in ["create", "patch", "list", "delete"] {
         out.push((
             (NW, "nodewrights", verb, Cluster),
             "materializing Git's CRs",
@@ -473,10 +493,6 @@ fn standing_needs() -> Vec<(Need, &'static str)> {
             "materializing Git's CRs",
         ));
     }
-    out.push((
-        ("", "pods/log", "get", Ns),
-        "last-logs (§8.12), package logs",
-    ));
     for verb in ["get", "create", "update"] {
         out.push((
             ("coordination.k8s.io", "leases", verb, Ns),

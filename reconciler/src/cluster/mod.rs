@@ -3,6 +3,8 @@
 //!
 //! Adapters: the simulated cluster (`crate::sim`) and kube-rs (`kube`, later).
 
+pub mod kube;
+
 use std::future::Future;
 
 use nodewright_schema::{DeploymentPolicy, NodeWright};
