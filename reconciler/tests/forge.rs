@@ -11,8 +11,9 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use nodewright_reconciler::forge::{
     CommentOutcome, CommitState, CommitStatus, DIFF_COMMENT_MARKER, Forge, ForgeClient,
-    ForgeConfig, ForgeError, ForgeKind, GitHub, GitLab, Token, post_diff_comment,
+    ForgeConfig, ForgeError, ForgeKind, GitHub, GitLab, StatusReporter, Token, post_diff_comment,
 };
+use nodewright_schema::{NodeWright, NodeWrightSpec, NodeWrightStatus, Status, keys};
 use serde_json::{Value, json};
 
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -390,4 +391,97 @@ async fn invalid_configuration_and_commit_ids_are_refused_before_any_request() {
         .unwrap_err();
     assert!(err.to_string().contains("is not a commit id"), "{err}");
     assert!(seen.lock().unwrap().is_empty());
+}
+
+fn applied(name: &str, commit: Option<&str>, status: Status, complete: &str) -> NodeWright {
+    let mut nw = NodeWright::new(name, NodeWrightSpec::default());
+    if let Some(c) = commit {
+        nw.metadata.annotations = Some([(keys::SOURCE_COMMIT.to_string(), c.to_string())].into());
+    }
+    nw.status = Some(NodeWrightStatus {
+        status: Some(status),
+        complete_nodes: Some(complete.into()),
+        ..NodeWrightStatus::default()
+    });
+    nw
+}
+
+#[tokio::test]
+async fn status_reporter_posts_each_change_once_and_retries_failures() {
+    let fail = Arc::new(Mutex::new(true));
+    let fail_flag = fail.clone();
+    let (url, seen) = stub(move |req| {
+        let driver = req.body.as_ref().unwrap()["context"] == "nodewright/driver";
+        if driver && *fail_flag.lock().unwrap() {
+            (
+                StatusCode::BAD_GATEWAY,
+                vec![],
+                json!({"message": "upstream hiccup"}),
+            )
+        } else {
+            (StatusCode::CREATED, vec![], json!({"id": 1}))
+        }
+    })
+    .await;
+    let other = "89abcdef0123456789abcdef0123456789abcdef";
+    let mut reporter =
+        StatusReporter::new(ForgeClient::new(config(ForgeKind::GitHub, &url, "fleet/os")).unwrap());
+    let fleet = |tuning_complete: &str| {
+        vec![
+            applied("tuning", Some(SHA), Status::InProgress, tuning_complete),
+            applied("driver", Some(other), Status::Complete, "4/4"),
+            applied("by-hand", None, Status::Complete, "1/1"),
+        ]
+    };
+
+    let first = reporter.report(&fleet("1/4")).await;
+    assert_eq!((first.posted, first.skipped, first.errors.len()), (1, 1, 1));
+    assert!(first.errors[0].to_string().contains("HTTP 502"));
+
+    // The failed status is retried; the unchanged one is not re-posted.
+    *fail.lock().unwrap() = false;
+    let second = reporter.report(&fleet("1/4")).await;
+    assert_eq!((second.posted, second.errors.len()), (1, 0));
+    let third = reporter.report(&fleet("1/4")).await;
+    assert_eq!(third.posted, 0);
+    let fourth = reporter.report(&fleet("2/4")).await;
+    assert_eq!(fourth.posted, 1);
+
+    let seen = seen.lock().unwrap();
+    let posts: Vec<(String, String, String)> = seen
+        .iter()
+        .map(|s| {
+            let b = s.body.as_ref().unwrap();
+            (
+                s.uri.clone(),
+                b["state"].as_str().unwrap().to_string(),
+                b["description"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        posts,
+        [
+            (
+                format!("/repos/fleet/os/statuses/{SHA}"),
+                "pending".into(),
+                "tuning: 1/4 nodes complete".into()
+            ),
+            (
+                format!("/repos/fleet/os/statuses/{other}"),
+                "success".into(),
+                "driver: 4/4 nodes complete".into()
+            ),
+            (
+                format!("/repos/fleet/os/statuses/{other}"),
+                "success".into(),
+                "driver: 4/4 nodes complete".into()
+            ),
+            (
+                format!("/repos/fleet/os/statuses/{SHA}"),
+                "pending".into(),
+                "tuning: 2/4 nodes complete".into()
+            ),
+        ]
+    );
 }

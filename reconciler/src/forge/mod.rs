@@ -12,11 +12,12 @@ mod github;
 mod gitlab;
 mod http;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 
-use nodewright_schema::{NodeWright, Status};
+use nodewright_schema::{NodeWright, Status, keys};
 
 pub use github::GitHub;
 pub use gitlab::GitLab;
@@ -245,10 +246,24 @@ pub struct CommitStatus {
 
 impl CommitStatus {
     /// The status of a NodeWright as its CR status reads now: state from the roll-up Status,
-    /// description `<name>: <complete>/<selected> nodes complete[, N erroring]`.
+    /// description `<name>: <complete>/<selected> nodes complete[, N erroring]`. While the
+    /// status still describes an older generation of the spec it is pending, whatever it says,
+    /// so a new commit never inherits the previous commit's success.
     pub fn for_nodewright(nw: &NodeWright) -> Self {
         let name = nw.metadata.name.clone().unwrap_or_default();
         let status = nw.status.clone().unwrap_or_default();
+        if let Some(generation) = nw.metadata.generation
+            && status
+                .observed_generation
+                .is_none_or(|seen| seen < generation)
+        {
+            return CommitStatus {
+                state: CommitState::Pending,
+                context: format!("{STATUS_CONTEXT_PREFIX}{name}"),
+                description: format!("{name}: waiting for generation {generation} to be observed"),
+                target_url: None,
+            };
+        }
         let rollup = status.status.unwrap_or(Status::Unknown);
         let complete = status.complete_nodes.unwrap_or_else(|| "0/0".to_string());
         let erroring = status
@@ -412,6 +427,72 @@ impl Forge for ForgeClient {
             ForgeClient::GitHub(f) => f.upsert_comment(number, body).await,
             ForgeClient::GitLab(f) => f.upsert_comment(number, body).await,
         }
+    }
+}
+
+/// What one [`StatusReporter::report`] call did.
+#[derive(Debug, Default)]
+pub struct ReportOutcome {
+    /// Commit statuses posted (changed since the last successful post).
+    pub posted: usize,
+    /// NodeWrights skipped because they carry no source-commit annotation (not from Git).
+    pub skipped: usize,
+    /// Failures, one per NodeWright; those statuses are retried on the next call.
+    pub errors: Vec<ForgeError>,
+}
+
+/// Posts the commit status of each NodeWright on the commit it came from, only when it changed:
+/// the controller calls [`StatusReporter::report`] after every pass, and the forge sees one
+/// request per transition (pending → success, or a new `12/40` count), not one per pass.
+#[derive(Debug)]
+pub struct StatusReporter<F> {
+    forge: F,
+    /// Last status posted successfully, by (commit, context).
+    posted: BTreeMap<(String, String), CommitStatus>,
+}
+
+impl<F: Forge + Sync> StatusReporter<F> {
+    /// A reporter that has posted nothing yet.
+    pub fn new(forge: F) -> Self {
+        StatusReporter {
+            forge,
+            posted: BTreeMap::new(),
+        }
+    }
+
+    /// Posts the changed statuses of `nodewrights`, each on the commit of its
+    /// `nodewright.nvidia.com/source-commit` annotation. Memory of commits no NodeWright points
+    /// at any more is dropped.
+    pub async fn report(&mut self, nodewrights: &[NodeWright]) -> ReportOutcome {
+        let mut outcome = ReportOutcome::default();
+        let mut current = Vec::new();
+        for nw in nodewrights {
+            let Some(sha) = nw
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::SOURCE_COMMIT))
+                .filter(|s| !s.is_empty())
+            else {
+                outcome.skipped += 1;
+                continue;
+            };
+            let status = CommitStatus::for_nodewright(nw);
+            let key = (sha.clone(), status.context.clone());
+            current.push(key.clone());
+            if self.posted.get(&key) == Some(&status) {
+                continue;
+            }
+            match self.forge.set_commit_status(sha, &status).await {
+                Ok(()) => {
+                    outcome.posted += 1;
+                    self.posted.insert(key, status);
+                }
+                Err(e) => outcome.errors.push(e),
+            }
+        }
+        self.posted.retain(|k, _| current.contains(k));
+        outcome
     }
 }
 
@@ -585,6 +666,21 @@ mod tests {
         let s = CommitStatus::for_nodewright(&nw(Status::Blocked, "0/4", &[]));
         assert_eq!(s.state, CommitState::Pending);
         assert_eq!(s.description, "tuning: 0/4 nodes complete (blocked)");
+    }
+
+    #[test]
+    fn a_status_about_an_older_generation_is_pending() {
+        let mut n = nw(Status::Complete, "4/4", &[]);
+        n.metadata.generation = Some(3);
+        n.status.as_mut().unwrap().observed_generation = Some(2);
+        let s = CommitStatus::for_nodewright(&n);
+        assert_eq!(s.state, CommitState::Pending);
+        assert_eq!(
+            s.description,
+            "tuning: waiting for generation 3 to be observed"
+        );
+        n.status.as_mut().unwrap().observed_generation = Some(3);
+        assert_eq!(CommitStatus::for_nodewright(&n).state, CommitState::Success);
     }
 
     #[test]
