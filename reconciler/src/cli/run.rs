@@ -15,7 +15,8 @@ use crate::cluster::sim::SimAdapter;
 use crate::controller::Controller;
 use crate::controller::daemon::{LifecycleMode, Pacer, SimClock, WallClock, run_loop};
 use crate::controller::source::{GitSource, RepoLocation, SourceChange};
-use crate::controller::status::{StatusTarget, StatusWriter};
+use crate::controller::status::{StatusTarget, StatusWrite, StatusWriter};
+use crate::metrics::{Metrics, MetricsServer};
 use crate::settings::Settings;
 use crate::source::desired::ReadOptions;
 use crate::source::repo::{Credentials, RemoteSpec, SecretSource};
@@ -99,6 +100,11 @@ pub struct Args {
     /// Plain log lines instead of progress bars.
     #[arg(long)]
     pub no_progress: bool,
+    /// Exit 0 once every NodeWright is complete and its status is committed (for CI and
+    /// scripted rollouts); exit 1 if that has not happened after this much time of the
+    /// cluster's clock.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub until_converged: Option<Duration>,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -216,6 +222,7 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
         root: args.path.clone(),
         ..ReadOptions::default()
     };
+    let until = args.until_converged;
     let mut source = GitSource::open(&location, &args.branch, &args.status_branch, options)
         .map_err(|e| e.to_string())?;
     let mut writer = (!args.no_status).then(|| {
@@ -235,15 +242,71 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
         tracing::info!("shutting down after the current pass");
         let _ = stop_tx.send(true);
     });
+    // The engine already emits the `skyhook_*` twins when `publishLegacyMetrics` is set.
+    let metrics = std::sync::Arc::new(Metrics::new(false));
+    if let Some(addr) = args.metrics_addr {
+        let server = MetricsServer::bind(addr, metrics.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(addr = %server.local_addr(), "serving /metrics, /healthz and /readyz");
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let _ = server
+                .serve(async move {
+                    let _ = stop.changed().await;
+                })
+                .await;
+        });
+    }
     let mut progress = Progress::new(!args.no_progress);
+    let metrics_settings = settings.clone();
+    let mut started_at = None;
+    let converged = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let converged_flag = converged.clone();
     let observe = move |it: &crate::controller::daemon::Iteration<'_>| {
-        if let SourceChange::Rejected { report, .. } = it.change {
-            progress.println(report);
+        match it.change {
+            SourceChange::Rejected { report, .. } => {
+                metrics.commit_seen();
+                metrics.commit_rejected();
+                progress.println(report);
+            }
+            SourceChange::Applied { commit, .. } => {
+                metrics.commit_seen();
+                metrics.commit_applied(commit);
+            }
+            SourceChange::Unchanged { .. } => metrics.commit_seen(),
+            SourceChange::None => {}
         }
+        if let Some(pass) = it.pass {
+            metrics.observe_pass(pass.duration);
+            for (kind, _) in &pass.writes {
+                metrics.api_write_kind(kind);
+            }
+        }
+        metrics.set_lifecycle(lifecycle_samples(it.snapshot, &metrics_settings));
+        metrics.set_ready(true);
         progress.update(
             &it.snapshot.nodewrights,
             &it.snapshot.now.strftime("%H:%M:%S").to_string(),
         );
+        if let Some(limit) = until {
+            let start = *started_at.get_or_insert(it.snapshot.now);
+            let done = !it.snapshot.nodewrights.is_empty()
+                && it.snapshot.nodewrights.iter().all(|nw| {
+                    nw.status.as_ref().and_then(|s| s.status)
+                        == Some(nodewright_schema::Status::Complete)
+                })
+                && !matches!(it.status, Some(StatusWrite::Deferred));
+            if done {
+                converged_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                progress.println("converged: every NodeWright is complete");
+                return ControlFlow::Break(());
+            }
+            if crate::sim::util::since(start, it.snapshot.now) >= limit {
+                progress.println("gave up: not converged within --until-converged");
+                return ControlFlow::Break(());
+            }
+        }
         ControlFlow::Continue(())
     };
     if cluster_configured(&common) {
@@ -272,7 +335,7 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
             &mut pacer,
             observe,
         )
-        .await
+        .await?;
     } else {
         let fleet = match &args.sim_fleet {
             Some(path) => Fleet::parse(
@@ -301,8 +364,27 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
             &mut pacer,
             observe,
         )
-        .await
+        .await?;
     }
+    if until.is_some() && !converged.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err("the rollout did not converge".into());
+    }
+    Ok(())
+}
+
+/// The §13.3 gauges of the engine, in the metrics module's sample type.
+fn lifecycle_samples(
+    snapshot: &crate::snapshot::Snapshot,
+    settings: &Settings,
+) -> Vec<crate::metrics::Sample> {
+    crate::engine::metrics::samples(snapshot, settings)
+        .into_iter()
+        .map(|s| crate::metrics::Sample {
+            name: s.name,
+            labels: s.labels.into_iter().collect(),
+            value: s.value,
+        })
+        .collect()
 }
 
 async fn run_with<C: Cluster, P: Pacer<C>>(
