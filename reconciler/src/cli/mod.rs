@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod crds;
+pub mod simulate;
 pub mod validate;
 
 /// Process exit codes shared by every command (ARCHITECTURE §4).
@@ -69,6 +70,9 @@ pub enum Command {
     /// Print the CustomResourceDefinitions (NodeWright, DeploymentPolicy) as YAML.
     #[command(long_about = crds::LONG_ABOUT, after_long_help = crds::EXAMPLES)]
     Crds(crds::Args),
+    /// Run scenario files against the simulated cluster; exit 0 only when all pass.
+    #[command(long_about = simulate::LONG_ABOUT, after_long_help = simulate::EXAMPLES)]
+    Simulate(simulate::Args),
 }
 
 /// Runs a parsed command line.
@@ -76,6 +80,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate::run(args),
         Command::Crds(args) => crds::run(args),
+        Command::Simulate(args) => simulate::run(args),
     }
 }
 

@@ -72,6 +72,15 @@ pub fn idle_reconcile(_snapshot: &Snapshot, _settings: &Settings) -> Plan {
 }
 
 impl Hooks {
+    /// The product's wiring: the lifecycle engine and its metrics. Status write-back
+    /// (`gitStatus`), the operational verbs (`cli:`) and the real agent (`path:` packages) are
+    /// later issues; until they land the defaults below stand in (see each field).
+    pub fn product() -> Self {
+        let mut hooks = Hooks::with_reconciler(crate::engine::reconcile, "engine");
+        hooks.metrics = Some(crate::engine::metrics::samples);
+        hooks
+    }
+
     /// Hooks with a given reconciler and the defaults for everything else.
     pub fn with_reconciler(reconcile: ReconcileFn, name: &'static str) -> Self {
         Hooks {
