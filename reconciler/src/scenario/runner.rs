@@ -379,6 +379,17 @@ impl<'h> Run<'h> {
         false
     }
 
+    /// Lets passes and the cluster run for `d` of virtual time (benchmarks, embedding).
+    pub fn run_for(&mut self, d: Duration) {
+        let until = add(self.cluster.world().now(), d);
+        self.run_until(until, None);
+    }
+
+    /// Passes run so far.
+    pub fn passes(&self) -> u64 {
+        self.passes
+    }
+
     /// Executes one step; `Err` carries the failure text.
     pub fn step(&mut self, step: &Step) -> Result<String, String> {
         let passes_before = self.passes;
