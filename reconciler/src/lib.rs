@@ -1,9 +1,11 @@
 //! The NodeWright GitOps reconciler: Git source, lifecycle engine, simulated cluster, cluster
 //! adapters, status write-back and the `nodewright` command line.
 
+pub mod cli;
 pub mod cluster;
 pub mod engine;
 pub mod plan;
+pub mod scenario;
 pub mod settings;
 pub mod sim;
 pub mod snapshot;

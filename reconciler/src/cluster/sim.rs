@@ -126,7 +126,11 @@ mod tests {
         // the generation; a spec change does.
         cluster.world().annotate_nodewright(
             "tuning",
-            &[(nodewright_schema::keys::PAUSE.to_string(), "true".to_string())].into(),
+            &[(
+                nodewright_schema::keys::PAUSE.to_string(),
+                "true".to_string(),
+            )]
+            .into(),
             &[],
         );
         block_on(cluster.execute(&Action::SetFinalizer {

@@ -33,7 +33,8 @@ use crate::snapshot::{Memory, Snapshot};
 
 pub use actions::FaultWindow;
 pub use history::History;
-pub use nodes::NodeInput;
+pub use jobs::{has_condition as job_has_condition, is_finished as jobs_is_finished, job_address};
+pub use nodes::{NodeInput, is_ready as node_is_ready, node_boot_id, taints as node_taints};
 pub use packages::{ContainerRunner, ModelRunner, PackageModel, PackageModels};
 pub use workload::{EvictionError, OwnerKind, PdbInput, WorkloadPodInput};
 

@@ -1,0 +1,97 @@
+//! The `nodewright` command line (ARCHITECTURE §4). One module per command: a command adds
+//! its `Args` struct and a `run(args) -> ExitCode` function in its own file, plus one variant
+//! here in [`Command`] and one arm in [`run`].
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod crds;
+pub mod validate;
+
+/// Process exit codes shared by every command (ARCHITECTURE §4).
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// A runtime failure (I/O, cluster, Git).
+    pub const RUNTIME: u8 = 1;
+    /// Bad arguments (clap exits with this code too).
+    pub const USAGE: u8 = 2;
+    /// Validation failed: the input is not acceptable (for CI gates).
+    pub const INVALID: u8 = 3;
+}
+
+const ABOUT: &str =
+    "GitOps for NodeWright: validate, simulate and roll out node packages from a Git repository";
+
+const LONG_ABOUT: &str = "\
+GitOps for NodeWright (formerly Skyhook).
+
+A Git repository holds NodeWright and DeploymentPolicy manifests \
+(apiVersion nodewright.nvidia.com/v1alpha1; legacy skyhook.nvidia.com manifests are read too). \
+nodewright checks them, shows what a change will do, and rolls packages out to the nodes.
+
+Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 validation failed.";
+
+const EXAMPLES: &str = "\
+Examples:
+  # Check an example fleet repository (every .yaml/.yml under the folder)
+  nodewright validate examples/fleet
+
+  # Gate a pull request in CI: exit code 3 when anything is invalid
+  nodewright validate --format json clusters/prod > report.json
+
+  # Install the CustomResourceDefinitions into a cluster
+  nodewright crds | kubectl apply -f -";
+
+/// The `nodewright` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "nodewright",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = EXAMPLES,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every command.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check manifests: schema, admission rules and cross-object rules, with file:line.
+    #[command(long_about = validate::LONG_ABOUT, after_long_help = validate::EXAMPLES)]
+    Validate(validate::Args),
+    /// Print the CustomResourceDefinitions (NodeWright, DeploymentPolicy) as YAML.
+    #[command(long_about = crds::LONG_ABOUT, after_long_help = crds::EXAMPLES)]
+    Crds(crds::Args),
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Validate(args) => validate::run(args),
+        Command::Crds(args) => crds::run(args),
+    }
+}
+
+/// Parses the process arguments (clap exits with code 2 on usage errors and 0 for
+/// `--help`/`--version`) and runs the command.
+pub fn main() -> ExitCode {
+    run(Cli::parse())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

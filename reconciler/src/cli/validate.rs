@@ -1,0 +1,231 @@
+//! `nodewright validate PATH...`: load every manifest under the paths and report every
+//! problem as `file:line: kind/name: field.path: message`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+use super::exit;
+use crate::source::manifests::{self, Limits, LoadError, Loaded, Located, Notice};
+use nodewright_schema::validate::{Severity, Violation};
+
+/// Long help.
+pub const LONG_ABOUT: &str = "\
+Check NodeWright and DeploymentPolicy manifests the way the cluster would, and more: \
+the CRD schema, every admission rule of the NodeWright and DeploymentPolicy webhooks, \
+and rules across the whole set (duplicate names, a deploymentPolicy that must exist, \
+dependsOn cycles).
+
+Every .yaml/.yml file under each PATH is read (directories recursively, hidden directories \
+such as .git skipped); files may hold several documents separated by ---. Other kinds are \
+ignored with a note; legacy skyhook.nvidia.com objects are read as NodeWright objects with a \
+note. Every problem is printed, not only the first, as
+
+  file:line: kind/name: field.path: message
+
+Warnings (for example unknown fields) are printed but do not fail validation. \
+Exit code 0 when everything is valid, 3 when anything is invalid, 2 on usage errors \
+(including a PATH that does not exist).";
+
+/// Examples shown after the long help.
+pub const EXAMPLES: &str = "\
+Examples:
+  nodewright validate examples/fleet
+  nodewright validate fleet/gpu.yaml fleet/policies/
+  nodewright validate --format json . | jq '.violations[] | .message'";
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// `file:line: kind/name: field.path: message`, one per line.
+    Text,
+    /// One JSON document (for machines).
+    Json,
+}
+
+/// Arguments of `nodewright validate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Files or directories to check.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Largest manifest file accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_file_bytes)]
+    pub max_file_bytes: usize,
+    /// Do not print notes (ignored documents, legacy conversions).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// The outcome of validating a set of paths.
+#[derive(Debug)]
+pub struct Report {
+    /// What was loaded.
+    pub loaded: Loaded,
+    /// Every violation found.
+    pub violations: Vec<Located<Violation>>,
+}
+
+impl Report {
+    /// Whether nothing rejects the set (warnings allowed).
+    pub fn is_valid(&self) -> bool {
+        self.loaded.errors.is_empty() && !self.violations.iter().any(|v| v.item.is_error())
+    }
+}
+
+/// Loads and validates `paths`.
+pub fn check(paths: &[PathBuf], limits: &Limits) -> std::io::Result<Report> {
+    let loaded = manifests::read_paths(paths, limits)?;
+    let violations = manifests::validate_set(&loaded, None);
+    Ok(Report { loaded, violations })
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> ExitCode {
+    let limits = Limits {
+        max_file_bytes: args.max_file_bytes,
+        ..Limits::default()
+    };
+    let report = match check(&args.paths, &limits) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let written = match args.format {
+        Format::Text => print_text(&report, args.quiet),
+        Format::Json => print_json(&report),
+    };
+    if let Err(e) = written {
+        // A closed pipe (`| head`) is not worth a second message.
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write the report: {e}");
+        }
+        return ExitCode::from(exit::RUNTIME);
+    }
+    if report.is_valid() {
+        ExitCode::from(exit::OK)
+    } else {
+        ExitCode::from(exit::INVALID)
+    }
+}
+
+/// One line per finding, in file/line order; a summary on stderr.
+fn print_text(report: &Report, quiet: bool) -> std::io::Result<()> {
+    enum Line<'a> {
+        Error(&'a LoadError),
+        Violation(&'a Located<Violation>),
+        Notice(&'a Notice),
+    }
+    let mut lines: Vec<(&str, usize, Line<'_>)> = Vec::new();
+    for e in &report.loaded.errors {
+        lines.push((&e.file, e.line, Line::Error(e)));
+    }
+    for v in &report.violations {
+        lines.push((&v.file, v.line, Line::Violation(v)));
+    }
+    if !quiet {
+        for n in &report.loaded.notices {
+            lines.push((&n.source.file, n.source.line, Line::Notice(n)));
+        }
+    }
+    lines.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut out = std::io::stdout().lock();
+    for (_, _, line) in &lines {
+        match line {
+            Line::Error(e) => writeln!(out, "{e}")?,
+            Line::Violation(v) => writeln!(out, "{v}")?,
+            Line::Notice(n) => writeln!(out, "{n}")?,
+        }
+    }
+    out.flush()?;
+    let errors = report.loaded.errors.len()
+        + report
+            .violations
+            .iter()
+            .filter(|v| v.item.severity == Severity::Error)
+            .count();
+    let warnings = report
+        .violations
+        .iter()
+        .filter(|v| v.item.severity == Severity::Warning)
+        .count();
+    let l = &report.loaded;
+    eprintln!(
+        "{}: {errors} error(s), {warnings} warning(s) in {} file(s): {} NodeWright(s), {} DeploymentPolicy(s)",
+        if report.is_valid() {
+            "valid"
+        } else {
+            "invalid"
+        },
+        l.files,
+        l.nodewrights.len(),
+        l.policies.len()
+    );
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct JsonViolation<'a> {
+    file: &'a str,
+    line: usize,
+    kind: &'a str,
+    name: &'a str,
+    path: String,
+    message: &'a str,
+    /// What upstream's admission webhook would answer.
+    admission_message: String,
+    rule: &'a str,
+    section: &'a str,
+    severity: Severity,
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    valid: bool,
+    files: usize,
+    nodewrights: Vec<&'a str>,
+    policies: Vec<&'a str>,
+    violations: Vec<JsonViolation<'a>>,
+    errors: &'a [LoadError],
+    notices: &'a [Notice],
+}
+
+fn print_json(report: &Report) -> std::io::Result<()> {
+    let l = &report.loaded;
+    let doc = JsonReport {
+        valid: report.is_valid(),
+        files: l.files,
+        nodewrights: l.nodewrights.iter().map(|s| s.name()).collect(),
+        policies: l.policies.iter().map(|s| s.name()).collect(),
+        violations: report
+            .violations
+            .iter()
+            .map(|v| JsonViolation {
+                file: &v.file,
+                line: v.line,
+                kind: &v.kind,
+                name: &v.name,
+                path: v.item.path.to_string(),
+                message: &v.item.message,
+                admission_message: v.item.admission_message(&v.name),
+                rule: v.item.rule.id,
+                section: v.item.rule.section,
+                severity: v.item.severity,
+            })
+            .collect(),
+        errors: &l.errors,
+        notices: &l.notices,
+    };
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, &doc).map_err(std::io::Error::other)?;
+    writeln!(out)?;
+    out.flush()
+}
