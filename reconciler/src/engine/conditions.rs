@@ -230,6 +230,10 @@ pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
 pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
     let mut per_node: std::collections::BTreeMap<usize, Vec<NodeCondition>> = Default::default();
     for view in &ctx.nws {
+        if view.deleting() && finalizer_released(ctx, view) {
+            // Cleanup removed this NodeWright's node conditions (§11.1); do not re-add them.
+            continue;
+        }
         for (p, &n) in view.selected.iter().enumerate() {
             let node = ctx.node(n);
             let Ok(state) = node.state(view.name) else {
@@ -296,6 +300,20 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
             remove: Vec::new(),
         })
         .collect()
+}
+
+/// Whether the NodeWright carries no finalizer or this pass removes it.
+fn finalizer_released(ctx: &PassCtx, view: &super::context::NwView) -> bool {
+    let has = view
+        .nw
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == keys::FINALIZER));
+    !has || ctx
+        .emitted()
+        .iter()
+        .any(|a| matches!(a, Action::SetFinalizer { name, present: false } if name == view.name))
 }
 
 #[cfg(test)]

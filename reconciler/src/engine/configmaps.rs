@@ -453,4 +453,45 @@ mod tests {
         );
         assert_eq!(cm.data.unwrap()["labels.json"], r#"{"k":"v"}"#);
     }
+
+    #[test]
+    fn golden_configmaps() {
+        let mut nw = NodeWright::new("gpu-init", Default::default());
+        nw.metadata.uid = Some("uid-1".into());
+        nw.spec.packages = Some(BTreeMap::from([(
+            "tuning".to_string(),
+            Package {
+                version: "1.2.3".into(),
+                image: "example/tuning".into(),
+                config_map: Some(BTreeMap::from([
+                    ("a.conf".to_string(), "x=1\n".to_string()),
+                    ("b.conf".to_string(), "y=2\n".to_string()),
+                ])),
+                config_interrupts: Some(BTreeMap::from([(
+                    "*.conf".to_string(),
+                    Interrupt {
+                        kind: InterruptType::Service,
+                        services: vec!["kubelet".into()],
+                    },
+                )])),
+                ..Package::default()
+            },
+        )]));
+        let settings = Settings::default();
+        let pkg = package_configmap(&nw, &settings, "tuning").unwrap();
+        assert_eq!(pkg.metadata.name.as_deref(), Some("gpu-init-tuning-1.2.3"));
+        insta::assert_yaml_snapshot!("package_configmap", pkg);
+        let meta = node_metadata_configmap(
+            &nw,
+            &settings,
+            "node-a",
+            &BTreeMap::from([(
+                "nodewright.nvidia.com/status_gpu-init".to_string(),
+                "in_progress".to_string(),
+            )]),
+            &BTreeMap::from([("pool".to_string(), "gpu".to_string())]),
+        )
+        .unwrap();
+        insta::assert_yaml_snapshot!("node_metadata_configmap", meta);
+    }
 }

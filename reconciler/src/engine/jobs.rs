@@ -1237,4 +1237,130 @@ mod tests {
         assert!(quantity_eq("1Gi", "1024Mi"));
         assert!(!quantity_eq("1G", "1Gi"));
     }
+
+    /// A NodeWright exercising every input of the Job shape.
+    fn rich_nodewright() -> NodeWright {
+        let mut nw = nodewright();
+        nw.spec.additional_tolerations = Some(vec![Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("gpu".into()),
+            effect: Some("NoSchedule".into()),
+            toleration_seconds: None,
+        }]);
+        nw
+    }
+
+    fn rich_package() -> Package {
+        let mut p = tuning();
+        p.container_sha = Some(format!("sha256:{}", "a".repeat(64)));
+        p.agent_image_override = Some("example/agent:v9.9.9".into());
+        p.graceful_shutdown = Some(GoDuration::new("45s"));
+        p.stage_timeout = Some(GoDuration::new("90m"));
+        p.resources = Some(PkgResources {
+            cpu_request: Some(Quantity("500m".into())),
+            cpu_limit: Some(Quantity("1".into())),
+            memory_request: Some(Quantity("256Mi".into())),
+            memory_limit: Some(Quantity("512Mi".into())),
+        });
+        p.interrupt = Some(Interrupt {
+            kind: InterruptType::Reboot,
+            services: vec![],
+        });
+        p
+    }
+
+    fn golden_settings() -> Settings {
+        Settings {
+            image_pull_secret: "regcred".into(),
+            ..Settings::default()
+        }
+    }
+
+    fn golden_stage(stage: Stage) -> Job {
+        build_stage_job(
+            &rich_nodewright(),
+            &golden_settings(),
+            StageJobInput {
+                package_name: "tuning",
+                package: &rich_package(),
+                stage,
+                node: "ip-10-0-1-234.us-west-2.compute.internal",
+                node_order: 4,
+            },
+        )
+    }
+
+    fn golden_interrupt(stage: Stage) -> Job {
+        build_interrupt_job(
+            &rich_nodewright(),
+            &golden_settings(),
+            InterruptJobInput {
+                package_name: "tuning",
+                package: &rich_package(),
+                stage,
+                interrupt: &Interrupt {
+                    kind: InterruptType::Reboot,
+                    services: vec![],
+                },
+                node: "ip-10-0-1-234.us-west-2.compute.internal",
+                node_order: 4,
+            },
+        )
+    }
+
+    #[test]
+    fn golden_stage_jobs() {
+        for stage in [
+            Stage::Apply,
+            Stage::Config,
+            Stage::Upgrade,
+            Stage::Uninstall,
+            Stage::PostInterrupt,
+        ] {
+            let job = golden_stage(stage);
+            // Field checks against §8 in addition to the snapshot.
+            let p = pod(&job);
+            assert_eq!(p.termination_grace_period_seconds, Some(45));
+            assert_eq!(p.active_deadline_seconds, Some(5400));
+            assert_eq!(p.image_pull_secrets.as_ref().unwrap()[0].name, "regcred");
+            let inits = p.init_containers.as_ref().unwrap();
+            assert_eq!(
+                inits[0].image.as_deref(),
+                Some(
+                    format!(
+                        "ghcr.io/nvidia/skyhook-packages/tuning@sha256:{}",
+                        "a".repeat(64)
+                    )
+                    .as_str()
+                )
+            );
+            assert_eq!(inits[1].image.as_deref(), Some("example/agent:v9.9.9"));
+            assert!(inits.iter().all(|c| c.resources.is_some()));
+            assert_eq!(
+                p.containers[0]
+                    .resources
+                    .as_ref()
+                    .unwrap()
+                    .limits
+                    .as_ref()
+                    .unwrap()["cpu"]
+                    .0,
+                "100m"
+            );
+            insta::assert_yaml_snapshot!(format!("stage_job_{}", stage.as_str()), job);
+        }
+    }
+
+    #[test]
+    fn golden_interrupt_jobs() {
+        for stage in [Stage::Interrupt, Stage::UninstallInterrupt] {
+            let job = golden_interrupt(stage);
+            assert_eq!(
+                job.spec.as_ref().unwrap().active_deadline_seconds,
+                Some(5400)
+            );
+            insta::assert_yaml_snapshot!(format!("interrupt_job_{}", stage.as_str()), job);
+        }
+    }
 }

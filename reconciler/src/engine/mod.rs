@@ -8,20 +8,32 @@
 
 pub mod complete;
 pub mod conditions;
+pub mod configmaps;
 pub mod context;
+pub mod deletion;
 pub mod drain;
+pub mod handlers;
 pub mod interrupts;
 pub mod jobs;
 pub mod metrics;
+pub mod node_work;
 pub mod order;
+pub mod packages;
 pub mod policy;
 pub mod reboots;
 pub mod runtime;
 pub mod select;
 pub mod status;
+pub mod sweep;
 
 #[cfg(test)]
+mod lifecycle_tests;
+#[cfg(test)]
 mod pass_tests;
+#[cfg(test)]
+mod prop_tests;
+#[cfg(test)]
+mod sim_tests;
 #[cfg(test)]
 pub mod testkit;
 
@@ -91,7 +103,17 @@ impl Hooks {
 
     /// The product's hooks: part 2's modules, wired as they land (engine/CONTRACT.md).
     pub fn standard() -> Hooks {
-        Hooks::inert()
+        Hooks {
+            handlers: handlers::run,
+            refresh_conditions: packages::refresh_conditions,
+            finalizer: deletion::finalizer,
+            suspend_jobs: sweep::suspend_jobs,
+            sweep: sweep::sweep,
+            node_metadata: configmaps::node_metadata,
+            package_configmaps: configmaps::package_configmaps,
+            resume_jobs: sweep::resume_jobs,
+            work_node: node_work::work_node,
+        }
     }
 }
 
