@@ -26,15 +26,24 @@ const PHASE: &str = "bench.example/phase";
 fn job(name: &str, node: &str, stage: &str) -> Job {
     let labels: BTreeMap<String, String> = [
         (keys::JOB_LABEL_NAME.to_string(), "bench".to_string()),
-        (keys::JOB_LABEL_PACKAGE.to_string(), "tuning-1.0.0".to_string()),
+        (
+            keys::JOB_LABEL_PACKAGE.to_string(),
+            "tuning-1.0.0".to_string(),
+        ),
         (keys::JOB_LABEL_STAGE.to_string(), stage.to_string()),
     ]
     .into();
     let init = if stage == "interrupt" {
-        let payload = base64::engine::general_purpose::STANDARD.encode(br#"{"type":"node_restart"}"#);
+        let payload =
+            base64::engine::general_purpose::STANDARD.encode(br#"{"type":"node_restart"}"#);
         vec![Container {
             name: "interrupt".into(),
-            args: Some(vec!["interrupt".into(), "/root".into(), "/x".into(), payload]),
+            args: Some(vec![
+                "interrupt".into(),
+                "/root".into(),
+                "/x".into(),
+                payload,
+            ]),
             ..Container::default()
         }]
     } else {
@@ -72,7 +81,14 @@ fn job(name: &str, node: &str, stage: &str) -> Job {
                 }),
                 spec: Some(PodSpec {
                     node_name: Some(node.into()),
-                    restart_policy: Some(if stage == "interrupt" { "OnFailure" } else { "Never" }.into()),
+                    restart_policy: Some(
+                        if stage == "interrupt" {
+                            "OnFailure"
+                        } else {
+                            "Never"
+                        }
+                        .into(),
+                    ),
                     init_containers: Some(init),
                     containers: vec![Container {
                         name: "done".into(),
@@ -90,10 +106,29 @@ fn job(name: &str, node: &str, stage: &str) -> Job {
 
 /// Stand-in rollout: at most 10% of nodes in flight.
 fn stand_in(snapshot: &Snapshot, _: &Settings) -> Plan {
-    let jobs: HashMap<&str, &Job> = snapshot.jobs.iter().filter_map(|j| Some((j.metadata.name.as_deref()?, j))).collect();
+    let jobs: HashMap<&str, &Job> = snapshot
+        .jobs
+        .iter()
+        .filter_map(|j| Some((j.metadata.name.as_deref()?, j)))
+        .collect();
     let budget = (snapshot.nodes.len() / 10).max(1);
-    let phase = |n: &k8s_openapi::api::core::v1::Node| n.metadata.annotations.as_ref().and_then(|a| a.get(PHASE)).cloned();
-    let mut inflight = snapshot.nodes.iter().filter(|n| matches!(phase(n).as_deref(), Some("cordoned" | "applying" | "rebooting"))).count();
+    let phase = |n: &k8s_openapi::api::core::v1::Node| {
+        n.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PHASE))
+            .cloned()
+    };
+    let mut inflight = snapshot
+        .nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                phase(n).as_deref(),
+                Some("cordoned" | "applying" | "rebooting")
+            )
+        })
+        .count();
     let mut plan = Plan::default();
     let set_phase = |node: &str, value: &str| {
         let mut p = NodePatch::new(node);
@@ -108,24 +143,44 @@ fn stand_in(snapshot: &Snapshot, _: &Settings) -> Plan {
                 inflight += 1;
                 let mut p = set_phase(&name, "cordoned");
                 p.unschedulable = Some(true);
-                p.annotations.insert(keys::cordon("bench"), Some("true".into()));
+                p.annotations
+                    .insert(keys::cordon("bench"), Some("true".into()));
                 plan.actions.push(Action::PatchNode(p));
             }
             Some("cordoned") => {
-                plan.actions.push(Action::CreateJob(Box::new(job(&apply, &name, "apply"))));
-                plan.actions.push(Action::PatchNode(set_phase(&name, "applying")));
+                plan.actions
+                    .push(Action::CreateJob(Box::new(job(&apply, &name, "apply"))));
+                plan.actions
+                    .push(Action::PatchNode(set_phase(&name, "applying")));
             }
-            Some("applying") if jobs.get(apply.as_str()).is_some_and(|j| job_has_condition(j, "Complete")) => {
-                plan.actions.push(Action::CreateJob(Box::new(job(&interrupt, &name, "interrupt"))));
-                plan.actions.push(Action::PatchNode(set_phase(&name, "rebooting")));
+            Some("applying")
+                if jobs
+                    .get(apply.as_str())
+                    .is_some_and(|j| job_has_condition(j, "Complete")) =>
+            {
+                plan.actions.push(Action::CreateJob(Box::new(job(
+                    &interrupt,
+                    &name,
+                    "interrupt",
+                ))));
+                plan.actions
+                    .push(Action::PatchNode(set_phase(&name, "rebooting")));
             }
-            Some("rebooting") if jobs.get(interrupt.as_str()).is_some_and(|j| jobs_is_finished(j)) => {
+            Some("rebooting")
+                if jobs
+                    .get(interrupt.as_str())
+                    .is_some_and(|j| jobs_is_finished(j)) =>
+            {
                 let mut p = set_phase(&name, "done");
                 p.unschedulable = Some(false);
                 p.annotations.insert(keys::cordon("bench"), None);
                 plan.actions.push(Action::PatchNode(p));
                 for j in [apply, interrupt] {
-                    plan.actions.push(Action::DeleteJob { name: j, uid: None, reason: "done".into() });
+                    plan.actions.push(Action::DeleteJob {
+                        name: j,
+                        uid: None,
+                        reason: "done".into(),
+                    });
                 }
             }
             _ => {}
@@ -152,9 +207,25 @@ fn rollout(nodes: usize) {
         run.run_for(Duration::from_secs(60));
         virtual_time += Duration::from_secs(60);
         let world = run.world();
-        let done = world.nodes().values().filter(|n| n.metadata.annotations.as_ref().and_then(|a| a.get(PHASE)).map(String::as_str) == Some("done")).count();
+        let done = world
+            .nodes()
+            .values()
+            .filter(|n| {
+                n.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(PHASE))
+                    .map(String::as_str)
+                    == Some("done")
+            })
+            .count();
         if done == nodes || virtual_time > Duration::from_secs(48 * 3600) {
-            let reboots = world.history().entries().iter().filter(|e| e.line.starts_with("reboot ")).count();
+            let reboots = world
+                .history()
+                .entries()
+                .iter()
+                .filter(|e| e.line.starts_with("reboot "))
+                .count();
             drop(world);
             let wall = started.elapsed();
             println!(
