@@ -260,9 +260,54 @@ fn engine_idle(nodes: usize) {
     );
 }
 
+/// The lifecycle engine rolling a reboot package over the fleet, 10% at a time.
+fn engine_rollout(nodes: usize) {
+    let hooks = Hooks::product();
+    let yaml = format!(
+        "name: engine rollout {nodes}\nsettings: {{reconcileInterval: 2s}}\ncluster:\n  nodes:\n    - generate: {{count: {nodes}, namePrefix: node-}}\npackages:\n  example/driver: {{default: {{duration: 5s}}, rebootTakes: 60s}}\nrepo:\n  files:\n    gpu.yaml: |\n      apiVersion: nodewright.nvidia.com/v1alpha1\n      kind: NodeWright\n      metadata: {{name: gpu}}\n      spec:\n        interruptionBudget: {{percent: 10}}\n        packages:\n          driver: {{version: 1.0.0, image: example/driver, interrupt: {{type: reboot}}}}\n"
+    );
+    let scenario = nodewright_reconciler::scenario::parse("bench", &yaml).expect("parses");
+    let mut run = Run::new(&scenario, &hooks).expect("sets up");
+    let started = Instant::now();
+    let mut virtual_time = Duration::ZERO;
+    loop {
+        run.run_for(Duration::from_secs(60));
+        virtual_time += Duration::from_secs(60);
+        let world = run.world();
+        let complete = world
+            .nodewrights()
+            .get("gpu")
+            .and_then(|n| n.status.as_ref())
+            .and_then(|s| s.status)
+            == Some(nodewright_schema::Status::Complete);
+        if complete || virtual_time >= Duration::from_secs(6 * 3600) {
+            let reboots = world
+                .history()
+                .entries()
+                .iter()
+                .filter(|e| e.line.starts_with("reboot "))
+                .count();
+            drop(world);
+            let wall = started.elapsed();
+            println!(
+                "engine rollout, {nodes:>6} nodes, reboot package, budget 10%: {} after {} virtual, {reboots} reboots, {:.2}s wall; {} passes, {:.0} passes/s, {:.0}x real time",
+                if complete { "complete" } else { "NOT complete" },
+                nodewright_reconciler::scenario::runner::fmt_duration(virtual_time),
+                wall.as_secs_f64(),
+                run.passes(),
+                run.passes() as f64 / wall.as_secs_f64(),
+                virtual_time.as_secs_f64() / wall.as_secs_f64(),
+            );
+            return;
+        }
+    }
+}
+
 fn main() {
     for nodes in [1_000, 10_000] {
         rollout(nodes);
     }
     engine_idle(1_000);
+    engine_rollout(100);
+    engine_rollout(1_000);
 }
