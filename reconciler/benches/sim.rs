@@ -304,10 +304,24 @@ fn engine_rollout(nodes: usize) {
 }
 
 fn main() {
+    // `cargo bench --bench sim -- engine` runs only the cases whose name contains "engine".
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let wanted =
+        |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
     for nodes in [1_000, 10_000] {
-        rollout(nodes);
+        if wanted(&format!("stand-in-{nodes}")) {
+            rollout(nodes);
+        }
     }
-    engine_idle(1_000);
-    engine_rollout(100);
-    engine_rollout(1_000);
+    if wanted("engine-idle-1000") {
+        engine_idle(1_000);
+    }
+    for nodes in [100, 1_000] {
+        if wanted(&format!("engine-rollout-{nodes}")) {
+            engine_rollout(nodes);
+        }
+    }
 }
