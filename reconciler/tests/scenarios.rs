@@ -2,8 +2,8 @@
 //! and checks that `nodewright simulate` reports failures with expected and actual values.
 
 use std::path::PathBuf;
-use std::process::Command;
 
+use nodewright_reconciler::cli::{Cli, Command, simulate};
 use nodewright_reconciler::scenario::{Hooks, run_file, scenario_files};
 
 fn corpus() -> PathBuf {
@@ -29,18 +29,25 @@ fn every_scenario_in_the_corpus_passes() {
     );
 }
 
+/// `nodewright simulate ARGS` in-process (the shared build directory makes the binary on
+/// disk a moving target while several branches build).
 fn simulate(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nodewright"))
-        .arg("simulate")
-        .args(args)
-        .output()
-        .expect("the nodewright binary runs");
+    use clap::Parser;
+    let cli = match Cli::try_parse_from(["nodewright", "simulate"].iter().chain(args)) {
+        Ok(cli) => cli,
+        Err(e) => return (e.exit_code(), e.to_string()),
+    };
+    let Command::Simulate(args) = cli.command else {
+        unreachable!("parsed as simulate")
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = simulate::run_to(&args, &Hooks::product(), &mut out, &mut err);
     let text = format!(
         "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&err)
     );
-    (out.status.code().unwrap_or(-1), text)
+    (i32::from(code), text)
 }
 
 #[test]

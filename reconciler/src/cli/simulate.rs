@@ -1,5 +1,6 @@
 //! `nodewright simulate FILE|DIR...`: run scenario files against the simulated cluster.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -34,38 +35,45 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr().lock();
+    ExitCode::from(run_to(&args, &Hooks::product(), &mut stdout, &mut stderr))
+}
+
+/// Runs the scenarios with `hooks`, writing reports to `out` and usage problems to `err`;
+/// returns the exit code.
+pub fn run_to(args: &Args, hooks: &Hooks, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let files = match scenario_files(&args.paths) {
         Ok(files) => files,
         Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(exit::USAGE);
+            let _ = writeln!(err, "error: {e}");
+            return exit::USAGE;
         }
     };
     if files.is_empty() {
-        eprintln!("error: no scenario files (.yaml/.yml) under the given paths");
-        return ExitCode::from(exit::USAGE);
+        let _ = writeln!(
+            err,
+            "error: no scenario files (.yaml/.yml) under the given paths"
+        );
+        return exit::USAGE;
     }
-    let hooks = Hooks::product();
     let (mut passed, mut failed) = (0, 0);
     let started = Instant::now();
     for file in &files {
-        let report = run_file(file, &hooks);
+        let report = run_file(file, hooks);
         if report.passed() {
             passed += 1;
         } else {
             failed += 1;
         }
         if !args.quiet || !report.passed() {
-            print!("{}", report.render());
+            let _ = write!(out, "{}", report.render());
         }
     }
-    println!(
+    let _ = writeln!(
+        out,
         "{passed} passed, {failed} failed ({:.2}s wall time)",
         started.elapsed().as_secs_f64()
     );
-    if failed == 0 {
-        ExitCode::from(exit::OK)
-    } else {
-        ExitCode::from(exit::RUNTIME)
-    }
+    if failed == 0 { exit::OK } else { exit::RUNTIME }
 }
