@@ -12,6 +12,7 @@ pub mod diff;
 pub mod fleet;
 pub mod progress;
 pub mod run;
+pub mod simulate;
 pub mod validate;
 pub mod verbs;
 
@@ -90,6 +91,9 @@ pub enum Command {
     /// Operational verbs (kubectl-plugin equivalents).
     #[command(flatten)]
     Verb(verbs::VerbCommand),
+    /// Run scenario files against the simulated cluster; exit 0 only when all pass.
+    #[command(long_about = simulate::LONG_ABOUT, after_long_help = simulate::EXAMPLES)]
+    Simulate(simulate::Args),
 }
 
 /// Runs a parsed command line.
@@ -101,6 +105,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Diff(args) => diff::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Run(args) => run::run(args, cli.common),
+        Command::Simulate(args) => simulate::run(args),
     }
 }
 

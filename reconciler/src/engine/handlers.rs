@@ -265,6 +265,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                         set(ctx, nw, node, e);
                     } else {
                         ctx.node_mut(node).remove_entry(&nw_name, &key);
+                        ctx.publish_node(nw, node);
                     }
                     applied_event(ctx, &nw_name, &node_name, &pkg, stage);
                 }

@@ -647,6 +647,20 @@ fn a_downgrade_of_an_uninstall_enabled_package_installs_only_after_the_uninstall
     });
     h.declare(vec![nodewright("u", &[("u", p.clone())])]);
     h.until(5 * MIN, "uninstalled", |h| h.state("u", "n1").is_empty());
+    h.run_for(Duration::from_secs(10));
+    // Admission (§3.2) reads the old object's status.nodeState: it must show the uninstall.
+    let published = h.sim.nodewrights()["u"]
+        .status
+        .clone()
+        .unwrap_or_default()
+        .node_state;
+    assert!(
+        published
+            .iter()
+            .flatten()
+            .all(|(_, s)| !s.0.contains_key("u|2.0.0")),
+        "{published:?}"
+    );
     // Now the version may go down (admission §3.2): a fresh install.
     let mut low = pkg("example/u", "1.0.0");
     low.uninstall = Some(Uninstall {
@@ -654,7 +668,9 @@ fn a_downgrade_of_an_uninstall_enabled_package_installs_only_after_the_uninstall
         apply: false,
     });
     h.declare(vec![nodewright("u", &[("u", low)])]);
-    h.until(5 * MIN, "v1 installed", |h| h.complete("u", "n1"));
+    h.until(5 * MIN, "v1 installed", |h| {
+        h.entry_is("u", "n1", "u|1.0.0", Stage::Config, State::Complete)
+    });
     let uninstall = h.first("job u/u/uninstall/n1").unwrap();
     let apply_v1 = h
         .history()
@@ -855,4 +871,36 @@ proptest! {
         }
         prop_assert!(h.violations.is_empty(), "{:#?}", h.violations);
     }
+}
+
+/// The engine with every part-2 hook, as a scenario-runner reconciler.
+fn full_reconcile(snapshot: &crate::snapshot::Snapshot, settings: &Settings) -> crate::plan::Plan {
+    reconcile_with(snapshot, settings, &hooks())
+}
+
+/// Runs the package-lifecycle scenario files (`tests/scenarios/pkg-*.yaml`) through the
+/// scenario runner with the engine.
+#[test]
+fn package_lifecycle_scenarios_pass() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/scenarios");
+    let files = crate::scenario::scenario_files(&[dir]).unwrap_or_default();
+    let runner_hooks = crate::scenario::Hooks::with_reconciler(full_reconcile, "engine");
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for file in files {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if !name.starts_with("pkg-") {
+            continue;
+        }
+        ran += 1;
+        let report = crate::scenario::run_file(&file, &runner_hooks);
+        if !report.passed() {
+            failures.push(report.render());
+        }
+    }
+    assert!(ran > 0, "no pkg-*.yaml scenario found");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

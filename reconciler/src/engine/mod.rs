@@ -31,6 +31,8 @@ mod lifecycle_tests;
 #[cfg(test)]
 mod pass_tests;
 #[cfg(test)]
+mod prop_tests;
+#[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
 pub mod testkit;
