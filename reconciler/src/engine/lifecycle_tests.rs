@@ -233,6 +233,26 @@ impl Harness {
         )
     }
 
+    /// Nodes being worked on for a NodeWright (spec/scenarios.md §6 invariant 1): an unfinished
+    /// package Job there, or its cordon annotation on a node that is not complete.
+    fn worked_on(&self, nw: &str) -> Vec<String> {
+        self.sim
+            .nodes()
+            .keys()
+            .filter(|n| {
+                let job = self
+                    .sim
+                    .jobs()
+                    .values()
+                    .any(|j| super::jobs::is_on(j, nw, n) && super::jobs::is_unfinished(j));
+                let cordoned =
+                    self.annotation(n, &keys::cordon(nw)).is_some() && !self.complete(nw, n);
+                job || cordoned
+            })
+            .cloned()
+            .collect()
+    }
+
     fn assert_clean(&self) {
         assert!(self.violations.is_empty(), "{:#?}", self.violations);
     }
@@ -812,7 +832,7 @@ fn serial_works_one_package_at_a_time() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
 
     /// Random Job outcomes, reboots, evictions, PDB refusals and reconciler restarts never
     /// break the invariants of spec/scenarios.md §6 (2–5 checked by the simulator, 5 here).
@@ -856,7 +876,7 @@ proptest! {
         let mut nw = nodewright("p", &[("a", a), ("b", b)]);
         nw.spec.interruption_budget = Some(nodewright_schema::InterruptionBudget { count: Some(1), percent: None });
         h.declare(vec![nw]);
-        for step in 0..60u32 {
+        for step in 0..80u32 {
             if restarts.contains(&step) {
                 h.memory = Memory::default();
             }
@@ -867,6 +887,9 @@ proptest! {
                 h.sim.delete_pdb("default", "web");
             }
             h.pass();
+            // Invariant 1 (§16.3): with a budget of one, one node at a time is worked on.
+            let worked = h.worked_on("p");
+            prop_assert!(worked.len() <= 1, "step {step}: {worked:?}");
             h.sim.advance(Duration::from_secs(5));
         }
         prop_assert!(h.violations.is_empty(), "{:#?}", h.violations);
