@@ -12,7 +12,7 @@ use nodewright_schema::{
 };
 use proptest::prelude::*;
 
-use super::{Hooks, configmaps, deletion, handlers, node_work, packages, reconcile_with, sweep};
+use super::{Hooks, reconcile_with};
 use crate::cluster::Desired;
 use crate::plan::{Action, Outcome};
 use crate::settings::Settings;
@@ -23,19 +23,9 @@ use crate::snapshot::{EvictionRefusal, Memory, RefusedPod};
 
 const NS: &str = "nodewright";
 
-/// Every part-2 hook wired in.
+/// The product's hooks (every part-2 hook wired in).
 fn hooks() -> Hooks {
-    Hooks {
-        handlers: handlers::run,
-        refresh_conditions: packages::refresh_conditions,
-        finalizer: deletion::finalizer,
-        suspend_jobs: sweep::suspend_jobs,
-        sweep: sweep::sweep,
-        node_metadata: configmaps::node_metadata,
-        package_configmaps: configmaps::package_configmaps,
-        resume_jobs: sweep::resume_jobs,
-        work_node: node_work::work_node,
-    }
+    Hooks::standard()
 }
 
 struct Harness {
