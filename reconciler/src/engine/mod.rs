@@ -33,6 +33,8 @@ mod pass_tests;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
+mod scenario_tests;
+#[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
 pub mod testkit;
