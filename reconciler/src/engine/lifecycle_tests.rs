@@ -642,6 +642,53 @@ fn uninstall_runs_and_leaves_an_empty_state_then_cancel_reinstalls() {
 }
 
 #[test]
+fn cancelling_a_running_uninstall_restarts_the_install_at_apply() {
+    let mut h = Harness::new(
+        "example/u: {default: {duration: 2s}, stages: {uninstall: {duration: 120s}}}",
+        &["n1"],
+    );
+    let mut p = pkg("example/u", "1.0.0");
+    p.uninstall = Some(Uninstall {
+        enabled: true,
+        apply: false,
+    });
+    h.declare(vec![nodewright("u", &[("u", p.clone())])]);
+    h.until(5 * MIN, "installed", |h| h.complete("u", "n1"));
+    p.uninstall = Some(Uninstall {
+        enabled: true,
+        apply: true,
+    });
+    h.declare(vec![nodewright("u", &[("u", p.clone())])]);
+    h.until(MIN, "uninstalling", |h| {
+        h.entry_is("u", "n1", "u|1.0.0", Stage::Uninstall, State::InProgress)
+            && h.first("job u/u/uninstall/n1").is_some()
+            && h.condition("u", keys::condition::UNINSTALL_IN_PROGRESS)
+                .is_some()
+    });
+    p.uninstall = Some(Uninstall {
+        enabled: true,
+        apply: false,
+    });
+    h.declare(vec![nodewright("u", &[("u", p)])]);
+    h.until(5 * MIN, "reinstalled", |h| {
+        h.entry_is("u", "n1", "u|1.0.0", Stage::Config, State::Complete)
+            && h.condition("u", keys::condition::UNINSTALL_IN_PROGRESS)
+                .is_none()
+    });
+    assert_eq!(h.count("job u/u/apply/n1"), 2);
+    assert_eq!(
+        h.count("job-ok u/u/uninstall/n1"),
+        0,
+        "the uninstall Job was invalidated"
+    );
+    assert_eq!(
+        h.condition("u", keys::condition::UNINSTALL_IN_PROGRESS),
+        None
+    );
+    h.assert_clean();
+}
+
+#[test]
 fn a_downgrade_of_an_uninstall_enabled_package_installs_only_after_the_uninstall() {
     let mut h = Harness::new("{}", &["n1"]);
     let mut p = pkg("example/u", "2.0.0");
