@@ -310,7 +310,7 @@ mod tests {
             .nw(nw("nw").package("tuning", "1.0.0"))
             .job(running.clone())
             .build();
-        assert_eq!(sweep_of(&snap), [name.clone()]);
+        assert_eq!(sweep_of(&snap), std::slice::from_ref(&name));
         // The package image changed: stale (§8.14 staleness).
         let mut edited = package("tuning", "1.0.0");
         edited.image = "example/other".into();
@@ -322,7 +322,7 @@ mod tests {
             .nw(nw("nw").with_package("tuning", edited))
             .job(running.clone())
             .build();
-        assert_eq!(sweep_of(&snap), [name.clone()]);
+        assert_eq!(sweep_of(&snap), std::slice::from_ref(&name));
         // The node left the selection: orphan (rule 4), whatever the status.
         let snap = world()
             .node(node("n1").label("pool", "cpu"))
@@ -348,11 +348,11 @@ mod tests {
         assert!(sweep_of(&at(Stage::Apply, State::Complete)).is_empty());
         assert_eq!(
             sweep_of(&at(Stage::Apply, State::InProgress)),
-            [name.clone()]
+            std::slice::from_ref(&name)
         );
         assert_eq!(
             sweep_of(&at(Stage::Uninstall, State::InProgress)),
-            [name.clone()]
+            std::slice::from_ref(&name)
         );
         // Unprocessed finished Jobs are never deleted here.
         let unprocessed = finish(job(&obj, "tuning", Stage::Apply, "n1"), "Complete", false);
