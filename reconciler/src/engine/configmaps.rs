@@ -265,7 +265,11 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         };
         let key = keys::config_applied(&nw_name);
         let mut applied: AppliedConfig = complete::parse_applied(n.annotation(&key));
-        let mut changed = false;
+        // Records of entries that are gone (an upgrade removed the old version, an uninstall
+        // removed the package) describe nothing any more.
+        let before = applied.len();
+        applied.retain(|k, _| state.0.contains_key(k));
+        let mut changed = applied.len() != before;
         for (name, p) in packages {
             if p.config_map().is_empty() {
                 continue;
@@ -298,8 +302,12 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             changed = true;
         }
         if changed {
-            let value = serde_json::to_string(&applied).unwrap_or_default();
-            ctx.node_mut(id).set_annotation(key, value);
+            if applied.is_empty() {
+                ctx.node_mut(id).remove_annotation(&key);
+            } else {
+                let value = serde_json::to_string(&applied).unwrap_or_default();
+                ctx.node_mut(id).set_annotation(key, value);
+            }
         }
     }
 
