@@ -193,10 +193,12 @@ impl Selector {
             }
             let mut msgs = key_errors(&expr.key);
             match op {
-                "In" | "NotIn" if values.is_empty() => msgs.push(format!(
-                    "values: Invalid value: {}: for 'in', 'notin' operators, values set can't be empty",
-                    if expr.values.is_none() { "null".to_string() } else { "[]".to_string() }
-                )),
+                // apimachinery copies the values with `append([]string(nil), …)`, so an
+                // empty list is always reported as null.
+                "In" | "NotIn" if values.is_empty() => msgs.push(
+                    "values: Invalid value: null: for 'in', 'notin' operators, values set can't be empty"
+                        .to_string(),
+                ),
                 "Exists" | "DoesNotExist" if !values.is_empty() => msgs.push(format!(
                     "values: Invalid value: {}: values set must be empty for exists and does not exist",
                     json_list(&values)
@@ -368,7 +370,7 @@ mod tests {
         ));
         assert_eq!(
             msgs[2],
-            "values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty"
+            "values: Invalid value: null: for 'in', 'notin' operators, values set can't be empty"
         );
         assert_eq!(
             msgs[3],

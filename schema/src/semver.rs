@@ -238,6 +238,27 @@ mod tests {
         assert_eq!(compare("v1", "1.0.0"), Some(Ordering::Equal));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn ordering_is_a_total_preorder(
+            a in "v?[0-9]{1,2}(\\.[0-9]{1,2}){0,2}(-(alpha|beta|rc|[1-9]|x-y)(\\.[0-9a-z]{1,2}){0,2})?(\\+b[0-9])?",
+            b in "v?[0-9]{1,2}(\\.[0-9]{1,2}){0,2}(-(alpha|beta|rc|[1-9]|x-y)(\\.[0-9a-z]{1,2}){0,2})?(\\+b[0-9])?",
+            c in "v?[0-9]{1,2}(\\.[0-9]{1,2}){0,2}(-(alpha|beta|rc|[1-9]|x-y)(\\.[0-9a-z]{1,2}){0,2})?",
+        ) {
+            // Pre-release identifiers with leading zeros are invalid; skip those draws.
+            let (Ok(x), Ok(y), Ok(z)) = (GoVersion::parse(&a), GoVersion::parse(&b), GoVersion::parse(&c)) else {
+                return Ok(());
+            };
+            proptest::prop_assert_eq!(x.compare(&y), y.compare(&x).reverse());
+            if x.compare(&y).is_le() && y.compare(&z).is_le() {
+                proptest::prop_assert!(x.compare(&z).is_le());
+            }
+            // The `v` prefix and build metadata never change precedence.
+            let plain = GoVersion::parse(a.trim_start_matches('v').split('+').next().unwrap_or_default()).unwrap();
+            proptest::prop_assert!(x.compare(&plain).is_eq());
+        }
+    }
+
     #[test]
     fn ordering_follows_precedence() {
         use Ordering::*;

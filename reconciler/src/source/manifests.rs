@@ -104,6 +104,19 @@ impl<T> Sourced<T> {
             .map(|l| self.text.first_line + l)
             .unwrap_or(self.source.line)
     }
+    /// An object that did not come from YAML text (built in code, read from a cluster): line
+    /// lookups fall back to `source.line`.
+    pub fn detached(object: T, raw: Value, source: Provenance) -> Sourced<T> {
+        Sourced {
+            object,
+            raw,
+            source,
+            text: Arc::new(DocumentText {
+                text: String::new(),
+                first_line: 1,
+            }),
+        }
+    }
     /// Same object, different payload (keeps provenance and text).
     fn with<U>(&self, object: U) -> Sourced<U> {
         Sourced {
@@ -389,7 +402,10 @@ fn load_file(
             Ok(Some(v)) => v,
             Ok(None) => continue,
             Err(ParseError::Yaml { message, line }) => {
-                let line = line.map_or(provenance.line, |l| chunk.first_line + l - 1);
+                let last_line = chunk.first_line + chunk.text.lines().count().max(1) - 1;
+                let line = line.map_or(provenance.line, |l| {
+                    (chunk.first_line + l - 1).min(last_line)
+                });
                 loaded
                     .errors
                     .push(err(line, LoadErrorKind::Yaml { message }));
@@ -457,11 +473,16 @@ fn classify(mut value: Value, source: Provenance, text: Arc<DocumentText>, loade
                 reason: LoadErrorKind::Unsupported { api_version, kind },
             });
         } else {
-            let name = object_name(&value).to_string();
+            let name = object_name(&value);
+            let what = if name.is_empty() {
+                kind.clone()
+            } else {
+                format!("{kind}/{name}")
+            };
             loaded.notices.push(Notice {
                 source,
                 message: format!(
-                    "ignored: {kind}/{name} ({api_version}) is not a NodeWright or DeploymentPolicy"
+                    "ignored: {what} ({api_version}) is not a NodeWright or DeploymentPolicy"
                 ),
             });
         }
@@ -662,13 +683,28 @@ fn parse_document(text: &str, limits: &Limits) -> Result<Option<Value>, ParseErr
     Ok(result)
 }
 
+/// Removes the parser's document-relative " at line N column C" fragments: the error's own
+/// line is reported file-relative instead.
+fn strip_positions(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find(" at line ") {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + " at line ".len()..];
+        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+        let after = &tail[digits..];
+        rest = match after.strip_prefix(" column ") {
+            Some(c) => &c[c.bytes().take_while(u8::is_ascii_digit).count()..],
+            None => after,
+        };
+    }
+    out.push_str(rest);
+    out
+}
+
 /// serde_yaml appends " at line L column C"; we report lines ourselves (file-relative).
 fn strip_location(e: &serde_yaml::Error) -> String {
-    let s = e.to_string();
-    match s.rfind(" at line ") {
-        Some(i) => s[..i].to_string(),
-        None => s,
-    }
+    strip_positions(&e.to_string())
 }
 
 struct ValueSeed<'b> {
@@ -1184,11 +1220,17 @@ mod tests {
             LoadErrorKind::NotUtf8 { offset: 8 }
         ));
 
-        let l = load_one("a: 1\nb: [unclosed\n");
+        let l = load_one("kind: X\n---\na: 1\nb: [unclosed\n");
         assert!(
             matches!(l.errors[0].reason, LoadErrorKind::Yaml { .. }),
             "{:?}",
             l.errors
+        );
+        assert_eq!(l.errors[0].line, 4);
+        assert!(
+            !l.errors[0].to_string().contains("line 3 "),
+            "{}",
+            l.errors[0]
         );
 
         let l = load_one("a: 1\na: 2\n");
