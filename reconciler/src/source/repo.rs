@@ -230,8 +230,9 @@ impl std::fmt::Debug for GitRepo {
     }
 }
 
+/// The whole cause chain (gix's alternate form), e.g. "handshake failed: … 401".
 fn msg(e: impl std::fmt::Display) -> String {
-    e.to_string()
+    format!("{e:#}")
 }
 
 impl GitRepo {
@@ -290,6 +291,9 @@ impl GitRepo {
         };
         let repo = self.repo.to_thread_local();
         let url = remote_url(&remote.url);
+        if url.starts_with("http://") || url.starts_with("https://") {
+            install_tls_provider();
+        }
         let handle = repo
             .remote_at(url.as_str())
             .map_err(|e| fetch_err(msg(e)))?
@@ -457,6 +461,16 @@ fn remote_url(url: &str) -> String {
             .unwrap_or_else(|_| path.to_path_buf())
     };
     format!("file://{}", abs.display())
+}
+
+/// reqwest is built without a bundled crypto provider (no aws-lc/OpenSSL build); install
+/// rustls' ring provider once per process before the first http(s) transport is created.
+fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means another part of the process installed a provider first: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 fn open_options(overrides: &[String]) -> gix::open::Options {
