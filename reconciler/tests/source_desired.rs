@@ -346,7 +346,7 @@ fn signed_commits_verify_and_unsigned_or_foreign_ones_are_refused() {
 }
 
 #[test]
-fn openpgp_signatures_are_reported_as_unsupported() {
+fn x509_signatures_are_unsupported_and_garbage_pgp_is_invalid() {
     let policy = SignaturePolicy::from_openssh_keys([
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPbtsYXgsArcp6jeFr0SKOKuLDEaMBw8idWbgE0QzN1O test",
     ])
@@ -354,9 +354,146 @@ fn openpgp_signatures_are_reported_as_unsupported() {
     let err = policy
         .verify_bytes(
             "abc",
-            b"-----BEGIN PGP SIGNATURE-----\n\nxx\n-----END PGP SIGNATURE-----\n",
+            b"-----BEGIN SIGNED MESSAGE-----\nxx\n-----END SIGNED MESSAGE-----\n",
             b"tree x\n",
         )
         .unwrap_err();
     assert!(matches!(err, SignatureError::Unsupported { .. }), "{err}");
+    let err = policy
+        .verify_bytes(
+            "abc",
+            b"-----BEGIN PGP SIGNATURE-----\n\nxx\n-----END PGP SIGNATURE-----\n",
+            b"tree x\n",
+        )
+        .unwrap_err();
+    assert!(matches!(err, SignatureError::Invalid { .. }), "{err}");
+}
+
+fn gpg(home: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("gpg")
+        .env("GNUPGHOME", home)
+        .args([
+            "--batch",
+            "--no-tty",
+            "--pinentry-mode",
+            "loopback",
+            "--passphrase",
+            "",
+        ])
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+struct AgentGuard(PathBuf);
+
+impl Drop for AgentGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("gpgconf")
+            .env("GNUPGHOME", &self.0)
+            .args(["--kill", "gpg-agent"])
+            .status();
+    }
+}
+
+#[test]
+fn openpgp_signed_commits_verify_against_allowed_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("gnupg");
+    std::fs::create_dir_all(&home).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let _agent = AgentGuard(home.clone());
+    if gpg(
+        &home,
+        &[
+            "--quick-gen-key",
+            "Alice <alice@example.invalid>",
+            "ed25519",
+            "sign",
+            "never",
+        ],
+    )
+    .is_none()
+        || gpg(
+            &home,
+            &[
+                "--quick-gen-key",
+                "Mallory <mallory@example.invalid>",
+                "ed25519",
+                "sign",
+                "never",
+            ],
+        )
+        .is_none()
+    {
+        eprintln!("SKIPPED: gpg cannot generate keys here");
+        return;
+    }
+    let alice_pub = gpg(&home, &["--armor", "--export", "alice@example.invalid"]).unwrap();
+    let mallory_pub = gpg(&home, &["--armor", "--export", "mallory@example.invalid"]).unwrap();
+
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("gpu.yaml", &nodewright("gpu", DRIVER));
+    git(&work.dir, &["add", "-A"]);
+    let sign = Command::new("git")
+        .current_dir(&work.dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GNUPGHOME", &home)
+        .args([
+            "-c",
+            "user.signingkey=alice@example.invalid",
+            "-c",
+            "user.name=Alice",
+            "-c",
+            "user.email=alice@example.invalid",
+        ])
+        .args(["commit", "-q", "-S", "-m", "pgp signed"])
+        .output()
+        .unwrap();
+    if !sign.status.success() {
+        eprintln!(
+            "SKIPPED: git cannot make OpenPGP signatures here: {}",
+            String::from_utf8_lossy(&sign.stderr)
+        );
+        return;
+    }
+    let signed = git(&work.dir, &["rev-parse", "HEAD"]);
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let id = repo.resolve(&signed).unwrap();
+
+    let alice = SignaturePolicy::default()
+        .with_openpgp_keys(&alice_pub)
+        .unwrap();
+    let ok = alice.verify_commit(&repo, id).unwrap();
+    assert!(ok.fingerprint.starts_with("OpenPGP:"), "{ok:?}");
+    assert!(ok.comment.contains("alice@example.invalid"), "{ok:?}");
+
+    let mallory = SignaturePolicy::default()
+        .with_openpgp_keys(&mallory_pub)
+        .unwrap();
+    let err = mallory.verify_commit(&repo, id).unwrap_err();
+    assert!(matches!(err, SignatureError::Invalid { .. }), "{err}");
+
+    let sig = repo.commit_signature(id).unwrap().unwrap();
+    let mut payload = sig.payload.clone();
+    payload.extend_from_slice(b"x");
+    assert!(
+        alice
+            .verify_bytes(&signed, &sig.signature, &payload)
+            .is_err(),
+        "tampered payload verified"
+    );
+
+    assert!(
+        SignaturePolicy::default()
+            .with_openpgp_keys("not a key")
+            .is_err()
+    );
 }
