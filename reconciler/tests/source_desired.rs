@@ -497,3 +497,31 @@ fn openpgp_signed_commits_verify_against_allowed_keys() {
             .is_err()
     );
 }
+
+#[test]
+fn a_local_repository_is_read_in_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("fleet/gpu.yaml", &nodewright("gpu", DRIVER));
+    let first = work.commit("first");
+    let mut src = GitSource::new(SourceConfig {
+        location: Location::Local(work.dir.clone()),
+        branch: "main".to_owned(),
+        read: ReadOptions {
+            root: "fleet".to_owned(),
+            ..ReadOptions::default()
+        },
+        status_branch: "nodewright/status".to_owned(),
+    });
+    assert!(
+        matches!(src.refresh().unwrap(), SourceUpdate::Applied { commit, .. } if commit == first)
+    );
+    // An uncommitted edit is not desired state.
+    work.write("fleet/gpu.yaml", "garbage: [\n");
+    assert!(matches!(
+        src.refresh().unwrap(),
+        SourceUpdate::NoNewCommit { .. }
+    ));
+    assert_eq!(src.current().unwrap().desired.commit, first);
+    assert!(src.repo().unwrap().git_dir().ends_with(".git"));
+}

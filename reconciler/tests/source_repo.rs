@@ -208,3 +208,22 @@ fn symlinks_escaping_the_root_and_oversized_files_are_refused() {
 fn oid(hex: &str) -> gix::ObjectId {
     gix::ObjectId::from_hex(hex.as_bytes()).unwrap()
 }
+
+#[test]
+fn ancestry_is_answered_from_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    let first = work.commit("first");
+    let second = work.commit("second");
+    git(&work.dir, &["checkout", "-q", "-b", "side", &first]);
+    let side = work.commit("side");
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let (a, b, s) = (oid(&first), oid(&second), oid(&side));
+    assert!(repo.is_ancestor(a, b).unwrap());
+    assert!(
+        !repo.is_ancestor(b, a).unwrap(),
+        "a rewind is not a fast-forward"
+    );
+    assert!(!repo.is_ancestor(b, s).unwrap());
+    assert!(repo.is_ancestor(a, a).unwrap());
+}
