@@ -3,8 +3,14 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod controller;
 pub mod diff;
+pub mod engine;
 pub mod plan;
+pub mod scenario;
 pub mod settings;
+pub mod sim;
 pub mod snapshot;
 pub mod source;
+pub mod verbs;
+pub mod writeback;

@@ -104,6 +104,14 @@ pub enum Action {
         /// The complete new status (the executor sends the difference).
         status: Box<NodeWrightStatus>,
     },
+    /// Set or remove annotations on a NodeWright (metadata-only merge patch: the spec and
+    /// `metadata.generation` are untouched), e.g. pause/disable (§1.8, §14.5).
+    PatchNodeWrightAnnotations {
+        /// NodeWright name.
+        name: String,
+        /// `Some(v)` sets, `None` removes.
+        annotations: BTreeMap<String, Option<String>>,
+    },
     /// Add or remove the NodeWright finalizer (metadata-only merge patch, §1.1).
     SetFinalizer {
         /// NodeWright name.
@@ -131,6 +139,7 @@ impl Action {
             Action::UpsertConfigMap(_) => "upsert-configmap",
             Action::DeleteConfigMap { .. } => "delete-configmap",
             Action::PatchNodeWrightStatus { .. } => "patch-nodewright-status",
+            Action::PatchNodeWrightAnnotations { .. } => "patch-nodewright-annotations",
             Action::SetFinalizer { .. } => "set-finalizer",
             Action::RecordEvent(_) => "record-event",
         }
@@ -267,4 +276,159 @@ pub enum Outcome {
     },
     /// Optimistic-concurrency conflicts exhausted the retries; try again next pass.
     Conflict,
+}
+
+/// Applies a [`NodePatch`] onto a Node object: the one place both adapters merge node deltas
+/// (§5.15). Node-state deltas are merged entry by entry onto the current annotation value; a
+/// value that does not parse is never overwritten (the node is malformed, §4.2).
+pub fn apply_node_patch(
+    node: &mut k8s_openapi::api::core::v1::Node,
+    patch: &NodePatch,
+) -> Result<(), nodewright_schema::node_state::MalformedNodeState> {
+    use nodewright_schema::{NodeState, keys};
+    let annotations = node.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    for delta in &patch.node_state {
+        match delta {
+            NodeStateDelta::Delete { nodewright } => {
+                annotations.remove(&keys::node_state(nodewright));
+            }
+            NodeStateDelta::Entries {
+                nodewright,
+                upsert,
+                remove,
+            } => {
+                let key = keys::node_state(nodewright);
+                let mut state = match annotations.get(&key) {
+                    Some(raw) => NodeState::parse(raw)?,
+                    None => NodeState::default(),
+                };
+                for k in remove {
+                    state.0.remove(k);
+                }
+                for (k, entry) in upsert {
+                    state.0.insert(k.clone(), entry.clone());
+                }
+                annotations.insert(key, state.to_annotation());
+            }
+        }
+    }
+    for (key, value) in &patch.annotations {
+        match value {
+            Some(v) => {
+                annotations.insert(key.clone(), v.clone());
+            }
+            None => {
+                annotations.remove(key);
+            }
+        }
+    }
+    let labels = node.metadata.labels.get_or_insert_with(BTreeMap::new);
+    for (key, value) in &patch.labels {
+        match value {
+            Some(v) => {
+                labels.insert(key.clone(), v.clone());
+            }
+            None => {
+                labels.remove(key);
+            }
+        }
+    }
+    if !patch.add_taints.is_empty()
+        || !patch.remove_taints.is_empty()
+        || patch.unschedulable.is_some()
+    {
+        let spec = node.spec.get_or_insert_with(Default::default);
+        if !patch.add_taints.is_empty() || !patch.remove_taints.is_empty() {
+            let taints = spec.taints.get_or_insert_with(Vec::new);
+            taints.retain(|t| !patch.remove_taints.contains(&t.key));
+            for taint in &patch.add_taints {
+                taints.retain(|t| !(t.key == taint.key && t.effect == taint.effect));
+                taints.push(taint.clone());
+            }
+            if taints.is_empty() {
+                spec.taints = None;
+            }
+        }
+        if let Some(unschedulable) = patch.unschedulable {
+            spec.unschedulable = unschedulable.then_some(true);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use nodewright_schema::{Stage, State, keys};
+
+    fn node_with(annotations: &[(&str, &str)]) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn node_state_deltas_merge_onto_entries_written_by_others() {
+        let other =
+            r#"{"b|1":{"name":"b","version":"1","image":"i","stage":"apply","state":"complete"}}"#;
+        let mut node = node_with(&[("nodewright.nvidia.com/nodeState_nw", other)]);
+        let mut patch = NodePatch::new("n1");
+        patch.node_state.push(NodeStateDelta::Entries {
+            nodewright: "nw".into(),
+            upsert: BTreeMap::from([(
+                "a|1".into(),
+                PackageStatus::new("a", "1", "i", Stage::Apply, State::InProgress),
+            )]),
+            remove: vec![],
+        });
+        patch.unschedulable = Some(true);
+        apply_node_patch(&mut node, &patch).unwrap();
+        let raw = &node.metadata.annotations.as_ref().unwrap()[&keys::node_state("nw")];
+        assert!(raw.starts_with(r#"{"a|1":"#) && raw.contains(r#""b|1""#));
+        assert_eq!(node.spec.unwrap().unschedulable, Some(true));
+    }
+
+    #[test]
+    fn malformed_state_is_not_overwritten() {
+        let mut node = node_with(&[("nodewright.nvidia.com/nodeState_nw", "{bad")]);
+        let mut patch = NodePatch::new("n1");
+        patch.node_state.push(NodeStateDelta::Entries {
+            nodewright: "nw".into(),
+            upsert: BTreeMap::new(),
+            remove: vec![],
+        });
+        assert!(apply_node_patch(&mut node, &patch).is_err());
+    }
+
+    #[test]
+    fn taints_are_added_replaced_and_removed_by_key() {
+        let mut node = node_with(&[]);
+        let taint = |k: &str, v: &str| Taint {
+            key: k.into(),
+            value: Some(v.into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
+        let mut patch = NodePatch::new("n1");
+        patch.add_taints = vec![taint("a", "1"), taint("b", "1")];
+        apply_node_patch(&mut node, &patch).unwrap();
+        let mut patch = NodePatch::new("n1");
+        patch.add_taints = vec![taint("a", "2")];
+        patch.remove_taints = vec!["b".into()];
+        apply_node_patch(&mut node, &patch).unwrap();
+        let taints = node.spec.unwrap().taints.unwrap();
+        assert_eq!(taints, vec![taint("a", "2")]);
+    }
 }

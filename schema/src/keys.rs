@@ -197,6 +197,12 @@ pub const JOB_ANNOTATION_LAST_LOGS: &str = "nodewright.nvidia.com/last-logs";
 /// Interrupt Job annotation: failed over its restart budget (§8.16).
 pub const JOB_ANNOTATION_RESTART_LIMIT_EXCEEDED: &str =
     "nodewright.nvidia.com/restart-limit-exceeded";
+/// Job annotation (this project): digest of the package spec the Job was built from, so a
+/// parked Job is replaced when the package is edited (§16.3).
+pub const JOB_ANNOTATION_PACKAGE_DIGEST: &str = "nodewright.nvidia.com/package-digest";
+/// Job annotation (this project): the configMap record (key → sha256 hex, compact JSON) the
+/// Job was built with, recorded into `configApplied_<nw>` when its config stage completes.
+pub const JOB_ANNOTATION_CONFIG_DIGESTS: &str = "nodewright.nvidia.com/config-digests";
 /// Label the Job controller puts on child pods.
 pub const JOB_CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
 /// Pod annotation marking mirror (static) pods.

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 pub mod crds;
 pub mod diff;
 pub mod validate;
+pub mod verbs;
 
 /// Process exit codes shared by every command (ARCHITECTURE §4).
 pub mod exit {
@@ -59,6 +60,9 @@ pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
+    /// Flags of the operational verbs and cluster targets.
+    #[command(flatten)]
+    pub common: verbs::Common,
 }
 
 /// Every command.
@@ -73,6 +77,9 @@ pub enum Command {
     /// Print the CustomResourceDefinitions (NodeWright, DeploymentPolicy) as YAML.
     #[command(long_about = crds::LONG_ABOUT, after_long_help = crds::EXAMPLES)]
     Crds(crds::Args),
+    /// Operational verbs (kubectl-plugin equivalents).
+    #[command(flatten)]
+    Verb(verbs::VerbCommand),
 }
 
 /// Runs a parsed command line.
@@ -80,6 +87,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate::run(args),
         Command::Crds(args) => crds::run(args),
+        Command::Verb(verb) => verbs::run(verb, cli.common),
         Command::Diff(args) => diff::run(args),
     }
 }

@@ -3,6 +3,9 @@
 //!
 //! Adapters: the simulated cluster (`crate::sim`) and kube-rs (`kube`, later).
 
+pub mod kube;
+pub mod sim;
+
 use std::future::Future;
 
 use nodewright_schema::{DeploymentPolicy, NodeWright};

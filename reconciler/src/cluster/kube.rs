@@ -1,0 +1,805 @@
+//! The [`Cluster`] port over a real API server with kube-rs (issue 8).
+//!
+//! Reads come from reflector stores kept current by watches, never from a LIST per pass:
+//! NodeWrights, DeploymentPolicies and Nodes cluster-wide; the reconciler's Jobs, package pods
+//! and ConfigMaps in its namespace by label; and workload pods only on nodes under drain
+//! (cordoned, or carrying a cordon annotation), each through its own `spec.nodeName` watch,
+//! started when the node enters that set and stopped when it leaves.
+//!
+//! Writes are the [`Action`]s, each as the API call Kubernetes intends for it: node deltas as
+//! merge patches under a `resourceVersion` precondition after an uncached read (retried on
+//! conflict), the Eviction subresource, foreground Job deletion, status-subresource patches,
+//! server-side apply for the CRs materialized from Git, and Events.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod};
+use kube::api::{
+    DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+};
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use nodewright_schema::{DeploymentPolicy, NodeWright, keys};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::{Cluster, ClusterError, Desired};
+use crate::plan::{Action, EventObject, EventType, NodePatch, Outcome, apply_node_patch};
+use crate::snapshot::Snapshot;
+
+/// Field manager for every write of this product.
+pub const FIELD_MANAGER: &str = "nodewright-gitops";
+/// Attempts of a read-modify-write before reporting a conflict.
+const CONFLICT_RETRIES: usize = 5;
+
+/// Where `nodewright sim serve` writes its kubeconfig by default, and where `--sim` looks:
+/// `$XDG_CACHE_HOME/nodewright/sim-kubeconfig.yaml` (or `~/.cache/…`).
+pub fn sim_kubeconfig_path() -> std::path::PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    cache.join("nodewright").join("sim-kubeconfig.yaml")
+}
+
+/// Configuration of the kube adapter.
+#[derive(Clone, Debug)]
+pub struct KubeOptions {
+    /// The reconciler's namespace (Jobs, pods, ConfigMaps).
+    pub namespace: String,
+    /// Reporting instance for Events (pod name).
+    pub instance: String,
+}
+
+/// The Cluster port over kube-rs.
+pub struct KubeCluster {
+    client: Client,
+    options: KubeOptions,
+    nodewrights: Store<NodeWright>,
+    policies: Store<DeploymentPolicy>,
+    nodes: Store<Node>,
+    jobs: Store<Job>,
+    package_pods: Store<Pod>,
+    package_config_maps: Store<ConfigMap>,
+    metadata_config_maps: Store<ConfigMap>,
+    node_pods: Mutex<BTreeMap<String, NodePodWatch>>,
+    changed: Arc<Notify>,
+    recorder: Recorder,
+    tasks: Vec<JoinHandle<()>>,
+    writes_allowed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct NodePodWatch {
+    store: Store<Pod>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for KubeCluster {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        if let Ok(watches) = self.node_pods.lock() {
+            for watch in watches.values() {
+                watch.task.abort();
+            }
+        }
+    }
+}
+
+fn api_error(action: &str, e: kube::Error) -> ClusterError {
+    match e {
+        kube::Error::Api(status) => ClusterError::Api {
+            action: action.to_string(),
+            status: status.code,
+            message: status.message.clone(),
+        },
+        other => ClusterError::Transport(format!("{action}: {other}")),
+    }
+}
+
+fn status_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// Starts a reflector for `api` with `config`, notifying `changed` on every event.
+fn reflect<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changed: Arc<Notify>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config))
+        .default_backoff()
+        .applied_objects();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(_) => changed.notify_one(),
+                Err(e) => tracing::warn!(error = %e, "watch error; retrying with backoff"),
+            }
+        }
+    });
+    (store, task)
+}
+
+impl KubeCluster {
+    /// Connects with the ambient configuration (in-cluster, or `KUBECONFIG`/`~/.kube/config`)
+    /// and starts every watch. Returns once the stores have synced.
+    pub async fn connect(client: Client, options: KubeOptions) -> Result<Self, ClusterError> {
+        let changed = Arc::new(Notify::new());
+        let ns = options.namespace.as_str();
+        let labelled = watcher::Config::default().labels(keys::JOB_LABEL_NAME);
+        let (nodewrights, t1) = reflect(
+            Api::<NodeWright>::all(client.clone()),
+            watcher::Config::default(),
+            changed.clone(),
+        );
+        let (policies, t2) = reflect(
+            Api::<DeploymentPolicy>::all(client.clone()),
+            watcher::Config::default(),
+            changed.clone(),
+        );
+        let (nodes, t3) = reflect(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            changed.clone(),
+        );
+        let (jobs, t4) = reflect(
+            Api::<Job>::namespaced(client.clone(), ns),
+            labelled.clone(),
+            changed.clone(),
+        );
+        let (package_pods, t5) = reflect(
+            Api::<Pod>::namespaced(client.clone(), ns),
+            labelled.clone(),
+            changed.clone(),
+        );
+        let (package_config_maps, t6) = reflect(
+            Api::<ConfigMap>::namespaced(client.clone(), ns),
+            labelled,
+            changed.clone(),
+        );
+        let (metadata_config_maps, t7) = reflect(
+            Api::<ConfigMap>::namespaced(client.clone(), ns),
+            watcher::Config::default().labels(keys::CONFIGMAP_LABEL_NODE_META),
+            changed.clone(),
+        );
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.to_string(),
+                instance: Some(options.instance.clone()),
+            },
+        );
+        let cluster = KubeCluster {
+            client,
+            options,
+            nodewrights,
+            policies,
+            nodes,
+            jobs,
+            package_pods,
+            package_config_maps,
+            metadata_config_maps,
+            node_pods: Mutex::new(BTreeMap::new()),
+            changed,
+            recorder,
+            tasks: vec![t1, t2, t3, t4, t5, t6, t7],
+            writes_allowed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        };
+        for ready in [
+            cluster.nodewrights.wait_until_ready().await,
+            cluster.policies.wait_until_ready().await,
+            cluster.nodes.wait_until_ready().await,
+            cluster.jobs.wait_until_ready().await,
+            cluster.package_pods.wait_until_ready().await,
+            cluster.package_config_maps.wait_until_ready().await,
+            cluster.metadata_config_maps.wait_until_ready().await,
+        ] {
+            ready
+                .map_err(|e| ClusterError::Transport(format!("watch ended before syncing: {e}")))?;
+        }
+        Ok(cluster)
+    }
+
+    /// The flag leader election flips: when false every write is refused at once.
+    pub fn writes_allowed(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.writes_allowed.clone()
+    }
+
+    /// Starts watches for nodes that came under drain, stops those that left, and returns the
+    /// stores to read (each synced).
+    async fn node_pod_stores(
+        &self,
+        under_drain: &BTreeSet<String>,
+    ) -> Result<Vec<Store<Pod>>, ClusterError> {
+        let mut fresh = Vec::new();
+        let stores = {
+            let mut watches = self
+                .node_pods
+                .lock()
+                .map_err(|_| ClusterError::Transport("pod watch registry poisoned".into()))?;
+            watches.retain(|node, watch| {
+                let keep = under_drain.contains(node);
+                if !keep {
+                    watch.task.abort();
+                }
+                keep
+            });
+            for node in under_drain {
+                if !watches.contains_key(node) {
+                    let config =
+                        watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+                    let (store, task) = reflect(
+                        Api::<Pod>::all(self.client.clone()),
+                        config,
+                        self.changed.clone(),
+                    );
+                    fresh.push(store.clone());
+                    watches.insert(node.clone(), NodePodWatch { store, task });
+                }
+            }
+            watches
+                .values()
+                .map(|w| w.store.clone())
+                .collect::<Vec<_>>()
+        };
+        for store in fresh {
+            // A new watch must have listed before the engine reads it: an empty store would read
+            // as "drained" and let an interrupt start under running workloads.
+            tokio::time::timeout(Duration::from_secs(30), store.wait_until_ready())
+                .await
+                .map_err(|_| ClusterError::Transport("pod watch did not sync within 30s".into()))?
+                .map_err(|e| ClusterError::Transport(format!("pod watch ended: {e}")))?;
+        }
+        Ok(stores)
+    }
+
+    fn check_writes(&self, action: &Action) -> Result<(), ClusterError> {
+        if self
+            .writes_allowed
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            Ok(())
+        } else {
+            Err(ClusterError::Api {
+                action: action.kind().to_string(),
+                status: 503,
+                message: "not the leader: writes are stopped until the lease is held again".into(),
+            })
+        }
+    }
+
+    async fn patch_node(&self, patch: &NodePatch) -> Result<Outcome, ClusterError> {
+        let api = Api::<Node>::all(self.client.clone());
+        for _ in 0..CONFLICT_RETRIES {
+            let current = match api.get(&patch.node).await {
+                Ok(node) => node,
+                Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
+                Err(e) => return Err(api_error("get node", e)),
+            };
+            let mut desired = current.clone();
+            apply_node_patch(&mut desired, patch).map_err(|source| {
+                ClusterError::MalformedNodeState {
+                    node: patch.node.clone(),
+                    source,
+                }
+            })?;
+            let mut body = merge_diff(&to_value(&current), &to_value(&desired));
+            body["metadata"]["resourceVersion"] = json!(current.resource_version());
+            match api
+                .patch(&patch.node, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+            {
+                Ok(_) => return Ok(Outcome::Done),
+                Err(e) if status_code(&e) == Some(409) => continue,
+                Err(e) => return Err(api_error("patch node", e)),
+            }
+        }
+        Ok(Outcome::Conflict)
+    }
+
+    async fn patch_node_conditions(
+        &self,
+        node: &str,
+        set: &[k8s_openapi::api::core::v1::NodeCondition],
+        remove: &[String],
+    ) -> Result<Outcome, ClusterError> {
+        let api = Api::<Node>::all(self.client.clone());
+        for _ in 0..CONFLICT_RETRIES {
+            let current = match api.get_status(node).await {
+                Ok(n) => n,
+                Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
+                Err(e) => return Err(api_error("get node status", e)),
+            };
+            let mut conditions = current
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            conditions.retain(|c| !remove.contains(&c.type_));
+            for condition in set {
+                match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+                    Some(existing) => *existing = condition.clone(),
+                    None => conditions.insert(0, condition.clone()),
+                }
+            }
+            let body = json!({
+                "metadata": {"resourceVersion": current.resource_version()},
+                "status": {"conditions": conditions},
+            });
+            match api
+                .patch_status(node, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+            {
+                Ok(_) => return Ok(Outcome::Done),
+                Err(e) if status_code(&e) == Some(409) => continue,
+                Err(e) => return Err(api_error("patch node status", e)),
+            }
+        }
+        Ok(Outcome::Conflict)
+    }
+
+    async fn publish_event(&self, event: &crate::plan::Event) -> Result<Outcome, ClusterError> {
+        let reference = match &event.object {
+            EventObject::Node(name) => ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(name.clone()),
+                ..ObjectReference::default()
+            },
+            EventObject::NodeWright(name) => ObjectReference {
+                api_version: Some(keys::API_VERSION.into()),
+                kind: Some(keys::KIND_NODEWRIGHT.into()),
+                name: Some(name.clone()),
+                ..ObjectReference::default()
+            },
+        };
+        let ev = KubeEvent {
+            type_: match event.kind {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: event.reason.clone(),
+            note: Some(event.message.chars().take(1024).collect()),
+            action: event.reason.clone(),
+            secondary: None,
+        };
+        self.recorder
+            .publish(&ev, &reference)
+            .await
+            .map_err(|e| api_error("record event", e))?;
+        Ok(Outcome::Done)
+    }
+}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// The JSON merge patch (RFC 7386) turning `old` into `new`: changed members, `null` for
+/// removed ones; arrays are replaced whole.
+pub fn merge_diff(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, nv) in n {
+                match o.get(k) {
+                    Some(ov) if ov == nv => {}
+                    Some(ov) if ov.is_object() && nv.is_object() => {
+                        patch.insert(k.clone(), merge_diff(ov, nv));
+                    }
+                    _ => {
+                        patch.insert(k.clone(), nv.clone());
+                    }
+                }
+            }
+            for k in o.keys() {
+                if !n.contains_key(k) {
+                    patch.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
+
+/// The message of a 429 eviction refusal caused by a disruption budget, or `None` for any
+/// other failure (§7.7: only a DisruptionBudget cause is a PDB blocker).
+fn disruption_budget_message(e: &kube::Error) -> Option<String> {
+    let kube::Error::Api(status) = e else {
+        return None;
+    };
+    if status.code != 429 {
+        return None;
+    }
+    let cause = status
+        .details
+        .as_ref()
+        .and_then(|d| d.causes.iter().find(|c| c.reason == "DisruptionBudget"))?;
+    Some(if cause.message.is_empty() {
+        status.message.clone()
+    } else {
+        cause.message.clone()
+    })
+}
+
+impl Cluster for KubeCluster {
+    async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
+        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        let under_drain: BTreeSet<String> = nodes
+            .iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+                    || n.annotations().keys().any(|k| keys::is_cordon_key(k))
+            })
+            .map(|n| n.name_any())
+            .collect();
+        let node_stores = self.node_pod_stores(&under_drain).await?;
+        let mut pods: BTreeMap<(String, String), Pod> = BTreeMap::new();
+        for store in node_stores
+            .iter()
+            .chain(std::iter::once(&self.package_pods))
+        {
+            for pod in store.state() {
+                pods.insert(
+                    (pod.namespace().unwrap_or_default(), pod.name_any()),
+                    (*pod).clone(),
+                );
+            }
+        }
+        let mut config_maps: BTreeMap<String, ConfigMap> = BTreeMap::new();
+        for store in [&self.package_config_maps, &self.metadata_config_maps] {
+            for cm in store.state() {
+                config_maps.insert(cm.name_any(), (*cm).clone());
+            }
+        }
+        Ok(Snapshot {
+            now: jiff::Timestamp::now(),
+            nodewrights: self
+                .nodewrights
+                .state()
+                .iter()
+                .map(|o| (**o).clone())
+                .collect(),
+            policies: self
+                .policies
+                .state()
+                .iter()
+                .map(|o| (**o).clone())
+                .collect(),
+            nodes,
+            jobs: self.jobs.state().iter().map(|o| (**o).clone()).collect(),
+            pods: pods.into_values().collect(),
+            config_maps: config_maps.into_values().collect(),
+            memory: Default::default(),
+        })
+    }
+
+    async fn execute(&self, action: &Action) -> Result<Outcome, ClusterError> {
+        self.check_writes(action)?;
+        let ns = self.options.namespace.as_str();
+        let jobs = Api::<Job>::namespaced(self.client.clone(), ns);
+        let nodewrights = Api::<NodeWright>::all(self.client.clone());
+        match action {
+            Action::PatchNode(patch) => self.patch_node(patch).await,
+            Action::PatchNodeConditions { node, set, remove } => {
+                self.patch_node_conditions(node, set, remove).await
+            }
+            Action::CreateJob(job) => match jobs.create(&PostParams::default(), job).await {
+                Ok(_) => Ok(Outcome::Done),
+                Err(e) if status_code(&e) == Some(409) => Ok(Outcome::AlreadyExists),
+                Err(e) => Err(api_error("create job", e)),
+            },
+            Action::DeleteJob { name, uid, .. } => {
+                let mut params = DeleteParams::foreground();
+                if let Some(uid) = uid {
+                    params.preconditions = Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    });
+                }
+                match jobs.delete(name, &params).await {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
+                    Err(e) if status_code(&e) == Some(409) => Ok(Outcome::NotFound),
+                    Err(e) => Err(api_error("delete job", e)),
+                }
+            }
+            Action::SuspendJob { name, suspend } => {
+                let body = json!({"spec": {"suspend": suspend}});
+                match jobs
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .await
+                {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
+                    Err(e) => Err(api_error("suspend job", e)),
+                }
+            }
+            Action::AnnotateJob {
+                name,
+                uid,
+                annotations,
+                ttl_seconds_after_finished,
+            } => {
+                let mut body = json!({"metadata": {"annotations": annotations}});
+                if let Some(uid) = uid {
+                    body["metadata"]["uid"] = json!(uid);
+                }
+                if let Some(ttl) = ttl_seconds_after_finished {
+                    body["spec"] = json!({"ttlSecondsAfterFinished": ttl});
+                }
+                match jobs
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .await
+                {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
+                    Err(e) if status_code(&e) == Some(409) => Ok(Outcome::Conflict),
+                    Err(e) => Err(api_error("annotate job", e)),
+                }
+            }
+            Action::FailJob { name, .. } => {
+                // The Job controller fails a Job whose Job-level deadline has passed
+                // (reason DeadlineExceeded), which §8.9 treats as genuine evidence.
+                let body = json!({"spec": {"activeDeadlineSeconds": 1}});
+                match jobs
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .await
+                {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
+                    Err(e) => Err(api_error("fail job", e)),
+                }
+            }
+            Action::EvictPod(pod) => {
+                let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
+                let params = EvictParams {
+                    delete_options: pod.grace_period_seconds.map(|g| DeleteParams {
+                        grace_period_seconds: Some(g.max(0) as u32),
+                        ..DeleteParams::default()
+                    }),
+                    ..EvictParams::default()
+                };
+                match api.evict(&pod.name, &params).await {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
+                    Err(e) => match disruption_budget_message(&e) {
+                        Some(message) => Ok(Outcome::EvictionRefused { message }),
+                        None => Err(api_error("evict pod", e)),
+                    },
+                }
+            }
+            Action::DeletePod(pod) => {
+                let api = Api::<Pod>::namespaced(self.client.clone(), &pod.namespace);
+                let params = DeleteParams {
+                    grace_period_seconds: pod.grace_period_seconds.map(|g| g.max(0) as u32),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&pod.name, &params).await {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
+                    Err(e) => Err(api_error("delete pod", e)),
+                }
+            }
+            Action::UpsertConfigMap(cm) => {
+                let api = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
+                let mut body = (**cm).clone();
+                body.metadata.managed_fields = None;
+                body.metadata.resource_version = None;
+                let value = json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": to_value(&body.metadata),
+                    "data": body.data,
+                });
+                api.patch(
+                    &cm.name_any(),
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&value),
+                )
+                .await
+                .map_err(|e| api_error("apply configmap", e))?;
+                Ok(Outcome::Done)
+            }
+            Action::DeleteConfigMap { name } => {
+                let api = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
+                    Err(e) => Err(api_error("delete configmap", e)),
+                }
+            }
+            Action::PatchNodeWrightStatus { name, status } => {
+                for _ in 0..CONFLICT_RETRIES {
+                    let current = match nodewrights.get_status(name).await {
+                        Ok(nw) => nw,
+                        Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
+                        Err(e) => return Err(api_error("get nodewright status", e)),
+                    };
+                    let old = to_value(&current.status.clone().unwrap_or_default());
+                    let diff = merge_diff(&old, &to_value(status));
+                    if diff.as_object().is_some_and(|o| o.is_empty()) {
+                        return Ok(Outcome::Done);
+                    }
+                    let body = json!({"metadata": {"resourceVersion": current.resource_version()}, "status": diff});
+                    match nodewrights
+                        .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+                        .await
+                    {
+                        Ok(_) => return Ok(Outcome::Done),
+                        Err(e) if status_code(&e) == Some(409) => continue,
+                        Err(e) => return Err(api_error("patch nodewright status", e)),
+                    }
+                }
+                Ok(Outcome::Conflict)
+            }
+            Action::PatchNodeWrightAnnotations { name, annotations } => {
+                let body = json!({"metadata": {"annotations": annotations}});
+                match nodewrights
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .await
+                {
+                    Ok(_) => Ok(Outcome::Done),
+                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
+                    Err(e) => Err(api_error("annotate nodewright", e)),
+                }
+            }
+            Action::SetFinalizer { name, present } => {
+                for _ in 0..CONFLICT_RETRIES {
+                    let current = match nodewrights.get(name).await {
+                        Ok(nw) => nw,
+                        Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
+                        Err(e) => return Err(api_error("get nodewright", e)),
+                    };
+                    let mut finalizers = current.finalizers().to_vec();
+                    let has = finalizers.iter().any(|f| f == keys::FINALIZER);
+                    if has == *present {
+                        return Ok(Outcome::Done);
+                    }
+                    if *present {
+                        finalizers.push(keys::FINALIZER.to_string());
+                    } else {
+                        finalizers.retain(|f| f != keys::FINALIZER);
+                    }
+                    let body = json!({"metadata": {"resourceVersion": current.resource_version(), "finalizers": finalizers}});
+                    match nodewrights
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                        .await
+                    {
+                        Ok(_) => return Ok(Outcome::Done),
+                        Err(e) if status_code(&e) == Some(409) => continue,
+                        Err(e) => return Err(api_error("patch nodewright finalizers", e)),
+                    }
+                }
+                Ok(Outcome::Conflict)
+            }
+            Action::RecordEvent(event) => self.publish_event(event).await,
+        }
+    }
+
+    async fn apply_desired(&self, desired: &Desired) -> Result<(), ClusterError> {
+        let nodewrights = Api::<NodeWright>::all(self.client.clone());
+        let policies = Api::<DeploymentPolicy>::all(self.client.clone());
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        // Policies first: a NodeWright may name one.
+        for policy in &desired.policies {
+            let body = declared(policy, &desired.commit);
+            policies
+                .patch(&policy.name_any(), &params, &Patch::Apply(&body))
+                .await
+                .map_err(|e| api_error("apply deploymentpolicy", e))?;
+        }
+        for nw in &desired.nodewrights {
+            let body = declared(nw, &desired.commit);
+            nodewrights
+                .patch(&nw.name_any(), &params, &Patch::Apply(&body))
+                .await
+                .map_err(|e| api_error("apply nodewright", e))?;
+        }
+        // Objects we materialized earlier and Git no longer declares are deleted; their
+        // finalizer runs the uninstall rules. Objects created by others are left alone.
+        let declared_nw: BTreeSet<String> =
+            desired.nodewrights.iter().map(|n| n.name_any()).collect();
+        for nw in nodewrights
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_error("list nodewrights", e))?
+        {
+            if nw.annotations().contains_key(keys::SOURCE_COMMIT)
+                && !declared_nw.contains(&nw.name_any())
+            {
+                match nodewrights
+                    .delete(&nw.name_any(), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if status_code(&e) == Some(404) => {}
+                    Err(e) => return Err(api_error("delete nodewright", e)),
+                }
+            }
+        }
+        let declared_policies: BTreeSet<String> =
+            desired.policies.iter().map(|p| p.name_any()).collect();
+        for policy in policies
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_error("list deploymentpolicies", e))?
+        {
+            if policy.annotations().contains_key(keys::SOURCE_COMMIT)
+                && !declared_policies.contains(&policy.name_any())
+            {
+                match policies
+                    .delete(&policy.name_any(), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if status_code(&e) == Some(404) => {}
+                    Err(e) => return Err(api_error("delete deploymentpolicy", e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}
+
+/// The fields Git declares for a CR, for server-side apply: identity, labels, annotations
+/// (plus the source commit) and spec — never status, finalizers or annotations set by verbs.
+fn declared<K: Resource<DynamicType = ()> + serde::Serialize>(object: &K, commit: &str) -> Value {
+    let value = to_value(object);
+    let meta = object.meta();
+    let mut annotations = meta.annotations.clone().unwrap_or_default();
+    if !commit.is_empty() {
+        annotations.insert(keys::SOURCE_COMMIT.to_string(), commit.to_string());
+    }
+    let mut metadata = json!({"name": meta.name, "annotations": annotations});
+    if let Some(labels) = &meta.labels {
+        metadata["labels"] = json!(labels);
+    }
+    json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": metadata,
+        "spec": value.get("spec").cloned().unwrap_or(Value::Null),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_diff_sets_changed_and_nulls_removed_members() {
+        let old = json!({"a": 1, "m": {"x": 1, "y": 2}, "l": [1, 2], "gone": true});
+        let new = json!({"a": 1, "m": {"x": 1, "z": 3}, "l": [2]});
+        assert_eq!(
+            merge_diff(&old, &new),
+            json!({"m": {"y": null, "z": 3}, "l": [2], "gone": null})
+        );
+    }
+}

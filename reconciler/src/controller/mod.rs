@@ -1,0 +1,210 @@
+//! The reconcile loop (ARCHITECTURE §3): desired state of the newest valid commit →
+//! materialize CRs → snapshot → engine → execute the plan → write back.
+//!
+//! Level-triggered: every pass works from the current cluster state; the only thing carried
+//! between passes is the engine's [`Memory`] (timers the spec allows to be lost on restart).
+//! The same [`Controller::pass`] runs in production, in `demo`, and under the scenario runner,
+//! so what the scenarios prove is what ships.
+
+pub mod daemon;
+pub mod source;
+pub mod status;
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::cluster::{Cluster, ClusterError, Desired};
+use crate::plan::{Action, Outcome, Plan, Requeue};
+use crate::settings::Settings;
+use crate::snapshot::{EvictionRefusal, Memory, RefusedPod, Snapshot};
+
+/// The engine as the controller sees it (a pure function).
+pub type Engine = fn(&Snapshot, &Settings) -> Plan;
+
+/// What one pass did, for logs, metrics and progress display.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PassReport {
+    /// The pass's time.
+    pub now: Timestamp,
+    /// Actions executed, by [`Action::kind`].
+    pub writes: Vec<(&'static str, Outcome)>,
+    /// Actions that failed with an error (the pass goes on; the next pass retries).
+    pub errors: Vec<String>,
+    /// When the engine wants the next pass.
+    pub requeue: Requeue,
+}
+
+impl PassReport {
+    /// Whether the pass wrote anything.
+    pub fn wrote(&self) -> bool {
+        !self.writes.is_empty()
+    }
+}
+
+/// Drives one cluster with one engine.
+pub struct Controller<C: Cluster> {
+    cluster: C,
+    engine: Engine,
+    settings: Settings,
+    memory: Memory,
+    applied: Option<Desired>,
+}
+
+impl<C: Cluster> Controller<C> {
+    /// A controller with empty memory.
+    pub fn new(cluster: C, engine: Engine, settings: Settings) -> Self {
+        Controller {
+            cluster,
+            engine,
+            settings,
+            memory: Memory::default(),
+            applied: None,
+        }
+    }
+
+    /// The cluster adapter.
+    pub fn cluster(&self) -> &C {
+        &self.cluster
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The engine's in-memory state.
+    pub fn memory(&self) -> &Memory {
+        &self.memory
+    }
+
+    /// Forgets everything held in memory, as a crash and restart would.
+    pub fn restart(&mut self) {
+        self.memory = Memory::default();
+        self.applied = None;
+    }
+
+    /// Materializes `desired` when it differs from what this controller last applied.
+    pub async fn apply_desired(&mut self, desired: &Desired) -> Result<bool, ClusterError> {
+        if self.applied.as_ref() == Some(desired) {
+            return Ok(false);
+        }
+        self.cluster.apply_desired(desired).await?;
+        self.applied = Some(desired.clone());
+        Ok(true)
+    }
+
+    /// One pass: snapshot, engine, execute. Errors of single actions are collected, not fatal.
+    pub async fn pass(&mut self) -> Result<PassReport, ClusterError> {
+        let mut snapshot = self.cluster.snapshot().await?;
+        snapshot.memory = self.memory.clone();
+        let plan = (self.engine)(&snapshot, &self.settings);
+        let mut report = PassReport {
+            now: snapshot.now,
+            requeue: plan.requeue,
+            ..PassReport::default()
+        };
+        for action in &plan.actions {
+            match self.cluster.execute(action).await {
+                Ok(outcome) => {
+                    record_outcome(&mut self.memory, action, &outcome, snapshot.now);
+                    report.writes.push((action.kind(), outcome));
+                }
+                Err(e) => {
+                    tracing::warn!(action = action.kind(), error = %e, "action failed; the next pass retries");
+                    report.errors.push(e.to_string());
+                }
+            }
+        }
+        prune_memory(&mut self.memory, &snapshot);
+        Ok(report)
+    }
+
+    /// How long to wait after a pass.
+    pub fn delay_after(&self, report: &PassReport) -> Duration {
+        match report.requeue {
+            Requeue::Active => self.settings.reconcile_interval(),
+            Requeue::Idle if report.wrote() || !report.errors.is_empty() => {
+                self.settings.reconcile_interval()
+            }
+            Requeue::Idle => self.settings.default_interval(),
+            Requeue::After(d) => d.min(self.settings.default_interval()),
+        }
+    }
+}
+
+/// Feeds an action's outcome into the engine's memory (§7.9: the last refusal per node, with
+/// the pods it reported; several refusals of one pass accumulate).
+pub fn record_outcome(memory: &mut Memory, action: &Action, outcome: &Outcome, now: Timestamp) {
+    if let (Action::EvictPod(pod), Outcome::EvictionRefused { message }) = (action, outcome) {
+        let nodewright = pod.nodewright.clone().unwrap_or_default();
+        let entry = memory
+            .eviction_refusals
+            .entry(pod.node.clone())
+            .or_insert_with(|| EvictionRefusal {
+                at: now,
+                nodewright: nodewright.clone(),
+                blockers: Vec::new(),
+            });
+        if entry.at != now || entry.nodewright != nodewright {
+            *entry = EvictionRefusal {
+                at: now,
+                nodewright,
+                blockers: Vec::new(),
+            };
+        }
+        entry.blockers.push(RefusedPod {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            message: message.clone(),
+        });
+    }
+}
+
+/// Drops memory about objects that no longer exist, so it cannot grow without bound.
+fn prune_memory(memory: &mut Memory, snapshot: &Snapshot) {
+    memory.eviction_refusals.retain(|node, _| {
+        snapshot
+            .nodes
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(node))
+    });
+    memory.failure_target_seen.retain(|job, _| {
+        snapshot
+            .jobs
+            .iter()
+            .any(|j| j.metadata.name.as_deref() == Some(job))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PodRef;
+
+    #[test]
+    fn refusals_of_one_pass_accumulate_and_a_later_one_replaces_them() {
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let t1 = t0 + jiff::SignedDuration::from_secs(30);
+        let evict = |name: &str| {
+            Action::EvictPod(PodRef {
+                namespace: "default".into(),
+                name: name.into(),
+                node: "n1".into(),
+                nodewright: Some("tuning".into()),
+                grace_period_seconds: None,
+            })
+        };
+        let refused = Outcome::EvictionRefused {
+            message: "needs 1".into(),
+        };
+        let mut memory = Memory::default();
+        record_outcome(&mut memory, &evict("a"), &refused, t0);
+        record_outcome(&mut memory, &evict("b"), &refused, t0);
+        record_outcome(&mut memory, &evict("c"), &Outcome::Done, t0);
+        assert_eq!(memory.eviction_refusals["n1"].blockers.len(), 2);
+        record_outcome(&mut memory, &evict("a"), &refused, t1);
+        let r = &memory.eviction_refusals["n1"];
+        assert_eq!((r.at, r.blockers.len()), (t1, 1));
+    }
+}

@@ -1,0 +1,305 @@
+//! Completion predicates (spec/operator.md §6.4) with this project's amendments for lazy
+//! admission (§16.3): a node is complete only when no requested uninstall still has an entry
+//! and every package's applied-config record matches its current `configMap`.
+
+use std::collections::BTreeMap;
+
+use nodewright_schema::keys;
+use nodewright_schema::{NodeState, NodeWright, Package, Stage, State};
+use sha2::{Digest, Sha256};
+
+use super::context::PassCtx;
+
+/// The parsed `configApplied_<nw>` record of a node: `name|version` → key → sha256 hex.
+pub type AppliedConfig = BTreeMap<String, BTreeMap<String, String>>;
+
+/// Parses a node's applied-config record. An absent or unreadable record reads as empty (every
+/// package then counts as matching, §16.3 backfill).
+pub fn parse_applied(raw: Option<&str>) -> AppliedConfig {
+    raw.and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or_default()
+}
+
+/// The record a package's current `configMap` would leave: key → lowercase hex sha256 (§16.3).
+pub fn config_digests(pkg: &Package) -> BTreeMap<String, String> {
+    pkg.config_map()
+        .iter()
+        .map(|(k, v)| (k.clone(), sha256_hex(v)))
+        .collect()
+}
+
+/// Lowercase hex SHA-256 of a string.
+pub fn sha256_hex(value: &str) -> String {
+    let digest = Sha256::digest(value.as_bytes());
+    let mut out = String::with_capacity(64);
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// Keys added, removed or changed between a node's record of a package and its spec (§16.3).
+/// A package without a record has no changed keys (the record is backfilled, not re-run).
+pub fn changed_config_keys(applied: &AppliedConfig, name: &str, pkg: &Package) -> Vec<String> {
+    let Some(record) = applied.get(&nodewright_schema::node_state::entry_key(
+        name,
+        &pkg.version,
+    )) else {
+        return Vec::new();
+    };
+    let spec = config_digests(pkg);
+    let mut keys: Vec<String> = spec
+        .iter()
+        .filter(|(k, d)| record.get(*k) != Some(*d))
+        .map(|(k, _)| k.clone())
+        .collect();
+    keys.extend(record.keys().filter(|k| !spec.contains_key(*k)).cloned());
+    keys.sort();
+    keys
+}
+
+/// Shell-style glob match of a whole key (§6.8), through the workspace's one matcher
+/// (`nodewright_schema::glob`).
+pub fn glob_match(pattern: &str, key: &str) -> bool {
+    nodewright_schema::glob::matches(pattern, key)
+}
+
+/// Whether uninstall is requested for a package: `IsUninstalling`, or the NodeWright is being
+/// deleted and the package has `uninstall.enabled` (§6.9, §11.1).
+pub fn uninstall_requested(nw: &NodeWright, pkg: &Package) -> bool {
+    pkg.is_uninstalling() || (nw.is_deleting() && pkg.uninstall_enabled())
+}
+
+/// The keys that decide HasInterrupt for a package on a node: the node's own changed keys when
+/// its record differs from the spec (§16.3), else `status.configUpdates[pkg]` (§6.4).
+pub fn interrupt_keys(
+    nw: &NodeWright,
+    applied: &AppliedConfig,
+    name: &str,
+    pkg: &Package,
+) -> Vec<String> {
+    let changed = changed_config_keys(applied, name, pkg);
+    if !changed.is_empty() {
+        return changed;
+    }
+    nw.status
+        .as_ref()
+        .and_then(|s| s.config_updates.as_ref())
+        .and_then(|m| m.get(name))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// HasInterrupt (§6.4): with config keys pending, true iff a `configInterrupts` pattern matches
+/// one of them; otherwise whether `interrupt` is set.
+pub fn has_interrupt_for(pkg: &Package, config_keys: &[String]) -> bool {
+    if config_keys.is_empty() {
+        return pkg.has_spec_interrupt();
+    }
+    pkg.config_interrupts()
+        .keys()
+        .any(|pat| config_keys.iter().any(|k| glob_match(pat, k)))
+}
+
+/// Whether one spec package is complete on a node (§6.4, §16.3 (b)).
+pub fn package_complete(
+    nw: &NodeWright,
+    state: &NodeState,
+    applied: &AppliedConfig,
+    name: &str,
+    pkg: &Package,
+) -> bool {
+    let Some(entry) = state.get(name, &pkg.version) else {
+        return false;
+    };
+    if entry.state != Some(State::Complete) {
+        return false;
+    }
+    let keys = interrupt_keys(nw, applied, name, pkg);
+    let stage_done = match entry.stage {
+        Some(Stage::PostInterrupt) => true,
+        Some(Stage::Config) => !has_interrupt_for(pkg, &keys),
+        _ => false,
+    };
+    stage_done && changed_config_keys(applied, name, pkg).is_empty()
+}
+
+/// Whether a node is complete for a NodeWright given its parsed state and record (§6.4 with
+/// §16.3 (a)): every active package complete, none in its uninstall cycle, and no package whose
+/// uninstall is requested still has an entry.
+pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> bool {
+    for (name, pkg) in nw.spec.packages() {
+        let has_entry = state.entries_of(name).next().is_some();
+        if uninstall_requested(nw, pkg) {
+            if has_entry {
+                return false;
+            }
+            continue;
+        }
+        let Some(entry) = state.get(name, &pkg.version) else {
+            return false;
+        };
+        if entry.stage.is_some_and(Stage::is_uninstall_cycle) {
+            return false;
+        }
+        if !package_complete(nw, state, applied, name, pkg) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether node `node` is complete for NodeWright `nw` in the working state. A malformed
+/// node state is never complete (§4.2).
+pub fn node_complete(ctx: &PassCtx, nw: usize, node: usize) -> bool {
+    let view = &ctx.nws[nw];
+    let n = ctx.node(node);
+    let Ok(state) = n.state(view.name) else {
+        return false;
+    };
+    let applied = parse_applied(n.annotation(&keys::config_applied(view.name)));
+    state_complete(view.nw, state, &applied)
+}
+
+/// HasInterrupt of a package on a node in the working state (§6.4, §16.3).
+pub fn has_interrupt(ctx: &PassCtx, nw: usize, node: usize, name: &str) -> bool {
+    let view = &ctx.nws[nw];
+    let Some(pkg) = view.nw.spec.packages().get(name) else {
+        return false;
+    };
+    let applied = parse_applied(ctx.node(node).annotation(&keys::config_applied(view.name)));
+    has_interrupt_for(pkg, &interrupt_keys(view.nw, &applied, name, pkg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_schema::{Interrupt, InterruptType, PackageStatus, Uninstall};
+
+    fn pkg(version: &str) -> Package {
+        Package {
+            version: version.into(),
+            image: "example/p".into(),
+            ..Package::default()
+        }
+    }
+
+    fn nw_with(pkgs: &[(&str, Package)]) -> NodeWright {
+        let mut nw = NodeWright::new("nw", Default::default());
+        nw.spec.packages = Some(
+            pkgs.iter()
+                .map(|(n, p)| (n.to_string(), p.clone()))
+                .collect(),
+        );
+        nw
+    }
+
+    fn state(entries: &[(&str, &str, Stage, State)]) -> NodeState {
+        let mut s = NodeState::default();
+        for (n, v, stage, st) in entries {
+            s.upsert(PackageStatus::new(n, v, "example/p", *stage, *st));
+        }
+        s
+    }
+
+    #[test]
+    fn glob_matches_like_go_filepath_match() {
+        assert!(glob_match("*.conf", "a.conf"));
+        assert!(!glob_match("*.conf", "ab.txt"));
+        assert!(glob_match("?b*", "ab.txt"));
+        assert!(glob_match("[ab]*.conf", "b.conf"));
+        assert!(!glob_match("[^ab]*.conf", "b.conf"));
+        assert!(glob_match("[a-c]x", "bx"));
+        assert!(!glob_match("[ab", "a"), "malformed pattern matches nothing");
+        assert!(glob_match("a\\*", "a*"));
+        assert!(!glob_match("a", "ab"));
+    }
+
+    #[test]
+    fn package_without_interrupt_completes_at_config() {
+        let nw = nw_with(&[("a", pkg("1.0.0"))]);
+        let s = state(&[("a", "1.0.0", Stage::Config, State::Complete)]);
+        assert!(state_complete(&nw, &s, &AppliedConfig::new()));
+        let s = state(&[("a", "1.0.0", Stage::Apply, State::Complete)]);
+        assert!(!state_complete(&nw, &s, &AppliedConfig::new()));
+    }
+
+    #[test]
+    fn interrupt_package_needs_post_interrupt() {
+        let mut p = pkg("1.0.0");
+        p.interrupt = Some(Interrupt {
+            kind: InterruptType::Reboot,
+            services: vec![],
+        });
+        let nw = nw_with(&[("a", p)]);
+        let s = state(&[("a", "1.0.0", Stage::Config, State::Complete)]);
+        assert!(!state_complete(&nw, &s, &AppliedConfig::new()));
+        let s = state(&[("a", "1.0.0", Stage::PostInterrupt, State::Complete)]);
+        assert!(state_complete(&nw, &s, &AppliedConfig::new()));
+    }
+
+    #[test]
+    fn old_version_entry_is_not_completion() {
+        let nw = nw_with(&[("a", pkg("2.0.0"))]);
+        let s = state(&[("a", "1.0.0", Stage::Config, State::Complete)]);
+        assert!(!state_complete(&nw, &s, &AppliedConfig::new()));
+    }
+
+    #[test]
+    fn requested_uninstall_with_entry_is_incomplete_and_absent_is_complete() {
+        let mut p = pkg("1.0.0");
+        p.uninstall = Some(Uninstall {
+            enabled: true,
+            apply: true,
+        });
+        let nw = nw_with(&[("a", p)]);
+        let s = state(&[("a", "1.0.0", Stage::Config, State::Complete)]);
+        assert!(!state_complete(&nw, &s, &AppliedConfig::new()));
+        assert!(state_complete(
+            &nw,
+            &NodeState::default(),
+            &AppliedConfig::new()
+        ));
+    }
+
+    #[test]
+    fn changed_config_record_makes_node_incomplete_and_decides_interrupt() {
+        let mut p = pkg("1.0.0");
+        p.config_map = Some([("a.conf".to_string(), "new".to_string())].into());
+        p.config_interrupts = Some(
+            [(
+                "*.conf".to_string(),
+                Interrupt {
+                    kind: InterruptType::Service,
+                    services: vec!["x".into()],
+                },
+            )]
+            .into(),
+        );
+        let nw = nw_with(&[("a", p.clone())]);
+        let s = state(&[("a", "1.0.0", Stage::Config, State::Complete)]);
+        let mut applied = AppliedConfig::new();
+        applied.insert(
+            "a|1.0.0".into(),
+            [("a.conf".to_string(), sha256_hex("old"))].into(),
+        );
+        assert_eq!(changed_config_keys(&applied, "a", &p), vec!["a.conf"]);
+        assert!(!state_complete(&nw, &s, &applied));
+        assert!(has_interrupt_for(
+            &p,
+            &changed_config_keys(&applied, "a", &p)
+        ));
+        applied.insert("a|1.0.0".into(), config_digests(&p));
+        assert!(state_complete(&nw, &s, &applied));
+        // No record at all: a node last worked by upstream counts as matching.
+        assert!(state_complete(&nw, &s, &AppliedConfig::new()));
+    }
+
+    #[test]
+    fn sha256_is_lowercase_hex() {
+        assert_eq!(
+            sha256_hex(""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! Conditions (spec/operator.md §12): `Ready` with its message, `NodeStateMalformed`,
+//! `DeploymentPolicyNotFound`, the legacy prefixed mirrors (§12.3), transition times (§12.4)
+//! and the per-node conditions in `node.status.conditions` (§4.5).
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::NodeCondition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodewright_schema::keys::{self, condition, reason};
+use nodewright_schema::{State, Status};
+
+use super::context::PassCtx;
+use crate::plan::Action;
+use crate::settings::constants::{CONDITION_NODE_LIST_CAP, MALFORMED_NODE_LIST_CAP};
+
+fn cond(type_: &str, status: bool, reason: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if status { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    }
+}
+
+/// `Ready` reason for a Status (§12.1).
+pub fn ready_reason(status: Option<Status>) -> &'static str {
+    match status {
+        Some(Status::Complete) => reason::NODES_CONVERGED,
+        Some(Status::InProgress) => reason::PROGRESSING,
+        Some(Status::Blocked) => reason::BLOCKED,
+        Some(Status::Erroring) => reason::ERRORING,
+        Some(Status::Paused) => reason::PAUSED,
+        Some(Status::Waiting) => reason::WAITING,
+        Some(Status::Disabled) => reason::DISABLED,
+        _ => reason::UNKNOWN,
+    }
+}
+
+/// The `Ready` message (§12.1): `<c>/<n> nodes complete (…)`, then one segment per non-empty
+/// Status bucket; more than ten names become `(list truncated; see controller logs)`.
+/// `nodes` are (node name, published Status) of the selected nodes.
+pub fn ready_message(nodes: &[(String, Status)]) -> String {
+    let mut sorted: Vec<&(String, Status)> = nodes.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let names_of = |s: Status| -> Vec<&str> {
+        sorted
+            .iter()
+            .filter(|(_, st)| *st == s)
+            .map(|(n, _)| n.as_str())
+            .collect()
+    };
+    let suffix = |names: &[&str]| -> String {
+        if names.is_empty() {
+            String::new()
+        } else if names.len() > CONDITION_NODE_LIST_CAP {
+            " (list truncated; see controller logs)".to_string()
+        } else {
+            format!(" ({})", names.join(", "))
+        }
+    };
+    let complete = names_of(Status::Complete);
+    let mut segments = vec![format!(
+        "{}/{} nodes complete{}",
+        complete.len(),
+        nodes.len(),
+        suffix(&complete)
+    )];
+    for s in [
+        Status::InProgress,
+        Status::Blocked,
+        Status::Erroring,
+        Status::Waiting,
+        Status::Paused,
+        Status::Disabled,
+        Status::Unknown,
+    ] {
+        let names = names_of(s);
+        if names.is_empty() {
+            continue;
+        }
+        let label = if s == Status::InProgress {
+            "in progress"
+        } else {
+            s.as_str()
+        };
+        segments.push(format!("{} {label}{}", names.len(), suffix(&names)));
+    }
+    segments.join(", ")
+}
+
+/// `NodeStateMalformed` message (§12.2): at most five names, sorted, each cut to ten
+/// characters plus `...`, the rest as ` and <k> more`.
+pub fn malformed_message(names: &[String]) -> String {
+    let mut sorted = names.to_vec();
+    sorted.sort();
+    let shown: Vec<String> = sorted
+        .iter()
+        .take(MALFORMED_NODE_LIST_CAP)
+        .map(|n| {
+            if n.chars().count() > 10 {
+                format!("{}...", n.chars().take(10).collect::<String>())
+            } else {
+                n.clone()
+            }
+        })
+        .collect();
+    let mut msg = format!(
+        "nodeState annotation cannot be parsed on {} node(s): {}",
+        sorted.len(),
+        shown.join(", ")
+    );
+    if sorted.len() > MALFORMED_NODE_LIST_CAP {
+        msg.push_str(&format!(
+            " and {} more",
+            sorted.len() - MALFORMED_NODE_LIST_CAP
+        ));
+    }
+    msg
+}
+
+/// Preamble step 1 (part 1's share): `NodeStateMalformed` (§12.2).
+pub fn refresh_malformed(ctx: &mut PassCtx, nw: usize) {
+    let view = &ctx.nws[nw];
+    let names: Vec<String> = view
+        .selected
+        .iter()
+        .filter(|&&n| ctx.node(n).malformed(view.name))
+        .map(|&n| ctx.node(n).name().to_string())
+        .collect();
+    let now = ctx.now;
+    let view = &mut ctx.nws[nw];
+    if names.is_empty() {
+        view.remove_condition(condition::NODE_STATE_MALFORMED);
+    } else {
+        view.set_condition(
+            cond(
+                condition::NODE_STATE_MALFORMED,
+                true,
+                reason::PARSE_ERROR,
+                malformed_message(&names),
+            ),
+            now,
+        );
+    }
+}
+
+/// `DeploymentPolicyNotFound` (§2.9).
+pub fn refresh_policy_not_found(ctx: &mut PassCtx, nw: usize) {
+    let now = ctx.now;
+    let view = &mut ctx.nws[nw];
+    if view.policy_missing {
+        let name = view.nw.spec.deployment_policy.clone().unwrap_or_default();
+        view.set_condition(
+            cond(
+                condition::DEPLOYMENT_POLICY_NOT_FOUND,
+                true,
+                condition::DEPLOYMENT_POLICY_NOT_FOUND,
+                format!("DeploymentPolicy \"{name}\" not found"),
+            ),
+            now,
+        );
+    } else {
+        view.remove_condition(condition::DEPLOYMENT_POLICY_NOT_FOUND);
+    }
+}
+
+/// Recomputes `Ready` and the legacy mirrors (§12.1, §12.3) before the status is saved.
+pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
+    let view = &ctx.nws[nw];
+    let nodes: Vec<(String, Status)> = view
+        .selected
+        .iter()
+        .map(|&n| {
+            let name = ctx.node(n).name();
+            (name.to_string(), view.published_node_status(name))
+        })
+        .collect();
+    let status = view.status.status;
+    let complete = status == Some(Status::Complete);
+    let message = ready_message(&nodes);
+    let generation = view.generation();
+    let now = ctx.now;
+    let transitioned = view.transitioned;
+    let old = view.initial_status;
+    let view = &mut ctx.nws[nw];
+    let mut ready = cond(
+        condition::READY,
+        complete,
+        ready_reason(status),
+        message.clone(),
+    );
+    ready.observed_generation = Some(generation);
+    view.set_condition(ready.clone(), now);
+    // Legacy mirrors of the mirrored types (§12.3).
+    for t in condition::MIRRORED {
+        let mirror = format!("{}{t}", keys::PREFIX);
+        match view.condition(t).cloned() {
+            Some(mut c) => {
+                c.type_ = mirror;
+                view.set_condition(c, now);
+            }
+            None => view.remove_condition(&mirror),
+        }
+    }
+    let transition_type = format!("{}{}", keys::PREFIX, condition::TRANSITION);
+    let new_text = status.map_or("unknown", Status::as_str);
+    let msg = if transitioned {
+        format!(
+            "Transitioned [{}] -> [{new_text}]",
+            old.map_or("unknown", Status::as_str)
+        )
+    } else {
+        message
+    };
+    let mut transition = cond(&transition_type, complete, new_text, msg);
+    transition.observed_generation = Some(generation);
+    // The Transition mirror refreshes its time whenever reason or message changes (§12.4).
+    let refresh = view
+        .condition(&transition_type)
+        .is_none_or(|c| c.reason != transition.reason || c.message != transition.message);
+    if refresh {
+        view.remove_condition(&transition_type);
+    }
+    view.set_condition(transition, now);
+}
+
+/// Node conditions `<nw>/NotReady` and `<nw>/Erroring` (§4.5) for every selected node whose
+/// state parses, as actions for the nodes where they differ from the snapshot.
+pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
+    let mut per_node: std::collections::BTreeMap<usize, Vec<NodeCondition>> = Default::default();
+    for view in &ctx.nws {
+        if view.deleting() && finalizer_released(ctx, view) {
+            // Cleanup removed this NodeWright's node conditions (§11.1); do not re-add them.
+            continue;
+        }
+        for (p, &n) in view.selected.iter().enumerate() {
+            let node = ctx.node(n);
+            let Ok(state) = node.state(view.name) else {
+                continue;
+            };
+            let complete = view.complete.get(p).copied().unwrap_or(false);
+            let erroring = state
+                .0
+                .values()
+                .any(|e| matches!(e.state, Some(State::Erroring) | Some(State::Unknown)));
+            let wanted = [
+                NodeCondition {
+                    type_: keys::node_condition_not_ready(view.name),
+                    status: if complete { "False" } else { "True" }.to_string(),
+                    reason: Some(
+                        if complete {
+                            reason::COMPLETE
+                        } else {
+                            reason::INCOMPLETE
+                        }
+                        .to_string(),
+                    ),
+                    message: Some(format!("NodeWright {} Ready", view.name)),
+                    last_transition_time: Some(Time(ctx.now)),
+                    last_heartbeat_time: None,
+                },
+                NodeCondition {
+                    type_: keys::node_condition_erroring(view.name),
+                    status: if erroring { "True" } else { "False" }.to_string(),
+                    reason: Some(
+                        if erroring {
+                            reason::PACKAGES_ERRORING
+                        } else {
+                            reason::NOT_ERRORING
+                        }
+                        .to_string(),
+                    ),
+                    message: Some(format!("Package Erroring or Unknown for {}", view.name)),
+                    last_transition_time: Some(Time(ctx.now)),
+                    last_heartbeat_time: None,
+                },
+            ];
+            let existing = node
+                .node()
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref());
+            for w in wanted {
+                let current = existing.and_then(|l| l.iter().find(|c| c.type_ == w.type_));
+                let same = current.is_some_and(|c| {
+                    c.reason == w.reason && c.status == w.status && c.message == w.message
+                });
+                if !same {
+                    per_node.entry(n).or_default().push(w);
+                }
+            }
+        }
+    }
+    per_node
+        .into_iter()
+        .map(|(n, set)| Action::PatchNodeConditions {
+            node: ctx.node(n).name().to_string(),
+            set,
+            remove: Vec::new(),
+        })
+        .collect()
+}
+
+/// Whether the NodeWright carries no finalizer or this pass removes it.
+fn finalizer_released(ctx: &PassCtx, view: &super::context::NwView) -> bool {
+    let has = view
+        .nw
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == keys::FINALIZER));
+    !has || ctx
+        .emitted()
+        .iter()
+        .any(|a| matches!(a, Action::SetFinalizer { name, present: false } if name == view.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(list: &[(&str, Status)]) -> Vec<(String, Status)> {
+        list.iter().map(|(n, s)| (n.to_string(), *s)).collect()
+    }
+
+    #[test]
+    fn ready_message_examples() {
+        assert_eq!(
+            ready_message(&nodes(&[
+                ("node-b", Status::InProgress),
+                ("node-a", Status::Complete),
+                ("node-c", Status::Blocked)
+            ])),
+            "1/3 nodes complete (node-a), 1 in progress (node-b), 1 blocked (node-c)"
+        );
+        assert_eq!(
+            ready_message(&nodes(&[
+                ("n3", Status::Complete),
+                ("n1", Status::Complete),
+                ("n2", Status::Complete)
+            ])),
+            "3/3 nodes complete (n1, n2, n3)"
+        );
+        let many: Vec<(String, Status)> = (0..800)
+            .map(|i| (format!("n{i}"), Status::InProgress))
+            .collect();
+        assert_eq!(
+            ready_message(&many),
+            "0/800 nodes complete, 800 in progress (list truncated; see controller logs)"
+        );
+    }
+
+    #[test]
+    fn malformed_message_caps_and_cuts() {
+        let names: Vec<String> = (0..7).map(|i| format!("a-very-long-node-{i}")).collect();
+        assert_eq!(
+            malformed_message(&names),
+            "nodeState annotation cannot be parsed on 7 node(s): a-very-lon..., a-very-lon..., \
+             a-very-lon..., a-very-lon..., a-very-lon... and 2 more"
+        );
+        assert_eq!(
+            malformed_message(&["n1".to_string()]),
+            "nodeState annotation cannot be parsed on 1 node(s): n1"
+        );
+    }
+}

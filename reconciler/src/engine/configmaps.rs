@@ -1,0 +1,497 @@
+//! The node-metadata ConfigMap (spec/operator.md §9.1) and the package ConfigMaps (§9.2),
+//! with the config-update step of §6.8 as amended for lazy admission (§16.3): the
+//! ConfigMap always follows the spec, `status.configUpdates` publishes the changed keys,
+//! and each node's `configApplied_<nw>` record decides its own config cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use nodewright_schema::{NodeWright, Stage, State, keys, names};
+
+use super::complete::{self, AppliedConfig};
+use super::context::{Flow, PassCtx};
+use crate::plan::Action;
+use crate::settings::Settings;
+
+fn owner_reference(nw: &NodeWright) -> OwnerReference {
+    OwnerReference {
+        api_version: keys::API_VERSION.to_string(),
+        kind: keys::KIND_NODEWRIGHT.to_string(),
+        name: nw.name().to_string(),
+        uid: nw.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// `packages.json` of the node-metadata ConfigMap (§9.1), built from the current spec.
+pub fn packages_json(nw: &NodeWright, settings: &Settings) -> String {
+    let mut packages = serde_json::Map::new();
+    for (name, p) in nw.spec.packages() {
+        let mut entry = serde_json::Map::new();
+        entry.insert("name".into(), name.clone().into());
+        entry.insert("version".into(), p.version.clone().into());
+        entry.insert("image".into(), p.image.clone().into());
+        if let Some(agent) = p.agent_image_override.as_ref().filter(|s| !s.is_empty()) {
+            entry.insert("agentImageOverride".into(), agent.clone().into());
+        }
+        if let Some(i) = &p.interrupt {
+            entry.insert(
+                "interrupt".into(),
+                serde_json::to_value(i).unwrap_or_default(),
+            );
+        }
+        if !p.config_interrupts().is_empty() {
+            entry.insert(
+                "configInterrupts".into(),
+                serde_json::to_value(p.config_interrupts()).unwrap_or_default(),
+            );
+        }
+        packages.insert(name.clone(), serde_json::Value::Object(entry));
+    }
+    let mut root = serde_json::Map::new();
+    root.insert(
+        "agentVersion".into(),
+        settings.agent_version().to_string().into(),
+    );
+    root.insert("packages".into(), serde_json::Value::Object(packages));
+    serde_json::Value::Object(root).to_string()
+}
+
+/// The node-metadata ConfigMap of a node (§9.1); `None` for a node without labels and
+/// annotations.
+pub fn node_metadata_configmap(
+    nw: &NodeWright,
+    settings: &Settings,
+    node: &str,
+    annotations: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> Option<ConfigMap> {
+    if annotations.is_empty() && labels.is_empty() {
+        return None;
+    }
+    let data = BTreeMap::from([
+        (
+            "annotations.json".to_string(),
+            serde_json::to_string(annotations).unwrap_or_default(),
+        ),
+        (
+            "labels.json".to_string(),
+            serde_json::to_string(labels).unwrap_or_default(),
+        ),
+        ("packages.json".to_string(), packages_json(nw, settings)),
+    ]);
+    Some(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(names::node_metadata_configmap(nw.name(), node)),
+            namespace: Some(settings.namespace.clone()),
+            labels: Some(BTreeMap::from([(
+                keys::CONFIGMAP_LABEL_NODE_META.to_string(),
+                nw.name().to_string(),
+            )])),
+            annotations: Some(BTreeMap::from([
+                (
+                    keys::CONFIGMAP_ANNOTATION_NAME.to_string(),
+                    nw.name().to_string(),
+                ),
+                (
+                    keys::CONFIGMAP_ANNOTATION_NODE_NAME.to_string(),
+                    node.to_string(),
+                ),
+            ])),
+            owner_references: Some(vec![owner_reference(nw)]),
+            ..ObjectMeta::default()
+        },
+        data: Some(data),
+        ..ConfigMap::default()
+    })
+}
+
+/// The package ConfigMap (§9.2).
+pub fn package_configmap(nw: &NodeWright, settings: &Settings, name: &str) -> Option<ConfigMap> {
+    let p = nw.spec.packages().get(name)?;
+    if p.config_map().is_empty() {
+        return None;
+    }
+    Some(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(names::package_configmap(nw.name(), name, &p.version)),
+            namespace: Some(settings.namespace.clone()),
+            labels: Some(BTreeMap::from([(
+                keys::CONFIGMAP_LABEL_NAME.to_string(),
+                nw.name().to_string(),
+            )])),
+            annotations: Some(BTreeMap::from([
+                (
+                    keys::CONFIGMAP_ANNOTATION_NAME.to_string(),
+                    nw.name().to_string(),
+                ),
+                (
+                    keys::CONFIGMAP_ANNOTATION_PACKAGE_NAME.to_string(),
+                    name.to_string(),
+                ),
+                (
+                    keys::CONFIGMAP_ANNOTATION_PACKAGE_VERSION.to_string(),
+                    p.version.clone(),
+                ),
+            ])),
+            owner_references: Some(vec![owner_reference(nw)]),
+            ..ObjectMeta::default()
+        },
+        data: Some(p.config_map().clone()),
+        ..ConfigMap::default()
+    })
+}
+
+fn existing<'s>(ctx: &PassCtx<'s>, name: &str) -> Option<&'s ConfigMap> {
+    ctx.snap
+        .config_maps
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+}
+
+fn already_upserted(ctx: &PassCtx<'_>, name: &str) -> bool {
+    ctx.emitted().iter().any(|a| match a {
+        Action::UpsertConfigMap(c) => c.metadata.name.as_deref() == Some(name),
+        _ => false,
+    })
+}
+
+/// Upserts a node's metadata ConfigMap when its data differs (before a Job is created, §6.3
+/// step 5, §6.12).
+pub fn upsert_node_metadata(ctx: &mut PassCtx<'_>, nw: usize, node: usize) {
+    let n = ctx.node(node);
+    let Some(cm) = node_metadata_configmap(
+        ctx.nws[nw].nw,
+        ctx.settings,
+        n.name(),
+        n.annotations(),
+        n.labels(),
+    ) else {
+        return;
+    };
+    let name = cm.metadata.name.clone().unwrap_or_default();
+    if already_upserted(ctx, &name) {
+        return;
+    }
+    if existing(ctx, &name).is_some_and(|c| c.data == cm.data) {
+        return;
+    }
+    ctx.emit(Action::UpsertConfigMap(Box::new(cm)));
+}
+
+/// Preamble step 5b (§9.1): delete the metadata ConfigMaps of nodes no longer selected and
+/// rewrite a stale `packages.json` on the others.
+pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+    let view = &ctx.nws[nw];
+    let nw_name = view.name.to_string();
+    let selected: BTreeSet<String> = view
+        .selected
+        .iter()
+        .map(|&id| names::node_metadata_configmap(&nw_name, ctx.node(id).name()))
+        .collect();
+    let packages = packages_json(view.nw, ctx.settings);
+    let mut deletes = Vec::new();
+    let mut refresh = Vec::new();
+    for cm in &ctx.snap.config_maps {
+        let is_ours = cm
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::CONFIGMAP_LABEL_NODE_META))
+            == Some(&nw_name);
+        if !is_ours {
+            continue;
+        }
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        if !selected.contains(&name) {
+            deletes.push(name);
+        } else if cm.data.as_ref().and_then(|d| d.get("packages.json")) != Some(&packages) {
+            refresh.push(name);
+        }
+    }
+    for name in deletes {
+        ctx.emit(Action::DeleteConfigMap { name });
+    }
+    if !refresh.is_empty() {
+        let ids = ctx.nws[nw].selected.clone();
+        for id in ids {
+            let name = names::node_metadata_configmap(&nw_name, ctx.node(id).name());
+            if refresh.contains(&name) {
+                upsert_node_metadata(ctx, nw, id);
+            }
+        }
+    }
+    Flow::Continue
+}
+
+/// Keys new or changed between a ConfigMap's data and the spec (§6.8; removed keys are not
+/// listed).
+pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
+    new.iter()
+        .filter(|(k, v)| old.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// Preamble step 5c (§9.2, §6.8, §16.3): package ConfigMaps follow the spec; a data change
+/// publishes its changed keys in `status.configUpdates`; complete entries that have no
+/// applied-config record yet get one (backfill, no re-run).
+pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+    let view = &ctx.nws[nw];
+    let nw_obj = view.nw;
+    let nw_name = view.name.to_string();
+    let packages = nw_obj.spec.packages();
+    let selected = view.selected.clone();
+
+    // Packages in their uninstall cycle on any node get no config work (§6.8, §9.2).
+    let mut in_cycle: BTreeSet<String> = BTreeSet::new();
+    for &id in &selected {
+        if let Ok(state) = ctx.node(id).state(&nw_name) {
+            for e in state.0.values() {
+                if e.stage.is_some_and(Stage::is_uninstall_cycle) {
+                    in_cycle.insert(e.name.clone());
+                }
+            }
+        }
+    }
+
+    // Backfill records from what the nodes last applied: the existing ConfigMap's data.
+    for &id in &selected {
+        let n = ctx.node(id);
+        let Ok(state) = n.state(&nw_name) else {
+            continue;
+        };
+        let key = keys::config_applied(&nw_name);
+        let mut applied: AppliedConfig = complete::parse_applied(n.annotation(&key));
+        let mut changed = false;
+        for (name, p) in packages {
+            if p.config_map().is_empty() {
+                continue;
+            }
+            let entry_key = nodewright_schema::node_state::entry_key(name, &p.version);
+            if applied.contains_key(&entry_key) {
+                continue;
+            }
+            let Some(e) = state.get(name, &p.version) else {
+                continue;
+            };
+            let configured = e.state == Some(State::Complete)
+                && matches!(
+                    e.stage,
+                    Some(Stage::Config | Stage::Interrupt | Stage::PostInterrupt)
+                );
+            if !configured {
+                continue;
+            }
+            let cm_name = names::package_configmap(&nw_name, name, &p.version);
+            let data = existing(ctx, &cm_name)
+                .and_then(|c| c.data.clone())
+                .unwrap_or_else(|| p.config_map().clone());
+            applied.insert(
+                entry_key,
+                data.iter()
+                    .map(|(k, v)| (k.clone(), complete::sha256_hex(v)))
+                    .collect(),
+            );
+            changed = true;
+        }
+        if changed {
+            let value = serde_json::to_string(&applied).unwrap_or_default();
+            ctx.node_mut(id).set_annotation(key, value);
+        }
+    }
+
+    // Delete ConfigMaps that match no spec package/version (§9.2); an emptied configMap keeps
+    // its ConfigMap (still expected by name).
+    let expected: BTreeSet<String> = packages
+        .iter()
+        .map(|(name, p)| names::package_configmap(&nw_name, name, &p.version))
+        .collect();
+    let mut deletes = Vec::new();
+    let mut version_changed: BTreeSet<String> = BTreeSet::new();
+    for cm in &ctx.snap.config_maps {
+        let labels = cm.metadata.labels.as_ref();
+        let ours = labels.and_then(|l| l.get(keys::CONFIGMAP_LABEL_NAME)) == Some(&nw_name)
+            && labels.is_none_or(|l| !l.contains_key(keys::CONFIGMAP_LABEL_NODE_META));
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        if ours && !expected.contains(&name) {
+            if let Some(pkg) = cm
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::CONFIGMAP_ANNOTATION_PACKAGE_NAME))
+            {
+                version_changed.insert(pkg.clone());
+            }
+            deletes.push(name);
+        }
+    }
+    for name in deletes {
+        ctx.emit(Action::DeleteConfigMap { name });
+    }
+
+    let mut updates: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut clears: BTreeSet<String> = BTreeSet::new();
+    let mut upserts = Vec::new();
+    for (name, p) in packages {
+        if in_cycle.contains(name) || p.config_map().is_empty() {
+            continue;
+        }
+        let cm_name = names::package_configmap(&nw_name, name, &p.version);
+        match existing(ctx, &cm_name) {
+            None => {
+                if version_changed.contains(name) {
+                    // §6.6: a version change clears the package's config updates.
+                    clears.insert(name.clone());
+                }
+                upserts.push(name.clone());
+            }
+            Some(cm) => {
+                let old = cm.data.clone().unwrap_or_default();
+                if &old != p.config_map() {
+                    updates.insert(name.clone(), changed_keys(&old, p.config_map()));
+                    upserts.push(name.clone());
+                }
+            }
+        }
+    }
+    // Packages that left the spec (§6.11) and version changes (§6.6) clear their list; an
+    // applied update replaces it (§6.8: the previous list is cleared first).
+    let status = &mut ctx.nws[nw].status;
+    if let Some(cu) = status.config_updates.as_mut() {
+        cu.retain(|pkg, _| packages.contains_key(pkg) && !clears.contains(pkg));
+    }
+    for (pkg, keys) in updates {
+        if keys.is_empty() {
+            continue;
+        }
+        status
+            .config_updates
+            .get_or_insert_with(BTreeMap::new)
+            .insert(pkg, keys);
+    }
+    if status
+        .config_updates
+        .as_ref()
+        .is_some_and(BTreeMap::is_empty)
+    {
+        status.config_updates = None;
+    }
+    for name in upserts {
+        if let Some(cm) = package_configmap(nw_obj, ctx.settings, &name) {
+            ctx.emit(Action::UpsertConfigMap(Box::new(cm)));
+        }
+    }
+    Flow::Continue
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_schema::{Interrupt, InterruptType, Package};
+
+    #[test]
+    fn packages_json_lists_spec_packages_in_upstream_field_order() {
+        let mut nw = NodeWright::new("nw", Default::default());
+        nw.spec.packages = Some(BTreeMap::from([(
+            "tuning".to_string(),
+            Package {
+                version: "1.0.0".into(),
+                image: "example/tuning".into(),
+                interrupt: Some(Interrupt {
+                    kind: InterruptType::Reboot,
+                    services: vec![],
+                }),
+                ..Package::default()
+            },
+        )]));
+        assert_eq!(
+            packages_json(&nw, &Settings::default()),
+            r#"{"agentVersion":"v7.0.0","packages":{"tuning":{"name":"tuning","version":"1.0.0","image":"example/tuning","interrupt":{"type":"reboot"}}}}"#
+        );
+    }
+
+    #[test]
+    fn changed_keys_list_new_and_different_values_only() {
+        let old = BTreeMap::from([
+            ("a".to_string(), "1".to_string()),
+            ("b".to_string(), "2".to_string()),
+        ]);
+        let new = BTreeMap::from([
+            ("a".to_string(), "1".to_string()),
+            ("c".to_string(), "3".to_string()),
+        ]);
+        assert_eq!(changed_keys(&old, &new), ["c"]);
+    }
+
+    #[test]
+    fn metadata_configmap_is_skipped_for_a_bare_node() {
+        let nw = NodeWright::new("nw", Default::default());
+        assert!(
+            node_metadata_configmap(
+                &nw,
+                &Settings::default(),
+                "n",
+                &BTreeMap::new(),
+                &BTreeMap::new()
+            )
+            .is_none()
+        );
+        let cm = node_metadata_configmap(
+            &nw,
+            &Settings::default(),
+            "n",
+            &BTreeMap::new(),
+            &BTreeMap::from([("k".to_string(), "v".to_string())]),
+        )
+        .unwrap();
+        assert_eq!(
+            cm.metadata.name.unwrap(),
+            names::node_metadata_configmap("nw", "n")
+        );
+        assert_eq!(cm.data.unwrap()["labels.json"], r#"{"k":"v"}"#);
+    }
+
+    #[test]
+    fn golden_configmaps() {
+        let mut nw = NodeWright::new("gpu-init", Default::default());
+        nw.metadata.uid = Some("uid-1".into());
+        nw.spec.packages = Some(BTreeMap::from([(
+            "tuning".to_string(),
+            Package {
+                version: "1.2.3".into(),
+                image: "example/tuning".into(),
+                config_map: Some(BTreeMap::from([
+                    ("a.conf".to_string(), "x=1\n".to_string()),
+                    ("b.conf".to_string(), "y=2\n".to_string()),
+                ])),
+                config_interrupts: Some(BTreeMap::from([(
+                    "*.conf".to_string(),
+                    Interrupt {
+                        kind: InterruptType::Service,
+                        services: vec!["kubelet".into()],
+                    },
+                )])),
+                ..Package::default()
+            },
+        )]));
+        let settings = Settings::default();
+        let pkg = package_configmap(&nw, &settings, "tuning").unwrap();
+        assert_eq!(pkg.metadata.name.as_deref(), Some("gpu-init-tuning-1.2.3"));
+        insta::assert_yaml_snapshot!("package_configmap", pkg);
+        let meta = node_metadata_configmap(
+            &nw,
+            &settings,
+            "node-a",
+            &BTreeMap::from([(
+                "nodewright.nvidia.com/status_gpu-init".to_string(),
+                "in_progress".to_string(),
+            )]),
+            &BTreeMap::from([("pool".to_string(), "gpu".to_string())]),
+        )
+        .unwrap();
+        insta::assert_yaml_snapshot!("node_metadata_configmap", meta);
+    }
+}

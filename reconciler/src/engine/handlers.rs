@@ -1,0 +1,705 @@
+//! The Job handler (spec/operator.md §8.8–§8.13, §8.16) and the Pod-evidence handler
+//! (§8.10), run once at the start of every pass over the snapshot's Jobs and pods.
+//!
+//! Both write node-state entries through the pass's working state, so their writes are
+//! entry deltas merged onto the node like every other (§5.15). Completion is recorded
+//! exactly once: the state write comes first, the `state-recorded` marker after it, and a
+//! re-served completion finds its postcondition already true (§8.8 step 2).
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use nodewright_schema::node_state::entry_key;
+use nodewright_schema::{Stage, State, Status, keys, names};
+
+use super::complete::{self, AppliedConfig};
+use super::context::PassCtx;
+use super::jobs::{self, PackageAnnotation};
+use crate::plan::{Action, EventObject, EventType};
+use crate::settings::constants::FAILURE_TARGET_GRACE;
+
+/// Class of a Failed pod (§8.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureClass {
+    /// Evicted, preempted, taint-killed, PodGC'd: spends nothing, writes nothing.
+    Disruption,
+    /// Kubelet admission rejection: spends an attempt, not the package's failure.
+    Rejection,
+    /// A step container failed or the attempt ran past its deadline.
+    Genuine,
+    /// Not failed (yet).
+    NotFailed,
+}
+
+fn pod_condition_true(pod: &Pod, kind: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
+}
+
+fn all_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
+    let status = pod.status.as_ref();
+    status
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .chain(
+            status
+                .and_then(|s| s.container_statuses.as_ref())
+                .into_iter()
+                .flatten(),
+        )
+}
+
+/// A container terminated with a real non-zero verdict (incl. `OOMKilled`, not
+/// `ContainerStatusUnknown`).
+fn real_failure(c: &ContainerStatus) -> bool {
+    let terminated = c
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.as_ref()));
+    terminated
+        .is_some_and(|t| t.exit_code != 0 && t.reason.as_deref() != Some("ContainerStatusUnknown"))
+}
+
+fn pod_reason(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.reason.as_deref())
+}
+
+/// Classifies a pod of a stage Job (§8.7).
+pub fn classify_failure(pod: &Pod) -> FailureClass {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase != Some("Failed") {
+        return FailureClass::NotFailed;
+    }
+    if pod_condition_true(pod, "DisruptionTarget") {
+        return FailureClass::Disruption;
+    }
+    if pod_reason(pod) == Some("DeadlineExceeded") || all_statuses(pod).any(real_failure) {
+        return FailureClass::Genuine;
+    }
+    FailureClass::Rejection
+}
+
+fn child_pods<'s>(ctx: &PassCtx<'s>, job: &Job) -> Vec<&'s Pod> {
+    let Some(uid) = job.metadata.uid.as_deref() else {
+        return Vec::new();
+    };
+    ctx.snap
+        .pods
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(keys::JOB_CONTROLLER_UID_LABEL))
+                .map(String::as_str)
+                == Some(uid)
+        })
+        .collect()
+}
+
+fn node_of(ctx: &PassCtx<'_>, job: &Job) -> Option<usize> {
+    let label = jobs::label(job, keys::JOB_LABEL_NODE)?;
+    if let Some(id) = ctx.node_id(label) {
+        return Some(id);
+    }
+    // Long node names are hashed in the label (§4.7).
+    (0..ctx.nodes.len()).find(|&id| names::node_label_value(ctx.node(id).name()) == label)
+}
+
+fn ttl_seconds(d: std::time::Duration) -> i32 {
+    i32::try_from(d.as_secs()).unwrap_or(i32::MAX)
+}
+
+fn mark_processed(ctx: &mut PassCtx<'_>, job: &Job, succeeded: bool) {
+    let ttl = if succeeded {
+        ctx.settings.job_ttl_succeeded()
+    } else {
+        ctx.settings.job_ttl_failed()
+    };
+    ctx.emit(Action::AnnotateJob {
+        name: jobs::job_name(job).to_string(),
+        uid: job.metadata.uid.clone(),
+        annotations: BTreeMap::from([(
+            keys::JOB_ANNOTATION_STATE_RECORDED.to_string(),
+            "true".to_string(),
+        )]),
+        ttl_seconds_after_finished: Some(ttl_seconds(ttl)),
+    });
+}
+
+/// Runs the Job handler and the Pod-evidence handler over the snapshot (once per pass).
+pub fn run(ctx: &mut PassCtx<'_>) {
+    let jobs_list: Vec<&Job> = ctx.snap.jobs.iter().collect();
+    for job in &jobs_list {
+        let Some(nw_name) = jobs::label(job, keys::JOB_LABEL_NAME) else {
+            continue;
+        };
+        let Some(nw) = ctx.nw_index(nw_name) else {
+            continue;
+        };
+        if jobs::is_invalid(job) {
+            continue;
+        }
+        if !jobs::is_processed(job) {
+            if jobs::is_complete(job) {
+                complete_job(ctx, nw, job);
+                continue;
+            }
+            if jobs::is_failed(job) {
+                fail_job(ctx, nw, job);
+                continue;
+            }
+        }
+        if jobs::is_unfinished(job) {
+            prune_archives(ctx, job);
+            failure_target(ctx, nw, job);
+            if jobs::is_interrupt_job(job) {
+                interrupt_budget(ctx, nw, job);
+            }
+        }
+    }
+    pod_evidence(ctx);
+}
+
+/// §8.8: record a completed stage exactly once.
+fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
+    let Some(node) = node_of(ctx, job) else {
+        mark_processed(ctx, job, true);
+        return;
+    };
+    let Some(pkg) = jobs::read_package_annotation(job) else {
+        mark_processed(ctx, job, true);
+        return;
+    };
+    let Some(stage) = jobs::job_stage(job) else {
+        mark_processed(ctx, job, true);
+        return;
+    };
+    let nw_name = ctx.nws[nw].name.to_string();
+    let node_name = ctx.node(node).name().to_string();
+    let Ok(state) = ctx.node(node).state(&nw_name).cloned() else {
+        // A malformed node state cannot take the write; the next pass retries (§4.2).
+        return;
+    };
+    let nw_obj = ctx.nws[nw].nw;
+    let key = entry_key(&pkg.name, &pkg.version);
+    let entry = state.0.get(&key).cloned();
+    let interrupt_container = jobs::is_interrupt_job(job);
+
+    if interrupt_container {
+        let skipped: Vec<String> = nw_obj
+            .spec
+            .packages()
+            .iter()
+            .filter(|(n, p)| {
+                state
+                    .get(n, &p.version)
+                    .is_some_and(|e| e.is(Stage::Interrupt, State::Skipped))
+            })
+            .map(|(n, p)| entry_key(n, &p.version))
+            .collect();
+        let owner_done = match &entry {
+            None => stage == Stage::UninstallInterrupt,
+            Some(e) => {
+                (e.stage == Some(stage) && e.state == Some(State::Complete))
+                    || (stage == Stage::Interrupt && e.stage == Some(Stage::PostInterrupt))
+            }
+        };
+        if !(owner_done && skipped.is_empty()) {
+            for k in skipped {
+                if let Some(mut e) = state.0.get(&k).cloned() {
+                    e.state = Some(State::Complete);
+                    set(ctx, nw, node, e);
+                }
+            }
+            if let Some(mut e) = entry.clone() {
+                e.stage = Some(stage);
+                e.state = Some(State::Complete);
+                set(ctx, nw, node, e);
+            }
+            applied_event(ctx, &nw_name, &node_name, &pkg, stage);
+        }
+    } else {
+        match stage {
+            Stage::Upgrade => {
+                let others: Vec<String> = state
+                    .entries_of(&pkg.name)
+                    .filter(|e| e.version != pkg.version)
+                    .map(|e| entry_key(&e.name, &e.version))
+                    .collect();
+                let done = others.is_empty()
+                    && entry.as_ref().is_some_and(|e| {
+                        e.state == Some(State::Complete)
+                            || e.stage.is_some_and(|s| s.order() > Stage::Upgrade.order())
+                    });
+                if !done && let Some(mut e) = entry.clone() {
+                    for k in others {
+                        ctx.node_mut(node).remove_entry(&nw_name, &k);
+                    }
+                    e.stage = Some(Stage::Upgrade);
+                    e.state = Some(State::Complete);
+                    e.restarts = jobs::failed_count(job);
+                    set(ctx, nw, node, e);
+                    applied_event(ctx, &nw_name, &node_name, &pkg, stage);
+                }
+            }
+            Stage::Uninstall => {
+                let spec = nw_obj.spec.packages().get(&pkg.name);
+                let same_version = spec.is_some_and(|p| p.version == pkg.version);
+                let with_interrupt = same_version && spec.is_some_and(|p| p.has_spec_interrupt());
+                let done = match &entry {
+                    None => true,
+                    Some(e) => with_interrupt && e.stage == Some(Stage::UninstallInterrupt),
+                };
+                if !done && let Some(mut e) = entry.clone() {
+                    if with_interrupt {
+                        e.stage = Some(Stage::UninstallInterrupt);
+                        e.state = Some(State::InProgress);
+                        e.restarts = 0;
+                        set(ctx, nw, node, e);
+                    } else {
+                        ctx.node_mut(node).remove_entry(&nw_name, &key);
+                    }
+                    applied_event(ctx, &nw_name, &node_name, &pkg, stage);
+                }
+            }
+            _ => {
+                let done = entry.as_ref().is_some_and(|e| {
+                    (e.stage == Some(stage) && e.state == Some(State::Complete))
+                        || e.stage.is_some_and(|s| s.order() > stage.order())
+                });
+                if !done && let Some(mut e) = entry.clone() {
+                    e.stage = Some(stage);
+                    e.state = Some(State::Complete);
+                    e.restarts = jobs::failed_count(job);
+                    set(ctx, nw, node, e);
+                    applied_event(ctx, &nw_name, &node_name, &pkg, stage);
+                }
+                if stage == Stage::Config && entry.is_some() {
+                    record_config(ctx, nw, node, job, &key);
+                }
+            }
+        }
+    }
+    mark_processed(ctx, job, true);
+}
+
+/// §16.3: a completed config stage records the configMap the Job ran with.
+fn record_config(ctx: &mut PassCtx<'_>, nw: usize, node: usize, job: &Job, key: &str) {
+    let nw_name = ctx.nws[nw].name.to_string();
+    let Some(record) = jobs::annotation(job, keys::JOB_ANNOTATION_CONFIG_DIGESTS)
+        .and_then(|v| serde_json::from_str::<BTreeMap<String, String>>(v).ok())
+    else {
+        return;
+    };
+    let ann_key = keys::config_applied(&nw_name);
+    let mut applied: AppliedConfig = complete::parse_applied(ctx.node(node).annotation(&ann_key));
+    if record.is_empty() {
+        if applied.remove(key).is_none() {
+            return;
+        }
+    } else if applied.get(key) == Some(&record) {
+        return;
+    } else {
+        applied.insert(key.to_string(), record);
+    }
+    let n = ctx.node_mut(node);
+    if applied.is_empty() {
+        n.remove_annotation(&ann_key);
+    } else {
+        n.set_annotation(ann_key, serde_json::to_string(&applied).unwrap_or_default());
+    }
+}
+
+fn set(ctx: &mut PassCtx<'_>, nw: usize, node: usize, entry: nodewright_schema::PackageStatus) {
+    let nw_name = ctx.nws[nw].name.to_string();
+    if let Err(e) = ctx.node_mut(node).set_entry(&nw_name, entry) {
+        let node_name = ctx.node(node).name().to_string();
+        ctx.error(format!("node {node_name}, nodewright {nw_name}: {e}"));
+    } else {
+        ctx.publish_node(nw, node);
+    }
+}
+
+fn applied_event(
+    ctx: &mut PassCtx<'_>,
+    nw: &str,
+    node: &str,
+    pkg: &PackageAnnotation,
+    stage: Stage,
+) {
+    for object in [
+        EventObject::Node(node.to_string()),
+        EventObject::NodeWright(nw.to_string()),
+    ] {
+        ctx.event(
+            object,
+            EventType::Normal,
+            keys::event::APPLY,
+            format!(
+                "[nodewright:{nw}] state complete: {}:{} stage {stage} on node {node}",
+                pkg.name, pkg.version
+            ),
+        );
+    }
+}
+
+/// Genuine failure evidence of a terminal Job (§8.9).
+fn genuine_evidence(ctx: &PassCtx<'_>, job: &Job, entry_erroring: bool) -> bool {
+    if jobs::annotation(job, keys::JOB_ANNOTATION_RESTART_LIMIT_EXCEEDED).is_some() {
+        return true;
+    }
+    if jobs::condition_reason(job, "Failed") == Some("DeadlineExceeded") {
+        return true;
+    }
+    let pods = child_pods(ctx, job);
+    if pods
+        .iter()
+        .any(|p| classify_failure(p) == FailureClass::Genuine)
+    {
+        return true;
+    }
+    // Archives gone, but pod evidence already recorded the failure.
+    pods.iter()
+        .all(|p| classify_failure(p) == FailureClass::NotFailed)
+        && entry_erroring
+}
+
+/// §8.9: a stage that gave up is `erroring` and parked; no genuine evidence → re-run.
+fn fail_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
+    let Some(node) = node_of(ctx, job) else {
+        mark_processed(ctx, job, false);
+        return;
+    };
+    let (Some(pkg), Some(stage)) = (jobs::read_package_annotation(job), jobs::job_stage(job))
+    else {
+        mark_processed(ctx, job, false);
+        return;
+    };
+    let nw_name = ctx.nws[nw].name.to_string();
+    let Ok(state) = ctx.node(node).state(&nw_name).cloned() else {
+        return;
+    };
+    let entry = state.get(&pkg.name, &pkg.version).cloned();
+    let at_stage = entry.as_ref().filter(|e| e.stage == Some(stage));
+    let erroring = at_stage.is_some_and(|e| e.state == Some(State::Erroring));
+    if genuine_evidence(ctx, job, erroring)
+        && let Some(mut e) = at_stage.cloned()
+        && e.state != Some(State::Complete)
+    {
+        e.state = Some(State::Erroring);
+        e.restarts = e.restarts.max(jobs::failed_count(job));
+        set(ctx, nw, node, e);
+        ctx.set_node_status(nw, node, Status::Erroring);
+    }
+    mark_processed(ctx, job, false);
+}
+
+/// §8.9: a Job stuck at `FailureTarget` past the grace window is erroring evidence (state
+/// write only). The first-seen time lives in memory; the controller records it.
+fn failure_target(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
+    if !jobs::has_condition(job, "FailureTarget") {
+        return;
+    }
+    let name = jobs::job_name(job).to_string();
+    let seen = ctx.snap.memory.failure_target_seen.get(&name).copied();
+    let grace = jiff::SignedDuration::try_from(FAILURE_TARGET_GRACE).unwrap_or_default();
+    let Some(seen) = seen else {
+        ctx.requeue_after(FAILURE_TARGET_GRACE + std::time::Duration::from_secs(1));
+        return;
+    };
+    let due: Timestamp = seen.checked_add(grace).unwrap_or(seen);
+    if ctx.now < due {
+        if let Ok(left) = std::time::Duration::try_from(due.duration_since(ctx.now)) {
+            ctx.requeue_after(left + std::time::Duration::from_secs(1));
+        }
+        return;
+    }
+    write_erroring(ctx, nw, job, None);
+}
+
+fn write_erroring(ctx: &mut PassCtx<'_>, nw: usize, job: &Job, restarts: Option<i32>) {
+    let Some(node) = node_of(ctx, job) else {
+        return;
+    };
+    let (Some(pkg), Some(stage)) = (jobs::read_package_annotation(job), jobs::job_stage(job))
+    else {
+        return;
+    };
+    let nw_name = ctx.nws[nw].name.to_string();
+    let Ok(state) = ctx.node(node).state(&nw_name) else {
+        return;
+    };
+    if let Some(e) = state.get(&pkg.name, &pkg.version).cloned()
+        && e.stage == Some(stage)
+        && e.state != Some(State::Complete)
+    {
+        let restarts = restarts.unwrap_or(e.restarts.max(jobs::failed_count(job)));
+        if e.state != Some(State::Erroring) || e.restarts != restarts {
+            let mut e = e;
+            e.state = Some(State::Erroring);
+            e.restarts = restarts;
+            set(ctx, nw, node, e);
+        }
+    }
+}
+
+/// §8.11: keep the first and the most recent genuine failures; prune other Failed pods.
+fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job) {
+    if jobs::is_interrupt_job(job) {
+        return;
+    }
+    let mut failed: Vec<&Pod> = child_pods(ctx, job)
+        .into_iter()
+        .filter(|p| classify_failure(p) != FailureClass::NotFailed)
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    failed.sort_by_key(|p| {
+        (
+            p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            p.metadata.name.clone(),
+        )
+    });
+    let genuine: Vec<&Pod> = failed
+        .iter()
+        .copied()
+        .filter(|p| classify_failure(p) == FailureClass::Genuine)
+        .collect();
+    let keep: Vec<&str> = [genuine.first(), genuine.last()]
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.metadata.name.as_deref())
+        .collect();
+    let node = jobs::label(job, keys::JOB_LABEL_NODE)
+        .unwrap_or_default()
+        .to_string();
+    for pod in failed {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        if keep.contains(&name.as_str()) {
+            continue;
+        }
+        ctx.emit(Action::DeletePod(crate::plan::PodRef {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name,
+            node: node.clone(),
+            nodewright: None,
+            grace_period_seconds: None,
+        }));
+    }
+}
+
+fn interrupt_status(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "interrupt"))
+}
+
+fn crash_looping(c: &ContainerStatus) -> bool {
+    c.state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+        || c.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code != 0)
+}
+
+/// §8.16: a non-reboot interrupt failing again with restarts at `JOB_BACKOFF_LIMIT` is ended.
+fn interrupt_budget(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
+    let Some(interrupt_type) = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.init_containers.as_ref())
+        .and_then(|cs| cs.first())
+        .and_then(|c| c.args.as_ref())
+        .and_then(|a| a.get(3))
+        .and_then(|b64| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.decode(b64).ok()
+        })
+        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+    else {
+        return;
+    };
+    if interrupt_type == "node_restart" {
+        return;
+    }
+    let limit = ctx.settings.job_backoff_limit;
+    let over = child_pods(ctx, job)
+        .into_iter()
+        .any(|p| interrupt_status(p).is_some_and(|c| c.restart_count >= limit && crash_looping(c)));
+    if !over || jobs::annotation(job, keys::JOB_ANNOTATION_RESTART_LIMIT_EXCEEDED).is_some() {
+        return;
+    }
+    let name = jobs::job_name(job).to_string();
+    ctx.emit(Action::AnnotateJob {
+        name: name.clone(),
+        uid: job.metadata.uid.clone(),
+        annotations: BTreeMap::from([(
+            keys::JOB_ANNOTATION_RESTART_LIMIT_EXCEEDED.to_string(),
+            "true".to_string(),
+        )]),
+        ttl_seconds_after_finished: None,
+    });
+    ctx.emit(Action::FailJob {
+        name,
+        reason: keys::reason::RESTART_LIMIT_EXCEEDED.to_string(),
+    });
+    let nw_name = ctx.nws[nw].name.to_string();
+    let node = jobs::label(job, keys::JOB_LABEL_NODE)
+        .unwrap_or_default()
+        .to_string();
+    for object in [
+        EventObject::Node(node.clone()),
+        EventObject::NodeWright(nw_name.clone()),
+    ] {
+        ctx.event(
+            object,
+            EventType::Warning,
+            keys::event::INTERRUPT,
+            format!(
+                "[nodewright:{nw_name}] {}: interrupt on node {node} failed {limit} times",
+                keys::reason::RESTART_LIMIT_EXCEEDED
+            ),
+        );
+    }
+}
+
+/// §8.10: in-flight `erroring` evidence from stage pods; never creates or regresses an entry
+/// and never sets the node Status.
+fn pod_evidence(ctx: &mut PassCtx<'_>) {
+    let namespace = ctx.settings.namespace.clone();
+    let pods: Vec<&Pod> = ctx.snap.pods.iter().collect();
+    for pod in pods {
+        if pod.metadata.namespace.as_deref() != Some(namespace.as_str()) {
+            continue;
+        }
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let (Some(nw_name), Some(_), Some(stage)) = (
+            labels.get(keys::JOB_LABEL_NAME),
+            labels.get(keys::JOB_LABEL_PACKAGE),
+            labels
+                .get(keys::JOB_LABEL_STAGE)
+                .and_then(|s| s.parse::<Stage>().ok()),
+        ) else {
+            continue;
+        };
+        let Some(nw) = ctx.nw_index(nw_name) else {
+            continue;
+        };
+        if pod_condition_true(pod, "DisruptionTarget") || pod.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        let interrupt = labels.get(keys::JOB_LABEL_INTERRUPT).map(String::as_str) == Some("True");
+        let (failing, restarts) = if interrupt {
+            match interrupt_status(pod) {
+                Some(c) if crash_looping(c) => (true, Some(c.restart_count)),
+                _ => (false, None),
+            }
+        } else {
+            let deadline = pod_reason(pod) == Some("DeadlineExceeded");
+            let step_failed = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.init_container_statuses.as_ref())
+                .is_some_and(|cs| cs.iter().any(real_failure));
+            (deadline || step_failed, None)
+        };
+        if !failing {
+            continue;
+        }
+        let Some(pkg) = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::JOB_ANNOTATION_PACKAGE))
+            .and_then(|v| serde_json::from_str::<PackageAnnotation>(v).ok())
+        else {
+            continue;
+        };
+        let owner_job = ctx.snap.jobs.iter().find(|j| {
+            j.metadata.uid.as_deref()
+                == labels
+                    .get(keys::JOB_CONTROLLER_UID_LABEL)
+                    .map(String::as_str)
+        });
+        let Some(job) = owner_job else { continue };
+        if stage != jobs::job_stage(job).unwrap_or(stage) {
+            continue;
+        }
+        let failed = jobs::failed_count(job).max(1);
+        write_erroring(ctx, nw, job, Some(restarts.unwrap_or(failed)));
+        let _ = &pkg;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, PodCondition, PodStatus,
+    };
+
+    fn failed_pod(reason: Option<&str>, exit: Option<i32>, disruption: bool) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some("Failed".into()),
+                reason: reason.map(Into::into),
+                conditions: disruption.then(|| {
+                    vec![PodCondition {
+                        type_: "DisruptionTarget".into(),
+                        status: "True".into(),
+                        ..PodCondition::default()
+                    }]
+                }),
+                init_container_statuses: exit.map(|code| {
+                    vec![ContainerStatus {
+                        name: "p-apply".into(),
+                        state: Some(ContainerState {
+                            terminated: Some(ContainerStateTerminated {
+                                exit_code: code,
+                                ..ContainerStateTerminated::default()
+                            }),
+                            ..ContainerState::default()
+                        }),
+                        ..ContainerStatus::default()
+                    }]
+                }),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn failure_classes_of_section_8_7() {
+        assert_eq!(
+            classify_failure(&failed_pod(None, Some(1), true)),
+            FailureClass::Disruption
+        );
+        assert_eq!(
+            classify_failure(&failed_pod(Some("OutOfcpu"), None, false)),
+            FailureClass::Rejection
+        );
+        assert_eq!(
+            classify_failure(&failed_pod(None, Some(137), false)),
+            FailureClass::Genuine
+        );
+        assert_eq!(
+            classify_failure(&failed_pod(Some("DeadlineExceeded"), None, false)),
+            FailureClass::Genuine
+        );
+        assert_eq!(classify_failure(&Pod::default()), FailureClass::NotFailed);
+    }
+}

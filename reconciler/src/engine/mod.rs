@@ -1,0 +1,290 @@
+//! The lifecycle engine: the functional core `reconcile(&Snapshot, &Settings) -> Plan`
+//! (ARCHITECTURE §2.2, spec/operator.md §5). Pure and deterministic: no I/O, no clock (the
+//! snapshot carries `now`), no randomness.
+//!
+//! One call is one heavy pass (§5.2). The Job handler and the Pod-evidence handler (§5.1)
+//! run inside the same pass, first, so their recordings are visible to the heavy-pass steps
+//! and all node changes of the pass merge into one patch per node (§5.15).
+
+pub mod complete;
+pub mod conditions;
+pub mod configmaps;
+pub mod context;
+pub mod deletion;
+pub mod drain;
+pub mod handlers;
+pub mod interrupts;
+pub mod jobs;
+pub mod metrics;
+pub mod node_work;
+pub mod order;
+pub mod packages;
+pub mod policy;
+pub mod reboots;
+pub mod runtime;
+pub mod select;
+pub mod status;
+pub mod sweep;
+
+#[cfg(test)]
+mod lifecycle_tests;
+#[cfg(test)]
+mod pass_tests;
+#[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
+pub mod testkit;
+
+use nodewright_schema::{Status, keys};
+
+use crate::plan::{Plan, Requeue};
+use crate::settings::Settings;
+use crate::snapshot::Snapshot;
+
+use context::{Flow, NodeWorkResult, PassCtx};
+
+/// A preamble hook that may end the pass.
+pub type StepFn = fn(&mut PassCtx<'_>, usize) -> Flow;
+/// A preamble hook that cannot end the pass.
+pub type SideFn = fn(&mut PassCtx<'_>, usize);
+/// The per-node work of one NodeWright (§5.5 step 6).
+pub type WorkFn = fn(&mut PassCtx<'_>, usize, usize) -> NodeWorkResult;
+
+/// The part-2 steps the pass orchestrates (engine/CONTRACT.md). Tests replace them to drive
+/// the pass with simple stand-ins.
+#[derive(Clone, Copy)]
+pub struct Hooks {
+    /// Job handler and Pod-evidence handler (§8.8–§8.13), once, first.
+    pub handlers: fn(&mut PassCtx<'_>),
+    /// Preamble step 1: conditions fed by the package lane.
+    pub refresh_conditions: SideFn,
+    /// Preamble step 2: finalizer and deletion phases (§11).
+    pub finalizer: StepFn,
+    /// Preamble step 4: suspend Jobs of a paused NodeWright (§8.15).
+    pub suspend_jobs: SideFn,
+    /// Preamble step 5a: Job sweep (§8.14).
+    pub sweep: StepFn,
+    /// Preamble step 5b: node-metadata ConfigMaps (§9.1).
+    pub node_metadata: StepFn,
+    /// Preamble step 5c: package ConfigMaps and the config gate (§9.2, §6.8).
+    pub package_configmaps: StepFn,
+    /// Preamble step 6: resume suspended Jobs (§8.15).
+    pub resume_jobs: SideFn,
+    /// Dispatch step 6: one picked, ready node.
+    pub work_node: WorkFn,
+}
+
+fn no_handlers(_: &mut PassCtx<'_>) {}
+fn no_side(_: &mut PassCtx<'_>, _: usize) {}
+fn no_step(_: &mut PassCtx<'_>, _: usize) -> Flow {
+    Flow::Continue
+}
+fn no_work(_: &mut PassCtx<'_>, _: usize, _: usize) -> NodeWorkResult {
+    NodeWorkResult::default()
+}
+
+impl Hooks {
+    /// Hooks that do nothing: the pass then only selects, orders and reports.
+    pub fn inert() -> Hooks {
+        Hooks {
+            handlers: no_handlers,
+            refresh_conditions: no_side,
+            finalizer: no_step,
+            suspend_jobs: no_side,
+            sweep: no_step,
+            node_metadata: no_step,
+            package_configmaps: no_step,
+            resume_jobs: no_side,
+            work_node: no_work,
+        }
+    }
+
+    /// The product's hooks: part 2's modules, wired as they land (engine/CONTRACT.md).
+    pub fn standard() -> Hooks {
+        Hooks {
+            handlers: handlers::run,
+            refresh_conditions: packages::refresh_conditions,
+            finalizer: deletion::finalizer,
+            suspend_jobs: sweep::suspend_jobs,
+            sweep: sweep::sweep,
+            node_metadata: configmaps::node_metadata,
+            package_configmaps: configmaps::package_configmaps,
+            resume_jobs: sweep::resume_jobs,
+            work_node: node_work::work_node,
+        }
+    }
+}
+
+/// One heavy pass over a snapshot (§5.2).
+pub fn reconcile(snapshot: &Snapshot, settings: &Settings) -> Plan {
+    reconcile_with(snapshot, settings, &Hooks::standard())
+}
+
+/// One heavy pass with explicit hooks.
+pub fn reconcile_with(snapshot: &Snapshot, settings: &Settings, hooks: &Hooks) -> Plan {
+    // §5.2 step 1: nothing to do without NodeWrights or nodes; no requeue.
+    if snapshot.nodewrights.is_empty() || snapshot.nodes.is_empty() {
+        return Plan {
+            actions: Vec::new(),
+            requeue: Requeue::Idle,
+        };
+    }
+    let mut ctx = PassCtx::new(snapshot, settings);
+    (hooks.handlers)(&mut ctx);
+    for nw in 0..ctx.nws.len() {
+        status::refresh_completion(&mut ctx, nw);
+    }
+    let _ = heavy_pass(&mut ctx, hooks);
+    finish(ctx)
+}
+
+/// Steps 3–8 of §5.2; returns early when a step ends the pass.
+fn heavy_pass(ctx: &mut PassCtx<'_>, hooks: &Hooks) -> Flow {
+    // Step 3: auto-taint new nodes.
+    if runtime::auto_taint(ctx) {
+        ctx.requeue_active();
+        return Flow::EndPass;
+    }
+    // Step 5: reboot tracking.
+    if reboots::track(ctx) {
+        ctx.requeue_active();
+        return Flow::EndPass;
+    }
+    // Step 6: per-NodeWright preamble, in priority order.
+    for nw in 0..ctx.nws.len() {
+        if preamble(ctx, hooks, nw) == Flow::EndPass {
+            ctx.requeue_active();
+            return Flow::EndPass;
+        }
+    }
+    // Step 7: dispatch.
+    for nw in 0..ctx.nws.len() {
+        if dispatchable(ctx, nw) && dispatch(ctx, hooks, nw) {
+            ctx.requeue_active();
+        }
+    }
+    // Step 8: runtime-required taint removal.
+    runtime::remove_runtime_taint(ctx);
+    Flow::Continue
+}
+
+/// The per-NodeWright preamble (§5.4).
+fn preamble(ctx: &mut PassCtx<'_>, hooks: &Hooks, nw: usize) -> Flow {
+    // 1. Conditions that stay current even when paused/disabled/deleting.
+    conditions::refresh_malformed(ctx, nw);
+    conditions::refresh_policy_not_found(ctx, nw);
+    (hooks.refresh_conditions)(ctx, nw);
+    // 2. Finalizer.
+    if (hooks.finalizer)(ctx, nw) == Flow::EndPass {
+        return Flow::EndPass;
+    }
+    // 3. ReportState.
+    if status::report_state(ctx, nw) {
+        return Flow::EndPass;
+    }
+    let view = &ctx.nws[nw];
+    // 4. Paused (disabled wins over paused, §16.3).
+    if view.paused() {
+        let before = ctx.nws[nw].status.clone();
+        status::set_nodewright_status(ctx, nw, Status::Paused);
+        for n in ctx.nws[nw].selected.clone() {
+            if ctx.node_status(nw, n) != Status::Paused {
+                ctx.set_node_status(nw, n, Status::Paused);
+            }
+        }
+        if ctx.nws[nw].status != before {
+            return Flow::EndPass;
+        }
+        (hooks.suspend_jobs)(ctx, nw);
+        return Flow::Continue;
+    }
+    // 5. Validate and upsert data.
+    for step in [hooks.sweep, hooks.node_metadata, hooks.package_configmaps] {
+        if step(ctx, nw) == Flow::EndPass {
+            return Flow::EndPass;
+        }
+    }
+    // 6. Resume (only when neither paused nor disabled).
+    if !ctx.nws[nw].disabled() {
+        (hooks.resume_jobs)(ctx, nw);
+    }
+    // 7. Introspect.
+    if status::introspect(ctx, nw) {
+        return Flow::EndPass;
+    }
+    // 8. Version changes are decided lazily at dispatch (§16.3).
+    Flow::Continue
+}
+
+/// §5.2 step 7: whether a NodeWright is dispatched at all.
+fn dispatchable(ctx: &PassCtx<'_>, nw: usize) -> bool {
+    let view = &ctx.nws[nw];
+    if view.disabled() || view.paused() || view.policy_missing {
+        return false;
+    }
+    if view.all_complete() {
+        return false;
+    }
+    view.selected
+        .iter()
+        .any(|&n| !view.is_complete(n) && order::node_ready(ctx, nw, n))
+}
+
+/// The dispatch loop of one NodeWright (§5.5). Returns whether it wants a requeue.
+fn dispatch(ctx: &mut PassCtx<'_>, hooks: &Hooks, nw: usize) -> bool {
+    // Steps 1–3 write nothing under lazy admission (§16.3); the stage is chosen per node.
+    // Step 4: introspect again.
+    let changed = status::introspect(ctx, nw);
+    if !changed && ctx.nws[nw].status.status == Some(Status::Complete) {
+        return false;
+    }
+    // Step 5: select.
+    let picked = select::select_nodes(ctx, nw);
+    // Step 6: work each picked node.
+    let mut requeue = false;
+    for n in picked {
+        if !order::node_ready(ctx, nw, n) {
+            continue;
+        }
+        if complete::node_complete(ctx, nw, n) {
+            continue;
+        }
+        let result = (hooks.work_node)(ctx, nw, n);
+        requeue |= result.requeue;
+    }
+    status::refresh_completion(ctx, nw);
+    status::recompute_counters(ctx, nw);
+    // Step 7.
+    requeue || !ctx.nws[nw].all_complete()
+}
+
+/// Ready conditions, version stamps, node conditions, and the plan (§5.15).
+fn finish(mut ctx: PassCtx<'_>) -> Plan {
+    for nw in 0..ctx.nws.len() {
+        conditions::refresh_ready(&mut ctx, nw);
+        stamp_versions(&mut ctx, nw);
+    }
+    let node_conditions = conditions::node_conditions(&ctx);
+    let (actions, active, after, errors) = ctx.into_actions(node_conditions);
+    let requeue = if active || !errors.is_empty() {
+        Requeue::Active
+    } else if let Some(d) = after {
+        Requeue::After(d)
+    } else {
+        Requeue::Idle
+    };
+    Plan { actions, requeue }
+}
+
+/// `version_<nw>` is written when absent on nodes carrying this NodeWright's state (§4.1).
+fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
+    let name = ctx.nws[nw].name;
+    let key = keys::node_version(name);
+    let version = ctx.settings.operator_version.clone();
+    for n in ctx.nws[nw].selected.clone() {
+        let node = ctx.node_mut(n);
+        if node.state_present(name) && node.annotation(&key).is_none() {
+            node.set_annotation(key.clone(), version.clone());
+        }
+    }
+}

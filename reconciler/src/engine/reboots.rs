@@ -1,0 +1,112 @@
+//! Reboot tracking and `REAPPLY_ON_REBOOT` (spec/operator.md §10.6).
+
+use std::collections::BTreeMap;
+
+use nodewright_schema::keys::{self, event};
+use nodewright_schema::{Status, names};
+
+use super::context::PassCtx;
+use super::runtime;
+use crate::plan::{Action, EventObject, EventType};
+
+/// Compares every selected node's boot id with `status.nodeBootIds`. Returns whether anything
+/// was written (which ends the pass, §5.2 step 5).
+pub fn track(ctx: &mut PassCtx) -> bool {
+    let mut wrote = false;
+    for nw in 0..ctx.nws.len() {
+        for n in ctx.nws[nw].selected.clone() {
+            let Some(boot) = ctx.node(n).boot_id() else {
+                continue;
+            };
+            let node_name = ctx.node(n).name().to_string();
+            let recorded = ctx.nws[nw]
+                .status
+                .node_boot_ids
+                .as_ref()
+                .and_then(|m| m.get(&node_name))
+                .cloned();
+            match recorded {
+                Some(r) if r == boot => continue,
+                Some(_) if ctx.settings.reapply_on_reboot => reset_node(ctx, nw, n),
+                _ => {}
+            }
+            ctx.nws[nw]
+                .status
+                .node_boot_ids
+                .get_or_insert_with(BTreeMap::new)
+                .insert(node_name, boot.to_string());
+            wrote = true;
+        }
+    }
+    wrote
+}
+
+/// The reboot reset of one node for one NodeWright (§10.6): the node's records of this
+/// NodeWright go (its cordon stays so the re-run releases it) and its Jobs are deleted.
+fn reset_node(ctx: &mut PassCtx, nw: usize, n: usize) {
+    let name = ctx.nws[nw].name;
+    let node_name = ctx.node(n).name().to_string();
+    let spec = &ctx.nws[nw].nw.spec;
+    if spec.runtime_required && spec.auto_taint_new_nodes {
+        // The rebooted node counts as new: the taint goes back on first (same patch).
+        runtime::taint_node(ctx, n);
+    }
+    for ev in [
+        EventObject::NodeWright(name.to_string()),
+        EventObject::Node(node_name.clone()),
+    ] {
+        ctx.event(
+            ev,
+            EventType::Normal,
+            event::REBOOT,
+            format!("[nodewright:{name}] node {node_name} rebooted; re-applying packages"),
+        );
+    }
+    let node = ctx.node_mut(n);
+    node.delete_state(name);
+    for key in [
+        keys::status(name),
+        keys::node_version(name),
+        keys::drain_start(name),
+        keys::drain_blocked(name),
+    ] {
+        node.remove_annotation(&key);
+    }
+    node.remove_label(&keys::status(name));
+    let view = &mut ctx.nws[nw];
+    for map in [&mut view.status.node_status] {
+        if let Some(m) = map.as_mut() {
+            m.remove(&node_name);
+        }
+    }
+    if let Some(m) = view.status.node_state.as_mut() {
+        m.remove(&node_name);
+    }
+    super::status::set_nodewright_status(ctx, nw, Status::Unknown);
+    let label = names::node_label_value(&node_name);
+    let doomed: Vec<(String, Option<String>)> = ctx
+        .snap
+        .jobs
+        .iter()
+        .filter(|j| {
+            let l = j.metadata.labels.as_ref();
+            l.and_then(|l| l.get(keys::JOB_LABEL_NAME))
+                .map(String::as_str)
+                == Some(name)
+                && l.and_then(|l| l.get(keys::JOB_LABEL_NODE)) == Some(&label)
+        })
+        .map(|j| {
+            (
+                j.metadata.name.clone().unwrap_or_default(),
+                j.metadata.uid.clone(),
+            )
+        })
+        .collect();
+    for (job, uid) in doomed {
+        ctx.emit(Action::DeleteJob {
+            name: job,
+            uid,
+            reason: format!("node {node_name} rebooted (REAPPLY_ON_REBOOT)"),
+        });
+    }
+}

@@ -1,0 +1,295 @@
+//! Invariants 1 and 2 of spec/scenarios.md §6, checked on the world after every pass and
+//! every step (3–5 are checked by the simulator as actions execute).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Node;
+use nodewright_schema::{BatchState, Budget, NodeWright, Status, Strategy, StrategyKind, keys};
+
+use crate::sim::SimCluster;
+use crate::sim::util::selector_matches;
+
+/// Invariant 2: never two unfinished Jobs for one NodeWright/package/stage/node. Jobs being
+/// deleted are not counted (their name is no longer a claim).
+pub fn duplicate_jobs(world: &SimCluster) -> Vec<String> {
+    let mut by_address: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, job) in world.jobs() {
+        if crate::sim::jobs_is_finished(job) || job.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Some(address) = crate::sim::job_address(job) {
+            by_address.entry(address).or_default().push(name.clone());
+        }
+    }
+    by_address
+        .into_iter()
+        .filter(|(_, jobs)| jobs.len() > 1)
+        .map(|(address, jobs)| {
+            format!(
+                "invariant 2: {} unfinished Jobs for {address}: {}",
+                jobs.len(),
+                jobs.join(", ")
+            )
+        })
+        .collect()
+}
+
+/// `ceiling(budget, matched)` (spec/operator.md §2.2), with upstream's float truncation.
+pub fn ceiling(budget: &Budget, matched: i32) -> i32 {
+    if let Some(count) = budget.count {
+        return count;
+    }
+    match budget.percent {
+        Some(pct) if matched > 0 => ((f64::from(matched) * (f64::from(pct) / 100.0)) as i32).max(1),
+        _ => 0,
+    }
+}
+
+/// Batch size of a strategy compartment (spec/operator.md §2.3).
+pub fn batch_size(strategy: &Strategy, n: i32, state: &BatchState) -> i32 {
+    let Some((kind, params)) = strategy.resolved() else {
+        return n;
+    };
+    let processed = state.completed_nodes + state.failed_nodes;
+    let remaining = n - processed;
+    let progress = if n > 0 { processed * 100 / n } else { 0 };
+    let size = match kind {
+        StrategyKind::Fixed => params.initial_batch().min(remaining),
+        StrategyKind::Linear | StrategyKind::Exponential if n == 0 => return 0,
+        StrategyKind::Linear => {
+            let size = if state.last_batch_size > 0 {
+                if state.last_batch_failed && progress < params.safety_limit() {
+                    (state.last_batch_size - params.delta()).max(1)
+                } else {
+                    state.last_batch_size + params.delta()
+                }
+            } else {
+                params.initial_batch()
+            };
+            size.min(remaining)
+        }
+        StrategyKind::Exponential => {
+            let size = if state.last_batch_size > 0 {
+                if state.last_batch_failed && progress < params.safety_limit() {
+                    (state.last_batch_size / params.growth_factor()).max(1)
+                } else {
+                    (state.last_batch_size * params.growth_factor()).min(n)
+                }
+            } else {
+                params.initial_batch()
+            };
+            size.min(remaining)
+        }
+    };
+    size.max(1)
+}
+
+fn rank(strategy: Option<&Strategy>) -> u8 {
+    match strategy.and_then(|s| s.resolved()).map(|(k, _)| k) {
+        Some(StrategyKind::Fixed) => 0,
+        Some(StrategyKind::Linear) => 1,
+        Some(StrategyKind::Exponential) => 2,
+        None => 3,
+    }
+}
+
+fn labels(node: &Node) -> BTreeMap<String, String> {
+    node.metadata.labels.clone().unwrap_or_default()
+}
+
+/// Invariant 1: per NodeWright and compartment, the nodes being worked on never exceed the
+/// size of the compartment's current batch (its ceiling for budget-only compartments; the
+/// §2.8 batch for a NodeWright without a policy). A node is worked on while it has an
+/// unfinished package Job of that NodeWright, or carries its cordon annotation and is not
+/// complete.
+pub fn over_budget(world: &SimCluster) -> Vec<String> {
+    let mut out = Vec::new();
+    for nw in world.nodewrights().values() {
+        let name = nw.metadata.name.clone().unwrap_or_default();
+        let selector = nw.spec.node_selectors.clone().unwrap_or_default();
+        let selected: Vec<&Node> = world
+            .nodes()
+            .values()
+            .filter(|n| selector_matches(&selector, &labels(n)))
+            .collect();
+        let worked = worked_nodes(world, nw, &selected);
+        if worked.is_empty() {
+            continue;
+        }
+        let count = selected.len() as i32;
+        let mut compartments: BTreeMap<String, (i32, Vec<String>)> = BTreeMap::new();
+        match nw.spec.deployment_policy.as_ref() {
+            None => {
+                let budget = nw.spec.interruption_budget.clone().unwrap_or_default();
+                let bound = match (budget.percent, budget.count) {
+                    (Some(pct), _) => ((f64::from(count) * (f64::from(pct) / 100.0)) as i32).max(1),
+                    (None, Some(c)) => c.min(count).max(1),
+                    (None, None) => count.max(1),
+                };
+                compartments.insert(
+                    keys::DEFAULT_COMPARTMENT.into(),
+                    (bound, worked.iter().cloned().collect()),
+                );
+            }
+            Some(policy_name) => {
+                let Some(policy) = world.policies().get(policy_name) else {
+                    continue;
+                };
+                let spec = &policy.spec;
+                let mut members: BTreeMap<String, Vec<&Node>> = BTreeMap::new();
+                for node in &selected {
+                    let l = labels(node);
+                    let candidates: Vec<_> = spec
+                        .compartments
+                        .iter()
+                        .filter(|c| selector_matches(&c.selector, &l))
+                        .collect();
+                    let chosen = candidates
+                        .into_iter()
+                        .min_by_key(|c| {
+                            let m = selected
+                                .iter()
+                                .filter(|n| selector_matches(&c.selector, &labels(n)))
+                                .count()
+                                .max(1) as i32;
+                            (
+                                rank(c.strategy.as_ref()),
+                                ceiling(&c.budget, m),
+                                c.name.clone(),
+                            )
+                        })
+                        .map(|c| c.name.clone())
+                        .unwrap_or_else(|| keys::DEFAULT_COMPARTMENT.to_string());
+                    members.entry(chosen).or_default().push(node);
+                }
+                let statuses = nw
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.compartment_statuses.clone())
+                    .unwrap_or_default();
+                for (comp, nodes) in members {
+                    let n = nodes.len() as i32;
+                    let (budget, strategy) = match spec.compartments.iter().find(|c| c.name == comp)
+                    {
+                        Some(c) => (c.budget.clone(), c.strategy.clone()),
+                        None => (
+                            spec.default.budget.clone(),
+                            Some(spec.default.strategy.clone()),
+                        ),
+                    };
+                    let bound = match strategy {
+                        Some(strategy) => {
+                            let state = statuses
+                                .get(&comp)
+                                .and_then(|s| s.batch_state.clone())
+                                .unwrap_or_else(|| BatchState {
+                                    current_batch: 1,
+                                    ..BatchState::default()
+                                });
+                            batch_size(&strategy, n, &state)
+                        }
+                        None => ceiling(&budget, n),
+                    };
+                    let names: BTreeSet<String> = nodes
+                        .iter()
+                        .filter_map(|n| n.metadata.name.clone())
+                        .collect();
+                    compartments.insert(
+                        comp,
+                        (bound, worked.intersection(&names).cloned().collect()),
+                    );
+                }
+            }
+        }
+        for (comp, (bound, nodes)) in compartments {
+            if nodes.len() as i32 > bound {
+                out.push(format!(
+                    "invariant 1: NodeWright {name} compartment {comp}: {} nodes worked on ({}) but the current batch allows {bound}",
+                    nodes.len(),
+                    nodes.join(", ")
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn worked_nodes(world: &SimCluster, nw: &NodeWright, selected: &[&Node]) -> BTreeSet<String> {
+    let name = nw.metadata.name.clone().unwrap_or_default();
+    let cordon = keys::cordon(&name);
+    let status = keys::status(&name);
+    let mut worked: BTreeSet<String> = selected
+        .iter()
+        .filter(|n| {
+            let a = n.metadata.annotations.clone().unwrap_or_default();
+            a.contains_key(&cordon)
+                && Status::from_annotation(a.get(&status).map(String::as_str)) != Status::Complete
+        })
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let names: BTreeSet<String> = selected
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    for job in world.jobs().values() {
+        let labels = job.metadata.labels.clone().unwrap_or_default();
+        if labels.get(keys::JOB_LABEL_NAME) != Some(&name) || crate::sim::jobs_is_finished(job) {
+            continue;
+        }
+        let node = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.node_name.clone());
+        if let Some(node) = node.filter(|n| names.contains(n)) {
+            worked.insert(node);
+        }
+    }
+    worked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_schema::StrategyParams;
+
+    #[test]
+    fn ceilings_and_batch_sizes_follow_the_spec() {
+        let pct = |p| Budget {
+            percent: Some(p),
+            count: None,
+        };
+        assert_eq!(ceiling(&pct(25), 10), 2);
+        assert_eq!(ceiling(&pct(29), 100), 28, "upstream's float truncation");
+        assert_eq!(ceiling(&pct(10), 5), 1);
+        assert_eq!(
+            ceiling(
+                &Budget {
+                    percent: None,
+                    count: Some(3)
+                },
+                10
+            ),
+            3
+        );
+        let linear = Strategy {
+            linear: Some(StrategyParams::default()),
+            ..Strategy::default()
+        };
+        let state = |last, failed| BatchState {
+            current_batch: 2,
+            last_batch_size: last,
+            last_batch_failed: failed,
+            completed_nodes: last,
+            ..BatchState::default()
+        };
+        assert_eq!(batch_size(&linear, 10, &state(0, false)), 1);
+        assert_eq!(batch_size(&linear, 10, &state(2, false)), 3);
+        let exp = Strategy {
+            exponential: Some(StrategyParams::default()),
+            ..Strategy::default()
+        };
+        assert_eq!(batch_size(&exp, 100, &state(4, false)), 8);
+        assert_eq!(batch_size(&exp, 100, &state(4, true)), 2);
+    }
+}

@@ -1,0 +1,824 @@
+//! Kubernetes semantics of the simulated cluster, one behaviour per test.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use nodewright_schema::keys;
+
+use super::jobs::{has_condition, is_finished};
+use super::nodes::{is_ready, node_boot_id, taints};
+use super::workload::phase;
+use super::*;
+use crate::plan::{Action, NodePatch, NodeStateDelta, Outcome, PodRef};
+
+const NS: &str = "nodewright";
+
+fn sim(packages: &str) -> SimCluster {
+    let models = PackageModels(serde_yaml::from_str(packages).unwrap());
+    SimCluster::new(NS, Box::new(ModelRunner::new(models)), 7)
+}
+
+fn node(sim: &mut SimCluster, name: &str) {
+    sim.add_node(NodeInput {
+        name: name.into(),
+        ..NodeInput::default()
+    });
+}
+
+fn container(name: &str, args: &[&str]) -> Container {
+    Container {
+        name: name.into(),
+        image: Some("agent:v1".into()),
+        args: Some(args.iter().map(|s| s.to_string()).collect()),
+        ..Container::default()
+    }
+}
+
+/// A package stage Job in the §8 shape: copy, mode, mode-check, `done`.
+fn stage_job(name: &str, node: &str, stage: &str, policy: &str, backoff: i32) -> Job {
+    let labels: BTreeMap<String, String> = [
+        (keys::JOB_LABEL_NAME.to_string(), "tuning".to_string()),
+        (
+            keys::JOB_LABEL_PACKAGE.to_string(),
+            "tuning-1.0.0".to_string(),
+        ),
+        (keys::JOB_LABEL_STAGE.to_string(), stage.to_string()),
+        (keys::JOB_LABEL_NODE.to_string(), node.to_string()),
+    ]
+    .into();
+    let copy = Container {
+        name: "tuning-init".into(),
+        image: Some("example/tuning:1.0.0".into()),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), "cp".into()]),
+        ..Container::default()
+    };
+    let (inits, failure_policy) = if stage == "interrupt" {
+        let payload =
+            base64::engine::general_purpose::STANDARD.encode(br#"{"type":"node_restart"}"#);
+        (
+            vec![container(
+                "interrupt",
+                &["interrupt", "/root", "/x", &payload],
+            )],
+            None,
+        )
+    } else {
+        (
+            vec![
+                copy,
+                container(&format!("tuning-{stage}"), &[stage, "/root", "/x"]),
+                container(
+                    &format!("tuning-{stage}check"),
+                    &[&format!("{stage}-check"), "/root", "/x"],
+                ),
+            ],
+            Some(PodFailurePolicy {
+                rules: vec![PodFailurePolicyRule {
+                    action: "Ignore".into(),
+                    on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                        type_: "DisruptionTarget".into(),
+                        status: "True".into(),
+                    }]),
+                    on_exit_codes: None,
+                }],
+            }),
+        )
+    };
+    let mut template_labels = labels.clone();
+    if stage == "interrupt" {
+        template_labels.insert(keys::JOB_LABEL_INTERRUPT.into(), "True".into());
+    }
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            labels: Some(template_labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(backoff),
+            pod_replacement_policy: Some("Failed".into()),
+            pod_failure_policy: failure_policy,
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(template_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    node_name: Some(node.into()),
+                    restart_policy: Some(policy.into()),
+                    init_containers: Some(inits),
+                    containers: vec![Container {
+                        name: "done".into(),
+                        image: Some("example/tuning:1.0.0".into()),
+                        ..Container::default()
+                    }],
+                    tolerations: Some(vec![Toleration {
+                        key: Some(keys::TAINT_UNSCHEDULABLE.into()),
+                        operator: Some("Exists".into()),
+                        ..Toleration::default()
+                    }]),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn pods_of(sim: &SimCluster, job: &str) -> Vec<Pod> {
+    let uid = sim.jobs()[job].metadata.uid.clone().unwrap();
+    sim.job_pods(&uid).cloned().collect()
+}
+
+fn web_pod(name: &str, node: &str) -> WorkloadPodInput {
+    WorkloadPodInput {
+        name: name.into(),
+        namespace: "default".into(),
+        node: Some(node.into()),
+        labels: [("app".to_string(), "web".to_string())].into(),
+        owner: OwnerKind::ReplicaSet,
+        tolerations: vec![],
+        empty_dir: false,
+        run_for: None,
+        grace_seconds: Some(10),
+    }
+}
+
+#[test]
+fn a_never_job_with_unbounded_backoff_keeps_making_pods_paced_by_backoff() {
+    let mut sim = sim("example/tuning: {stages: {apply: {duration: 1s, fail: true}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", i32::MAX));
+    sim.advance(Duration::from_secs(1));
+    assert_eq!(
+        pods_of(&sim, "j").len(),
+        1,
+        "first attempt failed at 1s; retry waits 10s"
+    );
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(pods_of(&sim, "j").len(), 2);
+    sim.advance(Duration::from_secs(400));
+    let pods = pods_of(&sim, "j");
+    assert!(pods.len() >= 5, "still retrying: {} pods", pods.len());
+    assert!(pods.iter().filter(|p| phase(p) == "Failed").count() >= 4);
+    let job = &sim.jobs()["j"];
+    assert!(!is_finished(job));
+    assert_eq!(
+        job.status.as_ref().unwrap().failed,
+        Some(pods.iter().filter(|p| phase(p) == "Failed").count() as i32)
+    );
+}
+
+#[test]
+fn a_finite_backoff_limit_fails_the_job_after_limit_plus_one_attempts() {
+    let mut sim = sim("example/tuning: {stages: {apply: {duration: 1s, fail: true}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 3));
+    sim.advance(Duration::from_secs(600));
+    let job = &sim.jobs()["j"];
+    assert!(has_condition(job, "FailureTarget"));
+    assert!(has_condition(job, "Failed"));
+    let failed = job
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Failed")
+        .unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("BackoffLimitExceeded"));
+    assert_eq!(job.status.as_ref().unwrap().failed, Some(4));
+    assert_eq!(pods_of(&sim, "j").len(), 4);
+    assert_eq!(sim.history().count("job-fail tuning/tuning/apply/n1"), 1);
+}
+
+#[test]
+fn init_containers_run_in_order_and_stop_at_the_first_failure() {
+    let mut sim = sim(
+        "example/tuning: {stages: {apply: {duration: 3s, fail: true}, apply-check: {duration: 1s}}}",
+    );
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 0));
+    sim.advance(Duration::from_secs(2));
+    let pod = &pods_of(&sim, "j")[0];
+    let inits = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .init_container_statuses
+        .clone()
+        .unwrap();
+    assert!(
+        inits[0].state.as_ref().unwrap().terminated.is_some(),
+        "copy finished"
+    );
+    assert!(
+        inits[1].state.as_ref().unwrap().running.is_some(),
+        "apply running"
+    );
+    assert!(
+        inits[2].state.as_ref().unwrap().waiting.is_some(),
+        "check waits"
+    );
+    assert_eq!(
+        phase(pod),
+        "Pending",
+        "init containers keep the pod Pending"
+    );
+    sim.advance(Duration::from_secs(5));
+    let pod = &pods_of(&sim, "j")[0];
+    let inits = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .init_container_statuses
+        .clone()
+        .unwrap();
+    assert_eq!(
+        inits[1]
+            .state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        1
+    );
+    assert!(
+        inits[2].state.as_ref().unwrap().waiting.is_some(),
+        "the check never ran"
+    );
+    assert_eq!(phase(pod), "Failed");
+}
+
+#[test]
+fn a_successful_stage_completes_the_job_after_the_durations_add_up() {
+    let mut sim =
+        sim("example/tuning: {stages: {apply: {duration: 20s}, apply-check: {duration: 5s}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 3));
+    sim.advance(Duration::from_secs(24));
+    assert!(!is_finished(&sim.jobs()["j"]));
+    sim.advance(Duration::from_secs(1));
+    let job = &sim.jobs()["j"];
+    assert!(has_condition(job, "Complete"));
+    assert_eq!(job.status.as_ref().unwrap().succeeded, Some(1));
+    assert_eq!(sim.history().count("job-ok tuning/tuning/apply/n1"), 1);
+}
+
+#[test]
+fn suspend_terminates_the_pod_and_resets_start_time_and_resume_starts_a_fresh_pod() {
+    let mut sim = sim("example/tuning: {stages: {apply: {duration: 10m}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 3));
+    sim.advance(Duration::from_secs(60));
+    let first_start = sim.jobs()["j"]
+        .status
+        .as_ref()
+        .unwrap()
+        .start_time
+        .clone()
+        .unwrap();
+    assert_eq!(sim.suspend_job("j", true), Outcome::Done);
+    assert!(
+        sim.jobs()["j"]
+            .status
+            .as_ref()
+            .unwrap()
+            .start_time
+            .is_none()
+    );
+    assert!(has_condition(&sim.jobs()["j"], "Suspended"));
+    assert!(
+        pods_of(&sim, "j")[0].metadata.deletion_timestamp.is_some(),
+        "terminating with grace"
+    );
+    sim.advance(Duration::from_secs(31));
+    assert!(pods_of(&sim, "j").is_empty());
+    assert_eq!(
+        sim.jobs()["j"].status.as_ref().unwrap().failed,
+        None,
+        "suspension spends no attempt"
+    );
+    sim.advance(Duration::from_secs(100));
+    sim.suspend_job("j", false);
+    let job = &sim.jobs()["j"];
+    let new_start = job.status.as_ref().unwrap().start_time.clone().unwrap();
+    assert!(new_start.0 > first_start.0);
+    assert_eq!(pods_of(&sim, "j").len(), 1);
+    assert_eq!(
+        job.metadata.generation,
+        Some(3),
+        "suspend and resume are spec changes"
+    );
+}
+
+#[test]
+fn eviction_is_refused_without_pdb_headroom_and_allowed_after_a_pod_comes_back() {
+    let mut sim = sim("{}");
+    for n in ["n1", "n2"] {
+        node(&mut sim, n);
+        sim.update_node(n, |node| {
+            node.spec.as_mut().unwrap().unschedulable = Some(true)
+        });
+    }
+    sim.add_workload_pod(web_pod("web-a", "n1"));
+    sim.add_workload_pod(web_pod("web-b", "n2"));
+    sim.add_pdb(PdbInput {
+        name: "web".into(),
+        namespace: "default".into(),
+        selector: [("app".to_string(), "web".to_string())].into(),
+        min_available: Some(IntOrString::Int(1)),
+        max_unavailable: None,
+    });
+    sim.evict("default", "web-a", None).unwrap();
+    // The replacement exists but cannot be scheduled: both nodes are cordoned.
+    let err = sim.evict("default", "web-b", None).unwrap_err();
+    assert_eq!(
+        err,
+        EvictionError::Refused {
+            message: "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+            cause: "The disruption budget web needs 1 healthy pods and has 1 currently".into(),
+        }
+    );
+    let outcome = sim
+        .execute(&Action::EvictPod(PodRef {
+            namespace: "default".into(),
+            name: "web-b".into(),
+            node: "n2".into(),
+            nodewright: None,
+            grace_period_seconds: None,
+        }))
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::EvictionRefused {
+            message: "The disruption budget web needs 1 healthy pods and has 1 currently".into()
+        }
+    );
+    node(&mut sim, "n3");
+    let replacement = sim
+        .pods_on("n3")
+        .next()
+        .expect("replacement scheduled onto the new node");
+    assert_eq!(phase(replacement), "Running");
+    let outcome = sim
+        .execute(&Action::EvictPod(PodRef {
+            namespace: "default".into(),
+            name: "web-b".into(),
+            node: "n2".into(),
+            nodewright: None,
+            grace_period_seconds: None,
+        }))
+        .unwrap();
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(
+        sim.history().count("evict default/web-b"),
+        1,
+        "history records the reconciler's evictions"
+    );
+}
+
+#[test]
+fn terminating_pods_stay_until_their_grace_period_ends_and_unmanaged_pods_are_gone() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    let mut pod = web_pod("solo", "n1");
+    pod.owner = OwnerKind::None;
+    pod.grace_seconds = Some(20);
+    sim.add_workload_pod(pod);
+    sim.evict("default", "solo", None).unwrap();
+    let p = &sim.pods()[&("default".to_string(), "solo".to_string())];
+    assert!(p.metadata.deletion_timestamp.is_some());
+    assert!(
+        p.status
+            .as_ref()
+            .unwrap()
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget")
+    );
+    sim.advance(Duration::from_secs(19));
+    assert_eq!(sim.pods().len(), 1);
+    sim.advance(Duration::from_secs(1));
+    assert!(sim.pods().is_empty(), "unmanaged pods are not recreated");
+}
+
+#[test]
+fn replacements_go_only_to_nodes_whose_taints_they_tolerate() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    sim.add_node(NodeInput {
+        name: "tainted".into(),
+        taints: vec![Taint {
+            key: "dedicated".into(),
+            value: Some("gpu".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        }],
+        ..NodeInput::default()
+    });
+    sim.add_workload_pod(web_pod("web-a", "n1"));
+    sim.update_node("n1", |n| {
+        n.spec.as_mut().unwrap().unschedulable = Some(true)
+    });
+    sim.evict("default", "web-a", None).unwrap();
+    let pending: Vec<_> = sim
+        .pods()
+        .values()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(phase(pending[0]), "Pending");
+    assert!(pending[0].spec.as_ref().unwrap().node_name.is_none());
+    sim.update_node("n1", |n| n.spec.as_mut().unwrap().unschedulable = None);
+    let running: Vec<_> = sim
+        .pods_on("n1")
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert_eq!(running.len(), 1, "scheduled once n1 is uncordoned");
+    assert!(
+        running[0]
+            .metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("web-a-")
+    );
+}
+
+#[test]
+fn disruption_target_failures_do_not_count_toward_the_backoff_limit() {
+    let mut sim = sim("example/tuning: {stages: {apply: {duration: 10m}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 0));
+    sim.advance(Duration::from_secs(5));
+    let pod = pods_of(&sim, "j")[0].metadata.name.clone().unwrap();
+    sim.evict(NS, &pod, Some(1)).unwrap();
+    sim.advance(Duration::from_secs(5));
+    let job = &sim.jobs()["j"];
+    assert!(
+        !is_finished(job),
+        "backoffLimit 0 is not spent by an eviction"
+    );
+    assert_eq!(job.status.as_ref().unwrap().failed, None);
+    let pods = pods_of(&sim, "j");
+    assert_eq!(
+        pods.len(),
+        1,
+        "the evicted pod is gone and a replacement runs"
+    );
+    assert_ne!(pods[0].metadata.name.as_deref(), Some(pod.as_str()));
+}
+
+#[test]
+fn a_per_attempt_deadline_fails_the_pod_with_deadline_exceeded_and_spends_an_attempt() {
+    let mut sim = sim("example/tuning: {stages: {apply: {duration: 10m}}}");
+    node(&mut sim, "n1");
+    let mut job = stage_job("j", "n1", "apply", "Never", 3);
+    job.spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .active_deadline_seconds = Some(30);
+    sim.create_job(job);
+    sim.advance(Duration::from_secs(30));
+    let pods = pods_of(&sim, "j");
+    let status = pods[0].status.as_ref().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(sim.jobs()["j"].status.as_ref().unwrap().failed, Some(1));
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(
+        pods_of(&sim, "j").len(),
+        2,
+        "replaced after the backoff, with a fresh clock"
+    );
+}
+
+#[test]
+fn a_job_level_deadline_sets_failure_target_then_failed() {
+    let mut sim = sim("example/tuning: {stages: {interrupt: {duration: 10m}}}");
+    node(&mut sim, "n1");
+    let mut job = stage_job("j", "n1", "interrupt", "OnFailure", i32::MAX);
+    job.spec.as_mut().unwrap().active_deadline_seconds = Some(60);
+    sim.create_job(job);
+    sim.advance(Duration::from_secs(60));
+    let job = &sim.jobs()["j"];
+    assert!(has_condition(job, "FailureTarget"));
+    assert!(!has_condition(job, "Failed"), "pods are still terminating");
+    sim.advance(Duration::from_secs(30));
+    let job = &sim.jobs()["j"];
+    let failed = job
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Failed")
+        .unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("DeadlineExceeded"));
+}
+
+#[test]
+fn on_failure_restarts_in_place_and_counts_restarts_toward_the_backoff_limit() {
+    let mut sim = sim("example/tuning: {stages: {apply: {duration: 1s, fail: true}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "OnFailure", 2));
+    sim.advance(Duration::from_secs(12));
+    let pods = pods_of(&sim, "j");
+    assert_eq!(pods.len(), 1, "one pod, restarted in place");
+    let inits = pods[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .init_container_statuses
+        .clone()
+        .unwrap();
+    assert_eq!(inits[1].restart_count, 2);
+    sim.advance(Duration::from_secs(100));
+    let job = &sim.jobs()["j"];
+    assert!(has_condition(job, "Failed"));
+}
+
+#[test]
+fn a_reboot_interrupt_reboots_the_node_and_completes_after_it_returns() {
+    let mut sim = sim(
+        "example/tuning: {rebootTakes: 90s, stages: {interrupt: {duration: 3s}, apply: {duration: 1h}}}",
+    );
+    node(&mut sim, "n1");
+    let boot = node_boot_id(&sim.nodes()["n1"]).to_string();
+    sim.create_job(stage_job("other", "n1", "apply", "Never", 3));
+    sim.create_job(stage_job("int", "n1", "interrupt", "OnFailure", i32::MAX));
+    sim.advance(Duration::from_secs(3));
+    let n1 = &sim.nodes()["n1"];
+    assert!(!is_ready(n1));
+    assert!(
+        taints(n1)
+            .iter()
+            .any(|t| t.key == keys::TAINT_NOT_READY && t.effect == "NoExecute")
+    );
+    assert_eq!(sim.history().count("reboot n1"), 1);
+    let killed = &pods_of(&sim, "other")[0];
+    assert_eq!(phase(killed), "Failed");
+    assert!(
+        killed
+            .status
+            .as_ref()
+            .unwrap()
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget")
+    );
+    sim.advance(Duration::from_secs(90));
+    let n1 = &sim.nodes()["n1"];
+    assert!(is_ready(n1));
+    assert_ne!(node_boot_id(n1), boot, "a reboot changes the boot id");
+    assert!(!taints(n1).iter().any(|t| t.key == keys::TAINT_NOT_READY));
+    let job = &sim.jobs()["int"];
+    assert!(has_condition(job, "Complete"));
+    let pod = &pods_of(&sim, "int")[0];
+    assert_eq!(
+        pod.status
+            .as_ref()
+            .unwrap()
+            .init_container_statuses
+            .as_ref()
+            .unwrap()[0]
+            .restart_count,
+        1
+    );
+    assert_eq!(
+        sim.jobs()["other"].status.as_ref().unwrap().failed,
+        None,
+        "the disrupted attempt is not counted"
+    );
+    assert_eq!(sim.history().count("reboot n1"), 1);
+}
+
+#[test]
+fn ttl_deletes_a_finished_job_after_the_ttl() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 3));
+    sim.advance(Duration::from_secs(10));
+    assert!(has_condition(&sim.jobs()["j"], "Complete"));
+    let uid = sim.jobs()["j"].metadata.uid.clone();
+    sim.execute(&Action::AnnotateJob {
+        name: "j".into(),
+        uid,
+        annotations: [(
+            keys::JOB_ANNOTATION_STATE_RECORDED.to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+        ttl_seconds_after_finished: Some(60),
+    })
+    .unwrap();
+    sim.advance(Duration::from_secs(45));
+    assert!(sim.jobs().contains_key("j"), "finished at ~6s, due at ~66s");
+    sim.advance(Duration::from_secs(30));
+    assert!(!sim.jobs().contains_key("j"));
+    assert!(sim.pods().is_empty(), "its pods are collected too");
+}
+
+#[test]
+fn foreground_deletion_keeps_the_job_until_its_pods_are_gone() {
+    let mut sim = sim("example/tuning: {stages: {apply: {duration: 1h}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 3));
+    sim.advance(Duration::from_secs(5));
+    let uid = sim.jobs()["j"].metadata.uid.clone();
+    assert_eq!(sim.delete_job("j", Some("wrong-uid")), Outcome::NotFound);
+    assert_eq!(sim.delete_job("j", uid.as_deref()), Outcome::Done);
+    assert!(sim.jobs()["j"].metadata.deletion_timestamp.is_some());
+    assert!(pods_of(&sim, "j")[0].metadata.deletion_timestamp.is_some());
+    sim.advance(Duration::from_secs(30));
+    assert!(!sim.jobs().contains_key("j"));
+    assert_eq!(
+        sim.create_job(stage_job("j", "n1", "apply", "Never", 3)),
+        Outcome::Done,
+        "the name is free again"
+    );
+}
+
+#[test]
+fn creating_an_existing_job_reports_already_exists() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    assert_eq!(
+        sim.create_job(stage_job("j", "n1", "apply", "Never", 3)),
+        Outcome::Done
+    );
+    assert_eq!(
+        sim.execute(&Action::CreateJob(Box::new(stage_job(
+            "j", "n1", "apply", "Never", 3
+        ))))
+        .unwrap(),
+        Outcome::AlreadyExists
+    );
+    assert_eq!(sim.history().count("job tuning/tuning/apply/n1"), 1);
+}
+
+#[test]
+fn node_patches_merge_deltas_and_refuse_malformed_state() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    let key = keys::node_state("tuning");
+    sim.update_node("n1", |n| {
+        n.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(
+            key.clone(),
+            r#"{"other|1.0.0":{"name":"other","version":"1.0.0","image":"i","stage":"apply","state":"complete"}}"#.into(),
+        );
+    });
+    let mut patch = NodePatch::new("n1");
+    patch.unschedulable = Some(true);
+    patch
+        .annotations
+        .insert(keys::cordon("tuning"), Some("true".into()));
+    patch.node_state.push(NodeStateDelta::Entries {
+        nodewright: "tuning".into(),
+        upsert: [(
+            "tuning|1.0.0".to_string(),
+            nodewright_schema::PackageStatus::new(
+                "tuning",
+                "1.0.0",
+                "example/tuning",
+                nodewright_schema::Stage::Apply,
+                nodewright_schema::State::InProgress,
+            ),
+        )]
+        .into(),
+        remove: vec![],
+    });
+    assert_eq!(
+        sim.execute(&Action::PatchNode(patch)).unwrap(),
+        Outcome::Done
+    );
+    let n1 = &sim.nodes()["n1"];
+    let state =
+        nodewright_schema::NodeState::parse(&n1.metadata.annotations.as_ref().unwrap()[&key])
+            .unwrap();
+    assert_eq!(state.0.len(), 2, "the other writer's entry is kept");
+    assert!(
+        taints(n1)
+            .iter()
+            .any(|t| t.key == keys::TAINT_UNSCHEDULABLE),
+        "lifecycle taint while cordoned"
+    );
+    assert_eq!(sim.history().count("cordon n1"), 1);
+    sim.update_node("n1", |n| {
+        n.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(key.clone(), "{broken".into());
+    });
+    let mut patch = NodePatch::new("n1");
+    patch.node_state.push(NodeStateDelta::Entries {
+        nodewright: "tuning".into(),
+        upsert: BTreeMap::new(),
+        remove: vec!["x".into()],
+    });
+    patch.unschedulable = Some(false);
+    let err = sim.execute(&Action::PatchNode(patch)).unwrap_err();
+    assert!(matches!(
+        err,
+        crate::cluster::ClusterError::MalformedNodeState { .. }
+    ));
+    assert_eq!(
+        sim.nodes()["n1"].spec.as_ref().unwrap().unschedulable,
+        Some(true),
+        "nothing was written"
+    );
+}
+
+#[test]
+fn uncordoning_a_foreign_cordon_is_a_violation() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    sim.update_node("n1", |n| {
+        n.spec.as_mut().unwrap().unschedulable = Some(true)
+    });
+    let mut patch = NodePatch::new("n1");
+    patch.unschedulable = Some(false);
+    sim.execute(&Action::PatchNode(patch)).unwrap();
+    let v = sim.take_violations();
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].invariant, 4);
+    assert_eq!(sim.history().count("uncordon n1"), 1);
+}
+
+#[test]
+fn an_interrupt_job_on_an_undrained_node_is_a_violation() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    sim.add_workload_pod(web_pod("web-a", "n1"));
+    sim.update_node("n1", |n| {
+        n.spec.as_mut().unwrap().unschedulable = Some(true)
+    });
+    sim.execute(&Action::CreateJob(Box::new(stage_job(
+        "int",
+        "n1",
+        "interrupt",
+        "OnFailure",
+        i32::MAX,
+    ))))
+    .unwrap();
+    let v = sim.take_violations();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].message.contains("default/web-a"), "{}", v[0].message);
+}
+
+#[test]
+fn injected_api_failures_are_deterministic_and_end_with_their_window() {
+    let run = || {
+        let mut sim = sim("{}");
+        node(&mut sim, "n1");
+        sim.fail_api(FaultWindow {
+            rate: 0.5,
+            until: util::add(sim.now(), Duration::from_secs(60)),
+        });
+        let mut results = Vec::new();
+        for i in 0..20 {
+            let mut patch = NodePatch::new("n1");
+            patch.labels.insert(format!("k{i}"), Some("v".into()));
+            results.push(format!(
+                "{:?}",
+                sim.execute(&Action::PatchNode(patch))
+                    .map_err(|e| e.to_string())
+            ));
+        }
+        sim.advance(Duration::from_secs(61));
+        let ok_after = sim
+            .execute(&Action::PatchNode(NodePatch::new("n1")))
+            .is_ok();
+        (results, ok_after)
+    };
+    let (a, ok) = run();
+    assert_eq!(a, run().0);
+    assert!(a.iter().any(|r| r.contains("Conflict")) && a.iter().any(|r| r.contains("500")));
+    assert!(a.iter().any(|r| r.contains("Done")));
+    assert!(ok);
+}

@@ -1,0 +1,417 @@
+//! Status documents for the status branch (ARCHITECTURE §4 "Status in Git"):
+//! `status/<nodewright>.yaml` per NodeWright and `status/README.md`, rendered from CR status.
+//!
+//! Rendering is pure and deterministic (maps are ordered), so two renders of the same status
+//! are byte-identical and "changed materially" is a digest comparison of the material part.
+
+use std::collections::BTreeMap;
+
+use nodewright_schema::{NodeWright, Status, keys};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// Folder of the status documents on the status branch.
+pub const STATUS_DIR: &str = "status";
+
+/// Nodes listed in full when complete (incomplete nodes are always listed).
+pub const DEFAULT_NODE_DETAIL_LIMIT: usize = 200;
+
+/// One rendered file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusFile {
+    /// Path on the status branch (`status/tuning.yaml`).
+    pub path: String,
+    /// Content.
+    pub content: String,
+}
+
+/// The status document of one NodeWright.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDocument {
+    /// NodeWright name.
+    pub nodewright: String,
+    /// The Git commit the applied spec came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_commit: Option<String>,
+    /// `metadata.generation`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// `status.observedGeneration`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Roll-up Status.
+    pub status: String,
+    /// `<complete>/<selected>`.
+    pub complete_nodes: String,
+    /// Nodes in progress or erroring.
+    pub nodes_in_progress: i32,
+    /// Spec packages `name:version`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub packages: String,
+    /// Nodes per Status (non-zero buckets only).
+    pub node_counts: BTreeMap<String, usize>,
+    /// Conditions: type → `{status, reason, message}`.
+    pub conditions: BTreeMap<String, ConditionSummary>,
+    /// Batch progress per compartment.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub compartments: BTreeMap<String, CompartmentSummary>,
+    /// Per-node detail: every incomplete node, and complete ones up to the limit.
+    pub nodes: BTreeMap<String, NodeSummary>,
+    /// Complete nodes left out of `nodes` because of the limit.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nodes_omitted: usize,
+}
+
+fn is_zero(v: &usize) -> bool {
+    *v == 0
+}
+
+/// A condition without its timestamps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConditionSummary {
+    /// `True` / `False` / `Unknown`.
+    pub status: String,
+    /// Reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+}
+
+/// One compartment's counters and batch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompartmentSummary {
+    /// Nodes in the compartment.
+    pub matched: i32,
+    /// Budget ceiling.
+    pub ceiling: i32,
+    /// Nodes in progress.
+    pub in_progress: i32,
+    /// Nodes complete.
+    pub completed: i32,
+    /// Percent complete.
+    pub progress_percent: i32,
+    /// Current batch number, when the compartment has a strategy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_batch: Option<i32>,
+    /// Consecutive failing batches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consecutive_failures: Option<i32>,
+    /// The compartment stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<bool>,
+}
+
+/// One node's detail.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NodeSummary {
+    /// The node's Status.
+    pub status: String,
+    /// `name|version` → `stage/state` (with ` (restarts N)` when any).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub packages: BTreeMap<String, String>,
+}
+
+/// Builds the document of one NodeWright.
+pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
+    let status = nw.status.clone().unwrap_or_default();
+    let node_status = status.node_status.clone().unwrap_or_default();
+    let node_state = status.node_state.clone().unwrap_or_default();
+    let mut node_counts: BTreeMap<String, usize> = BTreeMap::new();
+    for s in node_status.values() {
+        *node_counts.entry(s.to_string()).or_default() += 1;
+    }
+    let conditions = status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| {
+            (
+                c.type_.clone(),
+                ConditionSummary {
+                    status: c.status.clone(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                },
+            )
+        })
+        .collect();
+    let compartments = status
+        .compartment_statuses
+        .iter()
+        .flatten()
+        .map(|(name, c)| {
+            (
+                name.clone(),
+                CompartmentSummary {
+                    matched: c.matched,
+                    ceiling: c.ceiling,
+                    in_progress: c.in_progress,
+                    completed: c.completed,
+                    progress_percent: c.progress_percent,
+                    current_batch: c.batch_state.as_ref().map(|b| b.current_batch.max(1)),
+                    consecutive_failures: c.batch_state.as_ref().map(|b| b.consecutive_failures),
+                    stopped: c.batch_state.as_ref().map(|b| b.should_stop),
+                },
+            )
+        })
+        .collect();
+    let mut nodes = BTreeMap::new();
+    let mut complete_listed = 0;
+    let mut nodes_omitted = 0;
+    for (node, s) in &node_status {
+        if *s == Status::Complete {
+            if complete_listed >= node_detail_limit {
+                nodes_omitted += 1;
+                continue;
+            }
+            complete_listed += 1;
+        }
+        let packages = node_state
+            .get(node)
+            .map(|state| {
+                state
+                    .0
+                    .iter()
+                    .map(|(key, e)| {
+                        let mut v = format!(
+                            "{}/{}",
+                            e.stage.map(|s| s.as_str()).unwrap_or(""),
+                            e.state.map(|s| s.as_str()).unwrap_or("")
+                        );
+                        if e.restarts > 0 {
+                            v.push_str(&format!(" (restarts {})", e.restarts));
+                        }
+                        (key.clone(), v)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        nodes.insert(
+            node.clone(),
+            NodeSummary {
+                status: s.to_string(),
+                packages,
+            },
+        );
+    }
+    StatusDocument {
+        nodewright: nw.name().to_string(),
+        source_commit: nw
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::SOURCE_COMMIT))
+            .cloned(),
+        generation: nw.metadata.generation,
+        observed_generation: status.observed_generation,
+        status: status.status.unwrap_or(Status::Unknown).to_string(),
+        complete_nodes: status
+            .complete_nodes
+            .clone()
+            .unwrap_or_else(|| "0/0".to_string()),
+        nodes_in_progress: status.nodes_in_progress.unwrap_or(0),
+        packages: status.package_list.clone().unwrap_or_default(),
+        node_counts,
+        conditions,
+        compartments,
+        nodes,
+        nodes_omitted,
+    }
+}
+
+/// The scenario runner's `gitStatus:` hook: the document `status/<name>.yaml` holds.
+pub fn scenario_git_status(
+    nw: &NodeWright,
+    _settings: &crate::settings::Settings,
+) -> serde_yaml::Value {
+    serde_yaml::to_value(document(nw, DEFAULT_NODE_DETAIL_LIMIT)).unwrap_or(serde_yaml::Value::Null)
+}
+
+/// Renders every status file: one YAML per NodeWright plus the README table.
+pub fn render_all(nodewrights: &[NodeWright], node_detail_limit: usize) -> Vec<StatusFile> {
+    let mut docs: Vec<StatusDocument> = nodewrights
+        .iter()
+        .map(|nw| document(nw, node_detail_limit))
+        .collect();
+    docs.sort_by(|a, b| a.nodewright.cmp(&b.nodewright));
+    let mut files: Vec<StatusFile> = docs
+        .iter()
+        .map(|doc| StatusFile {
+            path: format!("{STATUS_DIR}/{}.yaml", doc.nodewright),
+            content: format!(
+                "# Rollout status of NodeWright {}, written by nodewright. Do not edit: it is rewritten.\n{}",
+                doc.nodewright,
+                serde_yaml::to_string(doc).unwrap_or_default()
+            ),
+        })
+        .collect();
+    files.push(StatusFile {
+        path: format!("{STATUS_DIR}/README.md"),
+        content: readme(&docs),
+    });
+    files
+}
+
+fn readme(docs: &[StatusDocument]) -> String {
+    let mut out = String::from(
+        "# Fleet rollout status\n\nWritten by nodewright from the cluster's NodeWright status. One file per NodeWright holds the detail.\n\n",
+    );
+    if docs.is_empty() {
+        out.push_str("No NodeWright is declared.\n");
+        return out;
+    }
+    out.push_str("| NodeWright | Status | Complete | In progress | Erroring | Blocked/Waiting | Source commit | Ready |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    for d in docs {
+        let count = |s: &str| d.node_counts.get(s).copied().unwrap_or(0);
+        let ready = d
+            .conditions
+            .get("Ready")
+            .map(|c| c.message.replace('|', "\\|"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "| [{name}]({name}.yaml) | {status} | {complete} | {ip} | {err} | {bw} | {commit} | {ready} |\n",
+            name = d.nodewright,
+            status = d.status,
+            complete = d.complete_nodes,
+            ip = count("in_progress"),
+            err = count("erroring"),
+            bw = count("blocked") + count("waiting"),
+            commit = d.source_commit.as_deref().map(|c| &c[..c.len().min(12)]).unwrap_or("-"),
+        ));
+    }
+    out
+}
+
+/// Digest of the rendered files, identifying their material content.
+pub fn digest(files: &[StatusFile]) -> String {
+    let mut hasher = Sha256::new();
+    for f in files {
+        hasher.update(f.path.as_bytes());
+        hasher.update([0]);
+        hasher.update(f.content.as_bytes());
+        hasher.update([0]);
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A commit message saying what changed: `tuning: 12/40 complete, 1 erroring; driver: complete`.
+pub fn commit_message(before: &[StatusDocument], after: &[StatusDocument]) -> String {
+    let previous: BTreeMap<&str, &StatusDocument> =
+        before.iter().map(|d| (d.nodewright.as_str(), d)).collect();
+    let mut parts = Vec::new();
+    for d in after {
+        if previous.get(d.nodewright.as_str()).is_some_and(|p| *p == d) {
+            continue;
+        }
+        parts.push(summary(d));
+    }
+    for d in before {
+        if !after.iter().any(|a| a.nodewright == d.nodewright) {
+            parts.push(format!("{}: removed", d.nodewright));
+        }
+    }
+    if parts.is_empty() {
+        "status: no change".to_string()
+    } else {
+        format!("status: {}", parts.join("; "))
+    }
+}
+
+/// One NodeWright's one-line summary.
+pub fn summary(d: &StatusDocument) -> String {
+    if d.status == Status::Complete.as_str() {
+        return format!("{}: complete ({})", d.nodewright, d.complete_nodes);
+    }
+    let mut s = format!("{}: {} complete", d.nodewright, d.complete_nodes);
+    for bucket in [
+        "erroring",
+        "blocked",
+        "in_progress",
+        "waiting",
+        "paused",
+        "disabled",
+    ] {
+        if let Some(n) = d.node_counts.get(bucket).filter(|n| **n > 0) {
+            s.push_str(&format!(", {n} {}", bucket.replace('_', " ")));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_schema::{
+        NodeState, NodeWrightSpec, NodeWrightStatus, PackageStatus, Stage, State,
+    };
+
+    fn nw(name: &str, statuses: &[(&str, Status)]) -> NodeWright {
+        let mut nw = NodeWright::new(name, NodeWrightSpec::default());
+        let mut state = NodeState::default();
+        state.upsert(PackageStatus::new(
+            "tuning",
+            "1.0.0",
+            "example/tuning",
+            Stage::Config,
+            State::Erroring,
+        ));
+        nw.status = Some(NodeWrightStatus {
+            status: Some(Status::InProgress),
+            node_status: Some(statuses.iter().map(|(n, s)| (n.to_string(), *s)).collect()),
+            node_state: Some(
+                statuses
+                    .iter()
+                    .map(|(n, _)| (n.to_string(), state.clone()))
+                    .collect(),
+            ),
+            complete_nodes: Some("1/3".into()),
+            ..NodeWrightStatus::default()
+        });
+        nw
+    }
+
+    #[test]
+    fn document_counts_nodes_and_limits_complete_detail() {
+        let nw = nw(
+            "tuning",
+            &[
+                ("a", Status::Complete),
+                ("b", Status::Complete),
+                ("c", Status::Erroring),
+            ],
+        );
+        let doc = document(&nw, 1);
+        assert_eq!(doc.node_counts["complete"], 2);
+        assert_eq!(doc.nodes.len(), 2);
+        assert_eq!(doc.nodes_omitted, 1);
+        assert_eq!(doc.nodes["c"].packages["tuning|1.0.0"], "config/erroring");
+        assert_eq!(summary(&doc), "tuning: 1/3 complete, 1 erroring");
+    }
+
+    #[test]
+    fn rendering_is_deterministic_and_digest_tracks_content() {
+        let a = vec![nw("tuning", &[("a", Status::Complete)])];
+        let b = vec![nw("tuning", &[("a", Status::Erroring)])];
+        assert_eq!(render_all(&a, 10), render_all(&a, 10));
+        assert_ne!(digest(&render_all(&a, 10)), digest(&render_all(&b, 10)));
+        let files = render_all(&a, 10);
+        assert_eq!(
+            files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
+            ["status/tuning.yaml", "status/README.md"]
+        );
+        let parsed: serde_yaml::Value = serde_yaml::from_str(&files[0].content).unwrap();
+        assert_eq!(parsed["status"], "in_progress");
+        assert!(
+            files[1]
+                .content
+                .contains("| [tuning](tuning.yaml) | in_progress | 1/3 |")
+        );
+    }
+}
