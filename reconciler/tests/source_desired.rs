@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{WorkRepo, git, nodewright};
-use nodewright_reconciler::source::desired::{ReadOptions, evaluate_commit};
-use nodewright_reconciler::source::git_source::{GitSource, Location, SourceConfig, SourceUpdate};
+use nodewright_reconciler::controller::source::{GitSource, RepoLocation, SourceChange};
+use nodewright_reconciler::source::desired::{
+    DesiredStateTracker, ReadOptions, TrackerOutcome, evaluate_commit,
+};
 use nodewright_reconciler::source::repo::{GitRepo, RemoteSpec};
 use nodewright_reconciler::source::signature::{SignatureError, SignaturePolicy};
 
@@ -39,19 +41,17 @@ fn push(work: &WorkRepo, bare: &Path) {
     );
 }
 
+/// The loop's Git source (controller::source) over this crate's tracker and evaluation.
 fn source(tmp: &Path, bare: &Path) -> GitSource {
-    GitSource::new(SourceConfig {
-        location: Location::Remote(
-            RemoteSpec::anonymous(format!("file://{}", bare.display())),
-            tmp.join("cache"),
-        ),
-        branch: "main".to_owned(),
-        read: ReadOptions {
-            root: "fleet".to_owned(),
-            ..ReadOptions::default()
-        },
-        status_branch: "nodewright/status".to_owned(),
-    })
+    let location = RepoLocation::Remote {
+        spec: RemoteSpec::anonymous(format!("file://{}", bare.display())),
+        cache_root: tmp.join("cache"),
+    };
+    let options = ReadOptions {
+        root: "fleet".to_owned(),
+        ..ReadOptions::default()
+    };
+    GitSource::open(&location, "main", "nodewright/status", options).unwrap()
 }
 
 #[test]
@@ -60,23 +60,20 @@ fn an_invalid_commit_is_rejected_and_the_last_good_state_stays() {
     let (work, bare) = remote_fixture(tmp.path());
     let mut src = source(tmp.path(), &bare);
 
-    let first = match src.refresh().unwrap() {
-        SourceUpdate::Applied { commit, digest } => {
+    let (first, good_digest) = match src.refresh().unwrap() {
+        SourceChange::Applied { commit, digest } => {
             assert!(digest.starts_with("sha256:"));
-            commit
+            (commit, digest)
         }
         other => panic!("{other:?}"),
     };
-    let good = src.current().unwrap().clone();
-    assert_eq!(good.desired.commit, first);
+    let good = src.desired().unwrap().clone();
+    assert_eq!(good.commit, first);
     assert_eq!(
-        good.desired.nodewrights[0].spec.packages()["driver"].version,
+        good.nodewrights[0].spec.packages()["driver"].version,
         "1.0.0"
     );
-    assert!(matches!(
-        src.refresh().unwrap(),
-        SourceUpdate::NoNewCommit { .. }
-    ));
+    assert_eq!(src.refresh().unwrap(), SourceChange::None);
 
     // One good change and two bad files in the same commit: nothing of it applies.
     work.write(
@@ -97,21 +94,10 @@ fn an_invalid_commit_is_rejected_and_the_last_good_state_stays() {
     let bad = work.commit("half valid");
     push(&work, &bare);
     match src.refresh().unwrap() {
-        SourceUpdate::Rejected {
-            commit,
-            errors,
-            report,
-        } => {
+        SourceChange::Rejected { commit, report } => {
             assert_eq!(commit, bad);
-            let files: Vec<String> = errors.iter().map(|e| e.location()).collect();
-            assert!(
-                files.iter().any(|f| f.starts_with("fleet/bad.yaml:")),
-                "{files:?}"
-            );
-            assert!(
-                files.iter().any(|f| f.starts_with("fleet/broken.yaml:")),
-                "{files:?}"
-            );
+            assert!(report.contains("  fleet/bad.yaml:"), "{report}");
+            assert!(report.contains("  fleet/broken.yaml:"), "{report}");
             assert!(
                 report.contains(&bad) && report.contains("inline tag"),
                 "{report}"
@@ -120,13 +106,9 @@ fn an_invalid_commit_is_rejected_and_the_last_good_state_stays() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        src.current().unwrap(),
+        src.desired().unwrap(),
         &good,
         "last good desired state stays in force"
-    );
-    assert_eq!(
-        src.tracker().last_rejected().map(|(c, _)| c),
-        Some(bad.as_str())
     );
 
     // Reformatting the manifest is the same desired state.
@@ -143,12 +125,10 @@ fn an_invalid_commit_is_rejected_and_the_last_good_state_stays() {
     push(&work, &bare);
     assert_eq!(
         src.refresh().unwrap(),
-        SourceUpdate::SameDesired {
-            commit: reformatted.clone()
+        SourceChange::Unchanged {
+            commit: reformatted
         }
     );
-    assert_eq!(src.current().unwrap().digest, good.digest);
-    assert!(src.tracker().last_rejected().is_none());
 
     // The fix applies.
     work.write(
@@ -161,9 +141,9 @@ fn an_invalid_commit_is_rejected_and_the_last_good_state_stays() {
     let fixed = work.commit("fix");
     push(&work, &bare);
     match src.refresh().unwrap() {
-        SourceUpdate::Applied { commit, digest } => {
+        SourceChange::Applied { commit, digest } => {
             assert_eq!(commit, fixed);
-            assert_ne!(digest, good.digest);
+            assert_ne!(digest, good_digest);
         }
         other => panic!("{other:?}"),
     }
@@ -173,25 +153,28 @@ fn an_invalid_commit_is_rejected_and_the_last_good_state_stays() {
 fn a_downgrade_against_the_last_good_state_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let (work, bare) = remote_fixture(tmp.path());
-    work.write("fleet/gpu.yaml", &nodewright("gpu", "    agent:\n      version: 3.0.0\n      image: nvcr.io/nvidia/agent\n      uninstall:\n        enabled: true\n"));
+    let agent = |v: &str| {
+        nodewright(
+            "gpu",
+            &format!(
+                "    agent:\n      version: {v}\n      image: nvcr.io/nvidia/agent\n      uninstall:\n        enabled: true\n"
+            ),
+        )
+    };
+    work.write("fleet/gpu.yaml", &agent("3.0.0"));
     work.commit("agent");
     push(&work, &bare);
     let mut src = source(tmp.path(), &bare);
     assert!(matches!(
         src.refresh().unwrap(),
-        SourceUpdate::Applied { .. }
+        SourceChange::Applied { .. }
     ));
-    work.write("fleet/gpu.yaml", &nodewright("gpu", "    agent:\n      version: 2.0.0\n      image: nvcr.io/nvidia/agent\n      uninstall:\n        enabled: true\n"));
+    work.write("fleet/gpu.yaml", &agent("2.0.0"));
     work.commit("downgrade");
     push(&work, &bare);
     match src.refresh().unwrap() {
-        SourceUpdate::Rejected { errors, .. } => {
-            assert!(
-                errors
-                    .iter()
-                    .any(|e| e.message.contains("downgrade not allowed")),
-                "{errors:?}"
-            );
+        SourceChange::Rejected { report, .. } => {
+            assert!(report.contains("downgrade not allowed"), "{report}")
         }
         other => panic!("{other:?}"),
     }
@@ -504,24 +487,79 @@ fn a_local_repository_is_read_in_place() {
     let work = WorkRepo::init(&tmp.path().join("work"));
     work.write("fleet/gpu.yaml", &nodewright("gpu", DRIVER));
     let first = work.commit("first");
-    let mut src = GitSource::new(SourceConfig {
-        location: Location::Local(work.dir.clone()),
-        branch: "main".to_owned(),
-        read: ReadOptions {
-            root: "fleet".to_owned(),
-            ..ReadOptions::default()
-        },
-        status_branch: "nodewright/status".to_owned(),
-    });
+    let options = ReadOptions {
+        root: "fleet".to_owned(),
+        ..ReadOptions::default()
+    };
+    let mut src = GitSource::open(
+        &RepoLocation::Local(work.dir.clone()),
+        "main",
+        "nodewright/status",
+        options,
+    )
+    .unwrap();
     assert!(
-        matches!(src.refresh().unwrap(), SourceUpdate::Applied { commit, .. } if commit == first)
+        matches!(src.refresh().unwrap(), SourceChange::Applied { commit, .. } if commit == first)
     );
     // An uncommitted edit is not desired state.
     work.write("fleet/gpu.yaml", "garbage: [\n");
-    assert!(matches!(
-        src.refresh().unwrap(),
-        SourceUpdate::NoNewCommit { .. }
-    ));
-    assert_eq!(src.current().unwrap().desired.commit, first);
-    assert!(src.repo().unwrap().git_dir().ends_with(".git"));
+    assert_eq!(src.refresh().unwrap(), SourceChange::None);
+    assert_eq!(src.desired().unwrap().commit, first);
+    assert!(src.git_dir().ends_with(".git"));
+}
+
+#[test]
+fn the_tracker_keeps_the_last_good_state_and_remembers_the_rejection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("gpu.yaml", &nodewright("gpu", DRIVER));
+    let good = work.commit("good");
+    work.write(
+        "gpu.yaml",
+        &nodewright(
+            "gpu",
+            "    driver:\n      version: not-semver\n      image: nvcr.io/nvidia/driver\n",
+        ),
+    );
+    let bad = work.commit("bad");
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let options = ReadOptions::default();
+    let mut tracker = DesiredStateTracker::new();
+    let outcome = tracker
+        .offer(evaluate_commit(&repo, repo.resolve(&good).unwrap(), &options, None).unwrap());
+    let digest = match outcome {
+        TrackerOutcome::Applied { digest } => digest,
+        other => panic!("{other:?}"),
+    };
+    let previous = tracker.previous();
+    let outcome = tracker.offer(
+        evaluate_commit(
+            &repo,
+            repo.resolve(&bad).unwrap(),
+            &options,
+            previous.as_ref(),
+        )
+        .unwrap(),
+    );
+    match outcome {
+        TrackerOutcome::Rejected { commit, errors } => {
+            assert_eq!(commit, bad);
+            assert!(
+                errors.iter().all(|e| e.location().starts_with("gpu.yaml:")),
+                "{errors:?}"
+            );
+            assert!(
+                errors.iter().any(|e| e.message.contains("not-semver")),
+                "{errors:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(tracker.current().unwrap().digest, digest);
+    assert_eq!(tracker.current().unwrap().desired.commit, good);
+    assert_eq!(tracker.last_rejected().map(|(c, _)| c), Some(bad.as_str()));
+    // The same good commit again is no change, and clears the rejection.
+    let again = evaluate_commit(&repo, repo.resolve(&good).unwrap(), &options, None).unwrap();
+    assert_eq!(tracker.offer(again), TrackerOutcome::Unchanged);
+    assert!(tracker.last_rejected().is_none());
 }

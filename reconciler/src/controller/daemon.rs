@@ -72,7 +72,11 @@ impl Pacer<SimAdapter> for SimClock {
             return false;
         }
         cluster.world().advance(delay);
-        let wall = if self.speed > 0.0 { delay.div_f64(self.speed) } else { Duration::ZERO };
+        let wall = if self.speed > 0.0 {
+            delay.div_f64(self.speed)
+        } else {
+            Duration::ZERO
+        };
         tokio::select! {
             _ = tokio::time::sleep(wall) => true,
             _ = self.shutdown.changed() => false,
@@ -122,9 +126,13 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             }
         };
         match &change {
-            SourceChange::Applied { commit, digest } => tracing::info!(%commit, %digest, "applying commit"),
+            SourceChange::Applied { commit, digest } => {
+                tracing::info!(%commit, %digest, "applying commit")
+            }
             SourceChange::Rejected { report, .. } => tracing::warn!("{report}"),
-            SourceChange::Unchanged { commit } => tracing::info!(%commit, "new commit, same desired state"),
+            SourceChange::Unchanged { commit } => {
+                tracing::info!(%commit, "new commit, same desired state")
+            }
             SourceChange::None => {}
         }
         if let Some(desired) = source.desired().cloned() {
@@ -153,7 +161,12 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             },
             None => None,
         };
-        let iteration = Iteration { change: &change, pass: report.as_ref(), snapshot: &snapshot, status: written.as_ref() };
+        let iteration = Iteration {
+            change: &change,
+            pass: report.as_ref(),
+            snapshot: &snapshot,
+            status: written.as_ref(),
+        };
         if observe(&iteration).is_break() {
             return Ok(());
         }

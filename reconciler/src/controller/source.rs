@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use gix::ObjectId;
 
 use crate::cluster::Desired;
-use crate::source::desired::{DesiredStateTracker, ReadOptions, TrackerOutcome, evaluate_commit, rejection_report};
+use crate::source::desired::{
+    DesiredStateTracker, ReadOptions, TrackerOutcome, evaluate_commit, rejection_report,
+};
 use crate::source::repo::{GitRepo, RemoteSpec, RepoError};
 
 /// Where the desired state comes from.
@@ -62,10 +64,18 @@ pub struct GitSource {
 
 impl GitSource {
     /// Opens (or mirrors) the repository.
-    pub fn open(location: &RepoLocation, branch: &str, status_branch: &str, options: ReadOptions) -> Result<Self, RepoError> {
+    pub fn open(
+        location: &RepoLocation,
+        branch: &str,
+        status_branch: &str,
+        options: ReadOptions,
+    ) -> Result<Self, RepoError> {
         let (git, remote_url) = match location {
             RepoLocation::Local(path) => (GitRepo::open(path)?, None),
-            RepoLocation::Remote { spec, cache_root } => (GitRepo::sync_remote(spec, cache_root)?.0, Some(spec.url.clone())),
+            RepoLocation::Remote { spec, cache_root } => (
+                GitRepo::sync_remote(spec, cache_root)?.0,
+                Some(spec.url.clone()),
+            ),
         };
         Ok(GitSource {
             git,
@@ -96,7 +106,9 @@ impl GitSource {
     /// Fetches (for a remote) and evaluates the branch head when it moved.
     pub fn refresh(&mut self) -> Result<SourceChange, RepoError> {
         self.git.fetch()?;
-        let head = self.git.resolve_desired(&self.branch, &self.status_branch)?;
+        let head = self
+            .git
+            .resolve_desired(&self.branch, &self.status_branch)?;
         if self.seen == Some(head) {
             return Ok(SourceChange::None);
         }

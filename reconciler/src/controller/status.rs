@@ -59,7 +59,13 @@ impl StatusWriter {
     /// A writer for a target.
     pub fn new(target: StatusTarget) -> Self {
         let coalescer = Coalescer::new(target.interval);
-        StatusWriter { target, coalescer, last_docs: Vec::new(), last_files: Vec::new(), push_pending: false }
+        StatusWriter {
+            target,
+            coalescer,
+            last_docs: Vec::new(),
+            last_files: Vec::new(),
+            push_pending: false,
+        }
     }
 
     /// The target.
@@ -68,9 +74,16 @@ impl StatusWriter {
     }
 
     /// Renders the NodeWrights' status and commits it when due.
-    pub fn write(&mut self, now: Timestamp, nodewrights: &[NodeWright]) -> Result<StatusWrite, WritebackError> {
+    pub fn write(
+        &mut self,
+        now: Timestamp,
+        nodewrights: &[NodeWright],
+    ) -> Result<StatusWrite, WritebackError> {
         let files = render_all(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
-        let mut docs: Vec<StatusDocument> = nodewrights.iter().map(|nw| document(nw, DEFAULT_NODE_DETAIL_LIMIT)).collect();
+        let mut docs: Vec<StatusDocument> = nodewrights
+            .iter()
+            .map(|nw| document(nw, DEFAULT_NODE_DETAIL_LIMIT))
+            .collect();
         docs.sort_by(|a, b| a.nodewright.cmp(&b.nodewright));
         match self.coalescer.decide(now, &files, &docs) {
             Decision::Unchanged if !self.push_pending => return Ok(StatusWrite::Unchanged),
@@ -84,12 +97,23 @@ impl StatusWriter {
             Decision::Commit => {}
         }
         let message = commit_message(&self.last_docs, &docs);
-        commit_status(&self.target.repo, &self.target.branch, &files, &message, &self.target.author, now.as_second())?;
+        commit_status(
+            &self.target.repo,
+            &self.target.branch,
+            &files,
+            &message,
+            &self.target.author,
+            now.as_second(),
+        )?;
         self.coalescer.committed(now, &files, &docs);
         self.last_docs = docs;
         self.last_files = files;
         self.push_pending = self.target.remote.is_some();
-        Ok(if self.push()? { StatusWrite::Committed(message) } else { StatusWrite::PushPending(message) })
+        Ok(if self.push()? {
+            StatusWrite::Committed(message)
+        } else {
+            StatusWrite::PushPending(message)
+        })
     }
 
     /// Pushes when a push is pending; on rejection the remote's tip is fetched and the current
@@ -103,7 +127,12 @@ impl StatusWriter {
             return Ok(true);
         }
         for _ in 0..3 {
-            match push(&self.target.repo, &remote, &self.target.branch, &self.target.auth) {
+            match push(
+                &self.target.repo,
+                &remote,
+                &self.target.branch,
+                &self.target.auth,
+            ) {
                 Ok(true) => {
                     self.push_pending = false;
                     return Ok(true);
@@ -123,15 +152,27 @@ impl StatusWriter {
         let fetch_error = |message: String| WritebackError::Push {
             remote: remote.to_string(),
             branch: branch.clone(),
-            message: format!("the push was rejected and fetching the remote's status branch failed: {message}"),
+            message: format!(
+                "the push was rejected and fetching the remote's status branch failed: {message}"
+            ),
         };
         let Some(mirror) = &self.target.mirror else {
             return Err(fetch_error("no mirror repository to fetch into".into()));
         };
         // The mirror's fetch refspec brings the remote's status branch over ours.
         mirror.fetch().map_err(|e| fetch_error(e.to_string()))?;
-        let message = format!("{} (after the remote moved)", commit_message(&[], &self.last_docs));
-        commit_status(&self.target.repo, &branch, &self.last_files, &message, &self.target.author, Timestamp::now().as_second())?;
+        let message = format!(
+            "{} (after the remote moved)",
+            commit_message(&[], &self.last_docs)
+        );
+        commit_status(
+            &self.target.repo,
+            &branch,
+            &self.last_files,
+            &message,
+            &self.target.author,
+            Timestamp::now().as_second(),
+        )?;
         Ok(())
     }
 }

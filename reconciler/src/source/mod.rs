@@ -3,7 +3,6 @@
 //! triggers (poll, filesystem events, webhooks) and commit-signature verification.
 
 pub mod desired;
-pub mod git_source;
 pub mod manifests;
 pub mod repo;
 pub mod signature;

@@ -47,7 +47,10 @@ pub struct Author {
 
 impl Default for Author {
     fn default() -> Self {
-        Author { name: "nodewright".into(), email: "nodewright@localhost".into() }
+        Author {
+            name: "nodewright".into(),
+            email: "nodewright@localhost".into(),
+        }
     }
 }
 
@@ -62,8 +65,19 @@ pub fn commit_status(
     author: &Author,
     time_seconds: i64,
 ) -> Result<Option<ObjectId>, WritebackError> {
-    let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_bytes())).collect();
-    commit_files(repo_path, branch, &files, &[STATUS_DIR], message, author, time_seconds)
+    let files: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|f| (f.path.as_str(), f.content.as_bytes()))
+        .collect();
+    commit_files(
+        repo_path,
+        branch,
+        &files,
+        &[STATUS_DIR],
+        message,
+        author,
+        time_seconds,
+    )
 }
 
 /// Commits `files` (path, content) onto `branch` through gix, after removing the `remove`
@@ -130,12 +144,19 @@ pub fn commit_files(
 /// The subjects of the last `limit` commits of `branch`, newest first, with short ids
 /// (`git log --oneline`).
 pub fn log_oneline(repo_path: &Path, branch: &str, limit: usize) -> Vec<String> {
-    let Ok(repo) = gix::open(repo_path) else { return Vec::new() };
-    let Ok(Some(mut reference)) = repo.try_find_reference(format!("refs/heads/{branch}").as_str()) else {
+    let Ok(repo) = gix::open(repo_path) else {
         return Vec::new();
     };
-    let Ok(tip) = reference.peel_to_id() else { return Vec::new() };
-    let Ok(walk) = repo.rev_walk([tip.detach()]).all() else { return Vec::new() };
+    let Ok(Some(mut reference)) = repo.try_find_reference(format!("refs/heads/{branch}").as_str())
+    else {
+        return Vec::new();
+    };
+    let Ok(tip) = reference.peel_to_id() else {
+        return Vec::new();
+    };
+    let Ok(walk) = repo.rev_walk([tip.detach()]).all() else {
+        return Vec::new();
+    };
     walk.filter_map(Result::ok)
         .take(limit)
         .filter_map(|info| {
@@ -149,10 +170,14 @@ pub fn log_oneline(repo_path: &Path, branch: &str, limit: usize) -> Vec<String> 
 /// Reads `status/<file>` from the tip of `branch`, if present.
 pub fn read_status_file(repo_path: &Path, branch: &str, file: &str) -> Option<String> {
     let repo = gix::open(repo_path).ok()?;
-    let mut reference = repo.try_find_reference(format!("refs/heads/{branch}").as_str()).ok()??;
+    let mut reference = repo
+        .try_find_reference(format!("refs/heads/{branch}").as_str())
+        .ok()??;
     let commit = repo.find_commit(reference.peel_to_id().ok()?).ok()?;
     let tree = commit.tree().ok()?;
-    let entry = tree.lookup_entry_by_path(format!("{STATUS_DIR}/{file}")).ok()??;
+    let entry = tree
+        .lookup_entry_by_path(format!("{STATUS_DIR}/{file}"))
+        .ok()??;
     let blob = entry.object().ok()?;
     String::from_utf8(blob.data.clone()).ok()
 }
@@ -169,7 +194,12 @@ pub struct PushAuth {
 /// Pushes `branch` from the repository at `repo_path` to `remote_url`. A rejected push (the
 /// remote moved) is reported as `Ok(false)` so the caller can fetch, re-commit on top and try
 /// again; other failures are errors.
-pub fn push(repo_path: &Path, remote_url: &str, branch: &str, auth: &PushAuth) -> Result<bool, WritebackError> {
+pub fn push(
+    repo_path: &Path,
+    remote_url: &str,
+    branch: &str,
+    auth: &PushAuth,
+) -> Result<bool, WritebackError> {
     let mut cmd = Command::new("git");
     cmd.arg("-C").arg(repo_path);
     if let Some(header) = &auth.http_authorization {
@@ -182,7 +212,12 @@ pub fn push(repo_path: &Path, remote_url: &str, branch: &str, auth: &PushAuth) -
         cmd.env("GIT_SSH_COMMAND", ssh);
     }
     cmd.env("GIT_TERMINAL_PROMPT", "0");
-    cmd.args(["push", "--porcelain", remote_url, &format!("refs/heads/{branch}:refs/heads/{branch}")]);
+    cmd.args([
+        "push",
+        "--porcelain",
+        remote_url,
+        &format!("refs/heads/{branch}:refs/heads/{branch}"),
+    ]);
     let output = cmd.output().map_err(|e| WritebackError::Push {
         remote: remote_url.to_string(),
         branch: branch.to_string(),
@@ -191,11 +226,22 @@ pub fn push(repo_path: &Path, remote_url: &str, branch: &str, auth: &PushAuth) -
     if output.status.success() {
         return Ok(true);
     }
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    if text.contains("[rejected]") || text.contains("non-fast-forward") || text.contains("fetch first") {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if text.contains("[rejected]")
+        || text.contains("non-fast-forward")
+        || text.contains("fetch first")
+    {
         return Ok(false);
     }
-    Err(WritebackError::Push { remote: remote_url.to_string(), branch: branch.to_string(), message: text.trim().to_string() })
+    Err(WritebackError::Push {
+        remote: remote_url.to_string(),
+        branch: branch.to_string(),
+        message: text.trim().to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -203,39 +249,100 @@ mod tests {
     use super::*;
 
     fn git(dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     fn file(path: &str, content: &str) -> StatusFile {
-        StatusFile { path: path.into(), content: content.into() }
+        StatusFile {
+            path: path.into(),
+            content: content.into(),
+        }
     }
 
     #[test]
     fn commits_status_files_only_when_they_change_and_drops_removed_ones() {
         let dir = tempfile::tempdir().unwrap();
         git(dir.path(), &["init", "-q", "-b", "main"]);
-        let files = vec![file("status/a.yaml", "status: in_progress\n"), file("status/README.md", "# s\n")];
-        let first = commit_status(dir.path(), DEFAULT_STATUS_BRANCH, &files, "status: a: 0/1 complete", &Author::default(), 1_767_225_600)
+        let files = vec![
+            file("status/a.yaml", "status: in_progress\n"),
+            file("status/README.md", "# s\n"),
+        ];
+        let first = commit_status(
+            dir.path(),
+            DEFAULT_STATUS_BRANCH,
+            &files,
+            "status: a: 0/1 complete",
+            &Author::default(),
+            1_767_225_600,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            commit_status(
+                dir.path(),
+                DEFAULT_STATUS_BRANCH,
+                &files,
+                "again",
+                &Author::default(),
+                1_767_225_601
+            )
             .unwrap()
-            .unwrap();
-        assert!(commit_status(dir.path(), DEFAULT_STATUS_BRANCH, &files, "again", &Author::default(), 1_767_225_601).unwrap().is_none());
-        let next = vec![file("status/b.yaml", "status: complete\n"), file("status/README.md", "# s\n")];
-        let second = commit_status(dir.path(), DEFAULT_STATUS_BRANCH, &next, "status: b: complete", &Author::default(), 1_767_225_602)
-            .unwrap()
-            .unwrap();
+            .is_none()
+        );
+        let next = vec![
+            file("status/b.yaml", "status: complete\n"),
+            file("status/README.md", "# s\n"),
+        ];
+        let second = commit_status(
+            dir.path(),
+            DEFAULT_STATUS_BRANCH,
+            &next,
+            "status: b: complete",
+            &Author::default(),
+            1_767_225_602,
+        )
+        .unwrap()
+        .unwrap();
         assert_ne!(first, second);
-        let listing = git(dir.path(), &["ls-tree", "-r", "--name-only", "nodewright/status"]);
+        let listing = git(
+            dir.path(),
+            &["ls-tree", "-r", "--name-only", "nodewright/status"],
+        );
         assert_eq!(listing, "status/README.md\nstatus/b.yaml\n");
         let log = git(dir.path(), &["log", "--format=%s|%an", "nodewright/status"]);
-        assert_eq!(log, "status: b: complete|nodewright\nstatus: a: 0/1 complete|nodewright\n");
-        assert_eq!(read_status_file(dir.path(), DEFAULT_STATUS_BRANCH, "b.yaml").as_deref(), Some("status: complete\n"));
+        assert_eq!(
+            log,
+            "status: b: complete|nodewright\nstatus: a: 0/1 complete|nodewright\n"
+        );
+        assert_eq!(
+            read_status_file(dir.path(), DEFAULT_STATUS_BRANCH, "b.yaml").as_deref(),
+            Some("status: complete\n")
+        );
         let oneline = log_oneline(dir.path(), DEFAULT_STATUS_BRANCH, 10);
         assert_eq!(oneline.len(), 2);
         assert!(oneline[0].ends_with(" status: b: complete"));
         // The tracked branch is untouched.
-        assert!(Command::new("git").arg("-C").arg(dir.path()).args(["rev-parse", "--verify", "-q", "main"]).output().unwrap().stdout.is_empty());
+        assert!(
+            Command::new("git")
+                .arg("-C")
+                .arg(dir.path())
+                .args(["rev-parse", "--verify", "-q", "main"])
+                .output()
+                .unwrap()
+                .stdout
+                .is_empty()
+        );
     }
 
     #[test]
@@ -248,9 +355,28 @@ mod tests {
             git(d, &["init", "-q"]);
         }
         let url = remote.path().to_str().unwrap();
-        commit_status(a.path(), "s", &[file("status/x.yaml", "1")], "a1", &Author::default(), 1).unwrap();
+        commit_status(
+            a.path(),
+            "s",
+            &[file("status/x.yaml", "1")],
+            "a1",
+            &Author::default(),
+            1,
+        )
+        .unwrap();
         assert!(push(a.path(), url, "s", &PushAuth::default()).unwrap());
-        commit_status(b.path(), "s", &[file("status/x.yaml", "2")], "b1", &Author::default(), 2).unwrap();
-        assert!(!push(b.path(), url, "s", &PushAuth::default()).unwrap(), "an unrelated history is rejected");
+        commit_status(
+            b.path(),
+            "s",
+            &[file("status/x.yaml", "2")],
+            "b1",
+            &Author::default(),
+            2,
+        )
+        .unwrap();
+        assert!(
+            !push(b.path(), url, "s", &PushAuth::default()).unwrap(),
+            "an unrelated history is rejected"
+        );
     }
 }
