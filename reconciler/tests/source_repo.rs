@@ -227,3 +227,29 @@ fn ancestry_is_answered_from_history() {
     assert!(!repo.is_ancestor(b, s).unwrap());
     assert!(repo.is_ancestor(a, a).unwrap());
 }
+
+#[test]
+fn a_linked_work_tree_reports_the_shared_git_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("a.yaml", "a: 1\n");
+    let first = work.commit("first");
+    let linked = tmp.path().join("linked");
+    git(
+        &work.dir,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "review",
+            linked.to_str().unwrap(),
+        ],
+    );
+    let repo = GitRepo::open(&linked).unwrap();
+    assert_eq!(
+        repo.git_dir().canonicalize().unwrap(),
+        work.dir.join(".git").canonicalize().unwrap()
+    );
+    assert_eq!(repo.resolve("main").unwrap(), oid(&first));
+}

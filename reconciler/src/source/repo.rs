@@ -366,9 +366,11 @@ impl GitRepo {
         &self.path
     }
 
-    /// The git directory, whose refs change when a commit lands (watched by the fs trigger).
+    /// The git directory holding the branch refs, which change when a commit lands (watched by
+    /// the fs trigger). For a linked work tree this is the shared (common) directory, where
+    /// `refs/heads` and `packed-refs` live.
     pub fn git_dir(&self) -> PathBuf {
-        self.repo.to_thread_local().path().to_path_buf()
+        self.repo.to_thread_local().common_dir().to_path_buf()
     }
 
     /// Resolve a branch, tag, `HEAD`, full or abbreviated commit id (any `rev-parse` spec) to
