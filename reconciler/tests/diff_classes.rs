@@ -28,6 +28,8 @@ fn diff_fixture() -> (tempfile::TempDir, DesiredDiff) {
         root: "manifests".to_owned(),
         format: Format::Json,
         cache_dir: None,
+        token_file: None,
+        token_env: None,
         max_file_bytes: 1 << 20,
     };
     let diff = compute(&args).unwrap();
@@ -294,6 +296,8 @@ fn identical_commits_change_nothing() {
         root: String::new(),
         format: Format::Text,
         cache_dir: None,
+        token_file: None,
+        token_env: None,
         max_file_bytes: 1 << 20,
     };
     let diff = compute(&args).unwrap();
