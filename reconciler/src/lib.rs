@@ -6,6 +6,8 @@ pub mod cluster;
 pub mod controller;
 pub mod diff;
 pub mod engine;
+pub mod forge;
+pub mod metrics;
 pub mod plan;
 pub mod scenario;
 pub mod settings;

@@ -311,3 +311,43 @@ fn validate_checks_a_commit_of_a_repository() {
     ]);
     assert_eq!(code, 0);
 }
+
+#[test]
+fn a_remote_repository_is_mirrored_for_the_diff() {
+    let (tmp, base, head) = fixture();
+    let bare = tmp.path().join("remote.git");
+    common::git(
+        tmp.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            tmp.path().join("fleet").to_str().unwrap(),
+            bare.to_str().unwrap(),
+        ],
+    );
+    let cache = tmp.path().join("cache");
+    let url = format!("file://{}", bare.display());
+    let (code, out, err) = nodewright_bin(&[
+        "diff",
+        "--repo",
+        &url,
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--base",
+        &base,
+        "--head",
+        &head,
+        "--path",
+        "clusters/prod",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 3, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["head"], head.as_str());
+    assert!(
+        std::fs::read_dir(&cache).unwrap().next().is_some(),
+        "mirror created in the cache dir"
+    );
+}

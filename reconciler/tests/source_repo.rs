@@ -208,3 +208,48 @@ fn symlinks_escaping_the_root_and_oversized_files_are_refused() {
 fn oid(hex: &str) -> gix::ObjectId {
     gix::ObjectId::from_hex(hex.as_bytes()).unwrap()
 }
+
+#[test]
+fn ancestry_is_answered_from_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    let first = work.commit("first");
+    let second = work.commit("second");
+    git(&work.dir, &["checkout", "-q", "-b", "side", &first]);
+    let side = work.commit("side");
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let (a, b, s) = (oid(&first), oid(&second), oid(&side));
+    assert!(repo.is_ancestor(a, b).unwrap());
+    assert!(
+        !repo.is_ancestor(b, a).unwrap(),
+        "a rewind is not a fast-forward"
+    );
+    assert!(!repo.is_ancestor(b, s).unwrap());
+    assert!(repo.is_ancestor(a, a).unwrap());
+}
+
+#[test]
+fn a_linked_work_tree_reports_the_shared_git_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("a.yaml", "a: 1\n");
+    let first = work.commit("first");
+    let linked = tmp.path().join("linked");
+    git(
+        &work.dir,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "review",
+            linked.to_str().unwrap(),
+        ],
+    );
+    let repo = GitRepo::open(&linked).unwrap();
+    assert_eq!(
+        repo.git_dir().canonicalize().unwrap(),
+        work.dir.join(".git").canonicalize().unwrap()
+    );
+    assert_eq!(repo.resolve("main").unwrap(), oid(&first));
+}

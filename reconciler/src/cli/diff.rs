@@ -9,7 +9,7 @@ use super::exit;
 use crate::diff::{Format, diff_desired, render};
 use crate::source::desired::{ReadOptions, evaluate_commit};
 use crate::source::manifests::{Limits, Previous};
-use crate::source::repo::{GitRepo, RemoteSpec, RepoError};
+use crate::source::repo::{Credentials, GitRepo, RemoteSpec, RepoError, SecretSource};
 use crate::source::tree::TreeLimits;
 
 /// Long help.
@@ -62,6 +62,12 @@ pub struct Args {
     /// Where remote repositories are mirrored (default: the system temp directory).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// For an https remote: read an access token from this file.
+    #[arg(long, value_name = "FILE", conflicts_with = "token_env")]
+    pub token_file: Option<PathBuf>,
+    /// For an https remote: read an access token from this environment variable.
+    #[arg(long, value_name = "VAR")]
+    pub token_env: Option<String>,
     /// Largest manifest file accepted, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_file_bytes)]
     pub max_file_bytes: usize,
@@ -76,7 +82,23 @@ fn open(args: &Args) -> Result<GitRepo, RepoError> {
         .cache_dir
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("nodewright-cache"));
-    GitRepo::sync_remote(&RemoteSpec::anonymous(args.repo.clone()), &cache).map(|(g, _)| g)
+    let credentials = match (&args.token_file, &args.token_env) {
+        (Some(file), _) => Credentials::Token {
+            username: None,
+            token: SecretSource::File(file.clone()),
+        },
+        (None, Some(var)) => Credentials::Token {
+            username: None,
+            token: SecretSource::Env(var.clone()),
+        },
+        (None, None) => Credentials::None,
+    };
+    let spec = RemoteSpec {
+        url: args.repo.clone(),
+        credentials,
+        depth: None,
+    };
+    GitRepo::sync_remote(&spec, &cache).map(|(g, _)| g)
 }
 
 /// Computes the diff the command prints (exposed for tests and the CI integration).

@@ -7,8 +7,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod crds;
+pub mod demo;
 pub mod diff;
+pub mod fleet;
+pub mod progress;
+pub mod run;
 pub mod serve;
+pub mod simulate;
 pub mod validate;
 pub mod verbs;
 
@@ -81,9 +86,18 @@ pub enum Command {
     /// The simulated cluster: `sim serve` speaks the Kubernetes API on loopback.
     #[command(subcommand)]
     Sim(serve::SimCommand),
+    /// Watch a Git repository and converge the cluster to it (the reconciler).
+    #[command(long_about = run::LONG_ABOUT, after_long_help = run::EXAMPLES)]
+    Run(run::Args),
+    /// Roll the example fleet out on an embedded simulated cluster, in accelerated time.
+    #[command(long_about = demo::LONG_ABOUT, after_long_help = demo::EXAMPLES)]
+    Demo(demo::Args),
     /// Operational verbs (kubectl-plugin equivalents).
     #[command(flatten)]
     Verb(verbs::VerbCommand),
+    /// Run scenario files against the simulated cluster; exit 0 only when all pass.
+    #[command(long_about = simulate::LONG_ABOUT, after_long_help = simulate::EXAMPLES)]
+    Simulate(simulate::Args),
 }
 
 /// Runs a parsed command line.
@@ -94,6 +108,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Verb(verb) => verbs::run(verb, cli.common),
         Command::Diff(args) => diff::run(args),
         Command::Sim(command) => serve::run(command, cli.common),
+        Command::Demo(args) => demo::run(args),
+        Command::Run(args) => run::run(args, cli.common),
+        Command::Simulate(args) => simulate::run(args),
     }
 }
 

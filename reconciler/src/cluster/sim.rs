@@ -32,6 +32,12 @@ impl SimAdapter {
         self.world.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Brings a previous snapshot up to date, reusing unchanged objects (see
+    /// [`SimCluster::refresh_snapshot`]); the fast path of [`Cluster::snapshot`].
+    pub fn refresh_snapshot(&self, snapshot: &mut Snapshot) {
+        self.world().refresh_snapshot(snapshot);
+    }
+
     /// Gives the world back.
     pub fn into_inner(self) -> SimCluster {
         self.world.into_inner().unwrap_or_else(|e| e.into_inner())

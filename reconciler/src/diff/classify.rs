@@ -1124,3 +1124,109 @@ pub fn dominant_interrupt<'a>(
         .map(|i| i.kind)
         .min_by_key(|k| k.rank())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkg(yaml: &str) -> Package {
+        serde_yaml::from_str(yaml).expect("test package parses")
+    }
+
+    #[test]
+    fn a_version_change_carries_config_image_and_field_edits_along() {
+        let b = pkg(
+            "{version: 1.0.0, image: r/a, configMap: {k: '1'}, configInterrupts: {k: {type: reboot}}}",
+        );
+        let h = pkg(
+            "{version: 1.1.0, image: r/b, configMap: {k: '2'}, configInterrupts: {k: {type: reboot}}, env: [{name: A, value: b}]}",
+        );
+        let classes = package_classes(&b, &h);
+        assert_eq!(classes.len(), 1, "{classes:?}");
+        assert!(matches!(
+            &classes[0],
+            ChangeClass::Upgrade {
+                interrupt: None,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn equal_precedence_spellings_are_a_new_version_not_a_downgrade() {
+        let classes = package_classes(
+            &pkg("{version: v1.2.0, image: r/a}"),
+            &pkg("{version: 1.2.0, image: r/a}"),
+        );
+        assert!(
+            matches!(&classes[0], ChangeClass::Upgrade { .. }),
+            "{classes:?}"
+        );
+        let classes = package_classes(
+            &pkg("{version: 1.0.0, image: r/a}"),
+            &pkg("{version: banana, image: r/a}"),
+        );
+        assert!(
+            matches!(&classes[0], ChangeClass::VersionUnordered { .. }),
+            "{classes:?}"
+        );
+    }
+
+    #[test]
+    fn removed_config_keys_cost_their_interrupt_and_uninstalling_packages_do_no_config() {
+        let b = pkg(
+            "{version: 1.0.0, image: r/a, configMap: {a.conf: '1', keep: x}, configInterrupts: {'*.conf': {type: restartAllServices}}}",
+        );
+        let h = pkg("{version: 1.0.0, image: r/a, configMap: {keep: x}}");
+        match &package_classes(&b, &h)[0] {
+            ChangeClass::Config {
+                removed,
+                interrupts,
+                ..
+            } => {
+                assert_eq!(removed, &["a.conf"]);
+                // The head spec has no configInterrupts: nothing matches, no interrupt.
+                assert!(interrupts.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        let h2 = pkg(
+            "{version: 1.0.0, image: r/a, configMap: {keep: x}, configInterrupts: {'*.conf': {type: restartAllServices}}}",
+        );
+        let b2 = pkg(
+            "{version: 1.0.0, image: r/a, configMap: {a.conf: '1', keep: x}, configInterrupts: {'*.conf': {type: restartAllServices}}}",
+        );
+        // A removed key still matches the pattern (§16.3 counts removals as changed keys);
+        // the admission rule that a pattern must match a key is the head's validation's job.
+        match &package_classes(&b2, &h2)[0] {
+            ChangeClass::Config { interrupts, .. } => assert_eq!(interrupts.len(), 1),
+            other => panic!("{other:?}"),
+        }
+        let uninstalling = pkg(
+            "{version: 1.0.0, image: r/a, configMap: {keep: y}, uninstall: {enabled: true, apply: true}}",
+        );
+        let before =
+            pkg("{version: 1.0.0, image: r/a, configMap: {keep: x}, uninstall: {enabled: true}}");
+        let classes = package_classes(&before, &uninstalling);
+        assert_eq!(
+            classes,
+            vec![ChangeClass::UninstallRequested { interrupt: None }]
+        );
+    }
+
+    #[test]
+    fn the_dominant_interrupt_is_the_lowest_rank() {
+        let i = |t: &str| -> Interrupt {
+            serde_yaml::from_str(&format!("{{type: {t}}}")).expect("interrupt parses")
+        };
+        let all = [
+            i("noop"),
+            i("service"),
+            i("reboot"),
+            i("restartAllServices"),
+        ];
+        assert_eq!(dominant_interrupt(&all), Some(InterruptType::Reboot));
+        assert_eq!(dominant_interrupt(&all[..2]), Some(InterruptType::Service));
+        assert_eq!(dominant_interrupt(&[]), None);
+    }
+}

@@ -15,16 +15,7 @@ use crate::settings::Settings;
 use crate::sim::{SimCluster, job_address, jobs_is_finished};
 use crate::snapshot::Memory;
 
-/// One Prometheus sample.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Sample {
-    /// Metric name.
-    pub name: String,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
-    /// Value.
-    pub value: f64,
-}
+pub use crate::engine::metrics::Sample;
 
 /// Checks every section; the first mismatch wins.
 pub fn check(

@@ -137,28 +137,33 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
                 };
                 let spec = &policy.spec;
                 let mut members: BTreeMap<String, Vec<&Node>> = BTreeMap::new();
+                // M of §2.5 (b): selected nodes matching each compartment's selector.
+                let matching: Vec<i32> = spec
+                    .compartments
+                    .iter()
+                    .map(|c| {
+                        selected
+                            .iter()
+                            .filter(|n| selector_matches(&c.selector, &labels(n)))
+                            .count()
+                            .max(1) as i32
+                    })
+                    .collect();
                 for node in &selected {
                     let l = labels(node);
-                    let candidates: Vec<_> = spec
+                    let chosen = spec
                         .compartments
                         .iter()
-                        .filter(|c| selector_matches(&c.selector, &l))
-                        .collect();
-                    let chosen = candidates
-                        .into_iter()
-                        .min_by_key(|c| {
-                            let m = selected
-                                .iter()
-                                .filter(|n| selector_matches(&c.selector, &labels(n)))
-                                .count()
-                                .max(1) as i32;
+                        .zip(&matching)
+                        .filter(|(c, _)| selector_matches(&c.selector, &l))
+                        .min_by_key(|(c, m)| {
                             (
                                 rank(c.strategy.as_ref()),
-                                ceiling(&c.budget, m),
+                                ceiling(&c.budget, **m),
                                 c.name.clone(),
                             )
                         })
-                        .map(|c| c.name.clone())
+                        .map(|(c, _)| c.name.clone())
                         .unwrap_or_else(|| keys::DEFAULT_COMPARTMENT.to_string());
                     members.entry(chosen).or_default().push(node);
                 }

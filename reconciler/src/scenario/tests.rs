@@ -384,3 +384,30 @@ fn an_invalid_commit_keeps_the_last_valid_desired_state() {
         report.render()
     );
 }
+
+#[test]
+fn fail_api_makes_writes_fail_for_a_while_and_restart_drops_memory() {
+    let yaml = format!(
+        "{FLEET}steps:\n{}",
+        r#"
+  - delete: {pdbs: [default/web]}
+  - failApi: {rate: 1.0, for: 30s}
+  - advance: 20s
+  - expect: {nodes: {n1: {unschedulable: false}}, history: {never: ["cordon n1"]}}
+  - restartReconciler: {}
+  - until: {expect: {history: {count: {"cordon n1": 1}}}, within: 30s}
+"#
+    );
+    let report = run(&yaml, &toy_hooks());
+    assert!(report.passed(), "{}", report.render());
+    assert!(
+        report.steps[2].detail.contains("500") || report.steps[2].detail.contains("notes"),
+        "{}",
+        report.render()
+    );
+    assert!(
+        report.steps[5].at.as_secs() >= 30,
+        "writes succeed only once the window ends: {}",
+        report.render()
+    );
+}

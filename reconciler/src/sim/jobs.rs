@@ -209,6 +209,14 @@ fn backoff(base: Duration, max: Duration, n: i32) -> Duration {
 }
 
 impl SimCluster {
+    /// Moves a Job's resourceVersion (every write does; snapshots reuse unchanged objects).
+    fn bump_job(&mut self, name: &str) {
+        let rv = self.next_rv();
+        if let Some(job) = self.jobs.get_mut(name) {
+            job.metadata.resource_version = Some(rv);
+        }
+    }
+
     pub(super) fn job_uid(&self, name: &str) -> Option<String> {
         self.jobs.get(name).and_then(|j| j.metadata.uid.clone())
     }
@@ -300,6 +308,7 @@ impl SimCluster {
                 now,
             );
         }
+        self.bump_job(name);
         self.dirty_jobs.insert(name.to_string());
         self.settle();
         Outcome::Done
@@ -902,6 +911,7 @@ impl SimCluster {
             .get(&job)
             .and_then(|j| failure_policy_action(j, pod));
         let now = self.now;
+        self.bump_job(&job);
         match action.as_deref() {
             Some("Ignore") => {
                 self.job_rt.entry(job).or_default().ignored_at = Some(now);

@@ -239,40 +239,53 @@ impl SimCluster {
 
     /// The world as one reconcile pass sees it; `memory` is the reconciler's in-memory state.
     pub fn snapshot(&self, memory: Memory) -> Snapshot {
-        let ns = &self.namespace;
-        Snapshot {
-            now: self.now,
-            nodewrights: self.nodewrights.values().cloned().collect(),
-            policies: self.policies.values().cloned().collect(),
-            nodes: self.nodes.values().cloned().collect(),
-            jobs: self
-                .jobs
-                .values()
-                .filter(|j| {
-                    j.metadata
-                        .labels
-                        .as_ref()
-                        .is_some_and(|l| l.contains_key(nodewright_schema::keys::JOB_LABEL_NAME))
-                })
-                .cloned()
-                .collect(),
-            pods: self
-                .pods
-                .values()
-                .filter(|p| {
-                    p.metadata.namespace.as_deref() == Some(ns.as_str())
-                        || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
-                })
-                .cloned()
-                .collect(),
-            config_maps: self
-                .config_maps
+        let mut snapshot = Snapshot {
+            memory,
+            ..Snapshot::default()
+        };
+        self.refresh_snapshot(&mut snapshot);
+        snapshot
+    }
+
+    /// Brings a previous snapshot up to date (its `memory` is left alone). Objects whose
+    /// resourceVersion did not change are reused instead of cloned again, which is what makes
+    /// passes over large fleets cheap: every write in the simulator moves the resourceVersion.
+    pub fn refresh_snapshot(&self, snapshot: &mut Snapshot) {
+        let ns = self.namespace.as_str();
+        snapshot.now = self.now;
+        refresh(&mut snapshot.nodewrights, self.nodewrights.values(), |n| {
+            &n.metadata
+        });
+        refresh(&mut snapshot.policies, self.policies.values(), |p| {
+            &p.metadata
+        });
+        refresh(&mut snapshot.nodes, self.nodes.values(), |n| &n.metadata);
+        refresh(
+            &mut snapshot.jobs,
+            self.jobs.values().filter(|j| {
+                j.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(nodewright_schema::keys::JOB_LABEL_NAME))
+            }),
+            |j| &j.metadata,
+        );
+        refresh(
+            &mut snapshot.pods,
+            self.pods.values().filter(|p| {
+                p.metadata.namespace.as_deref() == Some(ns)
+                    || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+            }),
+            |p| &p.metadata,
+        );
+        refresh(
+            &mut snapshot.config_maps,
+            self.config_maps
                 .iter()
                 .filter(|((n, _), _)| n == ns)
-                .map(|(_, c)| c.clone())
-                .collect(),
-            memory,
-        }
+                .map(|(_, c)| c),
+            |c| &c.metadata,
+        );
     }
 
     /// The instant of the next scheduled event, if any.
@@ -370,6 +383,30 @@ impl SimCluster {
             reason: reason.to_string(),
             message: msg.to_string(),
         });
+    }
+}
+
+/// Replaces `old` with the objects of `current`, reusing each old object whose uid and
+/// resourceVersion are unchanged.
+fn refresh<'a, T: Clone + 'a>(
+    old: &mut Vec<T>,
+    current: impl Iterator<Item = &'a T>,
+    meta: impl Fn(&T) -> &ObjectMeta,
+) {
+    let key = |m: &ObjectMeta| {
+        (
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+        )
+    };
+    let mut cache: HashMap<Key, T> = old.drain(..).map(|t| (key(meta(&t)), t)).collect();
+    for object in current {
+        let m = meta(object);
+        let reused = cache.remove(&key(m)).filter(|o| {
+            let om = meta(o);
+            om.uid == m.uid && om.resource_version == m.resource_version
+        });
+        old.push(reused.unwrap_or_else(|| object.clone()));
     }
 }
 

@@ -822,3 +822,153 @@ fn injected_api_failures_are_deterministic_and_end_with_their_window() {
     assert!(a.iter().any(|r| r.contains("Done")));
     assert!(ok);
 }
+
+#[test]
+fn pdb_percentages_round_up_and_max_unavailable_counts_down_from_expected() {
+    let mut sim = sim("{}");
+    for n in ["n1", "n2", "n3", "n4"] {
+        node(&mut sim, n);
+        let mut pod = web_pod(&format!("web-{n}"), n);
+        pod.grace_seconds = Some(60);
+        sim.add_workload_pod(pod);
+    }
+    sim.add_pdb(PdbInput {
+        name: "web".into(),
+        namespace: "default".into(),
+        selector: [("app".to_string(), "web".to_string())].into(),
+        min_available: Some(IntOrString::String("60%".into())),
+        max_unavailable: None,
+    });
+    let key = ("default".to_string(), "web".to_string());
+    assert_eq!(sim.pdb_health(&key), (4, 3), "60% of 4 rounds up to 3");
+    sim.delete_pdb("default", "web");
+    sim.add_pdb(PdbInput {
+        name: "web".into(),
+        namespace: "default".into(),
+        selector: [("app".to_string(), "web".to_string())].into(),
+        min_available: None,
+        max_unavailable: Some(IntOrString::Int(1)),
+    });
+    assert_eq!(sim.pdb_health(&key), (4, 3));
+    for n in ["n1", "n2", "n3", "n4"] {
+        sim.update_node(n, |node| {
+            node.spec.as_mut().unwrap().unschedulable = Some(true)
+        });
+    }
+    sim.evict("default", "web-n1", None).unwrap();
+    let refused = sim.evict("default", "web-n2", None).unwrap_err();
+    assert!(
+        matches!(refused, EvictionError::Refused { ref cause, .. } if cause == "The disruption budget web needs 3 healthy pods and has 3 currently"),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_pod_matching_two_pdbs_cannot_be_evicted() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    sim.add_workload_pod(web_pod("web-a", "n1"));
+    for name in ["a", "b"] {
+        sim.add_pdb(PdbInput {
+            name: name.into(),
+            namespace: "default".into(),
+            selector: [("app".to_string(), "web".to_string())].into(),
+            min_available: Some(IntOrString::Int(0)),
+            max_unavailable: None,
+        });
+    }
+    assert!(matches!(
+        sim.evict("default", "web-a", None),
+        Err(EvictionError::MultiplePdbs(_))
+    ));
+}
+
+#[test]
+fn stateful_and_daemon_set_pods_come_back_once_the_old_pod_is_gone() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    node(&mut sim, "n2");
+    let mut db = web_pod("db-0", "n1");
+    db.owner = OwnerKind::StatefulSet;
+    sim.add_workload_pod(db);
+    let mut ds = web_pod("agent-n1", "n1");
+    ds.owner = OwnerKind::DaemonSet;
+    sim.add_workload_pod(ds);
+    sim.update_node("n1", |n| {
+        n.spec.as_mut().unwrap().unschedulable = Some(true)
+    });
+    sim.delete_pod("default", "db-0", None);
+    sim.delete_pod("default", "agent-n1", None);
+    assert_eq!(
+        sim.pods().len(),
+        2,
+        "nothing replaced while the old pods terminate"
+    );
+    sim.advance(Duration::from_secs(10));
+    let db = &sim.pods()[&("default".to_string(), "db-0".to_string())];
+    assert_eq!(
+        db.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("n2"),
+        "same name, scheduled where it fits"
+    );
+    let on_n1: Vec<_> = sim.pods_on("n1").collect();
+    assert_eq!(
+        on_n1.len(),
+        1,
+        "the DaemonSet pod returns to its cordoned node"
+    );
+    assert!(
+        on_n1[0]
+            .metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("agent-n1-")
+    );
+    assert_eq!(phase(on_n1[0]), "Running");
+}
+
+#[test]
+fn deleting_a_node_garbage_collects_its_pods_as_disruptions() {
+    let mut sim = sim("example/tuning: {stages: {apply: {duration: 1h}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 0));
+    sim.advance(Duration::from_secs(5));
+    assert!(sim.delete_node("n1"));
+    sim.advance(Duration::from_secs(5));
+    let job = &sim.jobs()["j"];
+    assert!(
+        !is_finished(job),
+        "a PodGC casualty does not spend the only attempt"
+    );
+    let pods = pods_of(&sim, "j");
+    assert_eq!(pods.len(), 1);
+    assert_eq!(
+        phase(&pods[0]),
+        "Pending",
+        "the replacement waits for a node that is gone"
+    );
+}
+
+#[test]
+fn generation_bumps_on_spec_changes_only() {
+    let mut sim = sim("{}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 3));
+    let rv = sim.jobs()["j"].metadata.resource_version.clone();
+    sim.execute(&Action::AnnotateJob {
+        name: "j".into(),
+        uid: None,
+        annotations: [("a".to_string(), "b".to_string())].into(),
+        ttl_seconds_after_finished: None,
+    })
+    .unwrap();
+    assert_eq!(sim.jobs()["j"].metadata.generation, Some(1));
+    assert_ne!(
+        sim.jobs()["j"].metadata.resource_version,
+        rv,
+        "every write moves the resourceVersion"
+    );
+    sim.suspend_job("j", true);
+    assert_eq!(sim.jobs()["j"].metadata.generation, Some(2));
+}

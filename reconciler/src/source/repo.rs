@@ -230,8 +230,9 @@ impl std::fmt::Debug for GitRepo {
     }
 }
 
+/// The whole cause chain (gix's alternate form), e.g. "handshake failed: … 401".
 fn msg(e: impl std::fmt::Display) -> String {
-    e.to_string()
+    format!("{e:#}")
 }
 
 impl GitRepo {
@@ -290,6 +291,9 @@ impl GitRepo {
         };
         let repo = self.repo.to_thread_local();
         let url = remote_url(&remote.url);
+        if url.starts_with("http://") || url.starts_with("https://") {
+            install_tls_provider();
+        }
         let handle = repo
             .remote_at(url.as_str())
             .map_err(|e| fetch_err(msg(e)))?
@@ -362,9 +366,11 @@ impl GitRepo {
         &self.path
     }
 
-    /// The git directory, whose refs change when a commit lands (watched by the fs trigger).
+    /// The git directory holding the branch refs, which change when a commit lands (watched by
+    /// the fs trigger). For a linked work tree this is the shared (common) directory, where
+    /// `refs/heads` and `packed-refs` live.
     pub fn git_dir(&self) -> PathBuf {
-        self.repo.to_thread_local().path().to_path_buf()
+        self.repo.to_thread_local().common_dir().to_path_buf()
     }
 
     /// Resolve a branch, tag, `HEAD`, full or abbreviated commit id (any `rev-parse` spec) to
@@ -457,6 +463,16 @@ fn remote_url(url: &str) -> String {
             .unwrap_or_else(|_| path.to_path_buf())
     };
     format!("file://{}", abs.display())
+}
+
+/// reqwest is built without a bundled crypto provider (no aws-lc/OpenSSL build); install
+/// rustls' ring provider once per process before the first http(s) transport is created.
+fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means another part of the process installed a provider first: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 fn open_options(overrides: &[String]) -> gix::open::Options {

@@ -1,13 +1,20 @@
 //! Commit-signature verification against configured public keys (optional; Flux-style).
 //!
-//! SSH signatures (`gpgsig` header holding an `SSH SIGNATURE` block, as written by
-//! `git commit -S` with `gpg.format=ssh`) are verified in-process with the `ssh-key` crate:
-//! namespace `git`, the signing key must be one of the allowed keys, and the signature must
-//! cover the commit bytes. OpenPGP signatures are recognized and refused with an explicit
-//! "not supported" error, so a policy that requires signatures never passes a commit it
-//! cannot check.
+//! Both kinds git writes into the `gpgsig` header are verified in-process (no `gpg` or `ssh`
+//! binary needed in the reconciler's image):
+//! - SSH signatures (`gpg.format=ssh`) with the `ssh-key` crate: namespace `git`, the signing
+//!   key must be one of the allowed keys, the signature must cover the commit bytes;
+//! - OpenPGP signatures (`gpg.format=openpgp`, the default) with the `pgp` crate: the
+//!   signature must verify against the primary key or a subkey of an allowed public key.
+//!   Allowed keys must carry valid self-signatures; key expiry and revocation are not
+//!   evaluated (an allowed-keys list is the trust decision).
+//!
+//! X.509 (`gpgsm`) signatures are refused as unsupported, so a policy that requires signatures
+//! never passes a commit it cannot check.
 
 use gix::ObjectId;
+use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey};
+use pgp::types::KeyDetails;
 use ssh_key::{HashAlg, PublicKey, SshSig};
 
 use super::repo::{GitRepo, RepoError};
@@ -56,9 +63,10 @@ pub enum SignatureError {
 }
 
 /// The keys allowed to sign head commits.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct SignaturePolicy {
     keys: Vec<PublicKey>,
+    pgp_keys: Vec<SignedPublicKey>,
 }
 
 /// Who signed a verified commit.
@@ -96,17 +104,47 @@ impl SignaturePolicy {
             })?;
             parsed.push(key);
         }
-        Ok(SignaturePolicy { keys: parsed })
+        Ok(SignaturePolicy {
+            keys: parsed,
+            pgp_keys: Vec::new(),
+        })
+    }
+
+    /// Also allow the OpenPGP public keys in `armored` (one or more `PUBLIC KEY BLOCK`s, as
+    /// `gpg --armor --export` prints them). Keys with broken self-signatures are refused.
+    pub fn with_openpgp_keys(mut self, armored: &str) -> Result<Self, SignatureError> {
+        let bad = |reason: String| SignatureError::BadKey {
+            index: self.keys.len() + self.pgp_keys.len() + 1,
+            reason,
+        };
+        let (keys, _) = SignedPublicKey::from_string_many(armored)
+            .map_err(|e| bad(format!("not an OpenPGP public key block: {e}")))?;
+        let mut added = Vec::new();
+        for key in keys {
+            let key = key.map_err(|e| bad(format!("unreadable OpenPGP key: {e}")))?;
+            key.verify_bindings().map_err(|e| {
+                bad(format!(
+                    "OpenPGP key {} has invalid self-signatures: {e}",
+                    key.fingerprint()
+                ))
+            })?;
+            added.push(key);
+        }
+        if added.is_empty() {
+            return Err(bad("no OpenPGP public key in the block".to_owned()));
+        }
+        self.pgp_keys.extend(added);
+        Ok(self)
     }
 
     /// Number of allowed keys.
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.keys.len() + self.pgp_keys.len()
     }
 
     /// Whether no key is allowed (then every commit is refused).
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.len() == 0
     }
 
     /// Verify `commit`'s signature; `Ok` names the signer.
@@ -132,10 +170,7 @@ impl SignaturePolicy {
     ) -> Result<VerifiedSignature, SignatureError> {
         let text = String::from_utf8_lossy(signature);
         if text.contains("BEGIN PGP SIGNATURE") {
-            return Err(SignatureError::Unsupported {
-                commit: commit.to_owned(),
-                format: "an OpenPGP signature".to_owned(),
-            });
+            return self.verify_openpgp(commit, &text, payload);
         }
         if text.contains("BEGIN SIGNED MESSAGE") {
             return Err(SignatureError::Unsupported {
@@ -173,5 +208,58 @@ impl SignaturePolicy {
             fingerprint: key.fingerprint(HashAlg::Sha256).to_string(),
             comment: key.comment().to_owned(),
         })
+    }
+
+    fn verify_openpgp(
+        &self,
+        commit: &str,
+        armored: &str,
+        payload: &[u8],
+    ) -> Result<VerifiedSignature, SignatureError> {
+        let invalid = |reason: String| SignatureError::Invalid {
+            commit: commit.to_owned(),
+            reason,
+        };
+        let (sig, _) = DetachedSignature::from_string(armored.trim())
+            .map_err(|e| invalid(format!("not a readable OpenPGP signature: {e}")))?;
+        let issuers: Vec<String> = sig
+            .signature
+            .issuer_fingerprint()
+            .iter()
+            .map(|f| f.to_string())
+            .chain(sig.signature.issuer_key_id().iter().map(|k| k.to_string()))
+            .collect();
+        for key in &self.pgp_keys {
+            let user = key
+                .details
+                .users
+                .first()
+                .map(|u| String::from_utf8_lossy(u.id.id()).into_owned())
+                .unwrap_or_default();
+            if sig.verify(&key.primary_key, payload).is_ok() {
+                return Ok(VerifiedSignature {
+                    commit: commit.to_owned(),
+                    fingerprint: format!("OpenPGP:{}", key.fingerprint()),
+                    comment: user,
+                });
+            }
+            for sub in &key.public_subkeys {
+                if sig.verify(&sub.key, payload).is_ok() {
+                    return Ok(VerifiedSignature {
+                        commit: commit.to_owned(),
+                        fingerprint: format!("OpenPGP:{}", key.fingerprint()),
+                        comment: user,
+                    });
+                }
+            }
+        }
+        Err(invalid(format!(
+            "OpenPGP signature by {} does not verify against any allowed key",
+            if issuers.is_empty() {
+                "an unnamed key".to_owned()
+            } else {
+                issuers.join("/")
+            }
+        )))
     }
 }

@@ -2,4 +2,5 @@
 //! coalesced, committed to the status branch.
 
 pub mod coalesce;
+pub mod git;
 pub mod render;

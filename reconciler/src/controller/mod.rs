@@ -6,6 +6,10 @@
 //! The same [`Controller::pass`] runs in production, in `demo`, and under the scenario runner,
 //! so what the scenarios prove is what ships.
 
+pub mod daemon;
+pub mod source;
+pub mod status;
+
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -29,6 +33,8 @@ pub struct PassReport {
     pub errors: Vec<String>,
     /// When the engine wants the next pass.
     pub requeue: Requeue,
+    /// Wall time the pass took (snapshot, engine and writes).
+    pub duration: Duration,
 }
 
 impl PassReport {
@@ -92,6 +98,7 @@ impl<C: Cluster> Controller<C> {
 
     /// One pass: snapshot, engine, execute. Errors of single actions are collected, not fatal.
     pub async fn pass(&mut self) -> Result<PassReport, ClusterError> {
+        let started = std::time::Instant::now();
         let mut snapshot = self.cluster.snapshot().await?;
         snapshot.memory = self.memory.clone();
         let plan = (self.engine)(&snapshot, &self.settings);
@@ -113,6 +120,7 @@ impl<C: Cluster> Controller<C> {
             }
         }
         prune_memory(&mut self.memory, &snapshot);
+        report.duration = started.elapsed();
         Ok(report)
     }
 

@@ -1,0 +1,425 @@
+//! `nodewright run`: the product — watch a Git repository and converge a cluster to it.
+
+use std::num::NonZeroU32;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::exit;
+use super::fleet::Fleet;
+use super::progress::Progress;
+use super::verbs::Common;
+use crate::cluster::Cluster;
+use crate::cluster::sim::SimAdapter;
+use crate::controller::Controller;
+use crate::controller::daemon::{LifecycleMode, Pacer, SimClock, WallClock, run_loop};
+use crate::controller::source::{GitSource, RepoLocation, SourceChange};
+use crate::controller::status::{StatusTarget, StatusWrite, StatusWriter};
+use crate::metrics::{Metrics, MetricsServer};
+use crate::settings::Settings;
+use crate::source::desired::ReadOptions;
+use crate::source::repo::{Credentials, RemoteSpec, SecretSource};
+use crate::source::triggers::{PollConfig, channel, process_seed, spawn_poller};
+use crate::writeback::git::{Author, DEFAULT_STATUS_BRANCH, PushAuth};
+
+/// Long help.
+pub const LONG_ABOUT: &str = "\
+Watch a Git repository of NodeWright and DeploymentPolicy manifests and converge the cluster \
+to its newest valid commit: materialize the CRs, run the node lifecycle (cordon, drain, stage \
+Jobs, interrupts, reboots, uncordon), and write progress back as node annotations, CR status \
+and commits on the status branch.
+
+The cluster is the one --kubeconfig names, or the in-cluster configuration when running in a \
+pod, or $KUBECONFIG. With none of these, an embedded simulated cluster is used (and said so), \
+so `run` is safe to try on a laptop. A commit with any invalid manifest applies nothing; the \
+last valid commit stays in force.";
+
+/// Examples.
+pub const EXAMPLES: &str = "\
+Examples:
+  # Try it: a local repository against the embedded simulator (16 nodes, 10x time)
+  nodewright run --repo ./fleet --sim-nodes 16 --speed 10
+
+  # Production: a remote, a cluster, status pushed back to the remote
+  nodewright run --repo https://git.example.com/infra/fleet.git --branch main --path clusters/prod \\
+      --kubeconfig ~/.kube/prod --git-credentials-dir /etc/nodewright/git
+
+  # Only mirror CRs and status; an in-cluster upstream operator runs the lifecycle
+  nodewright run --repo ./fleet --lifecycle upstream --kubeconfig ~/.kube/config";
+
+/// Arguments of `nodewright run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Repository: a local path, file://, https:// or ssh URL.
+    #[arg(long)]
+    pub repo: String,
+    /// Branch holding the desired state.
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// Folder inside the repository holding the manifests (default: the whole repository).
+    #[arg(long, default_value = "")]
+    pub path: String,
+    /// Branch the status documents are committed to.
+    #[arg(long, default_value = DEFAULT_STATUS_BRANCH)]
+    pub status_branch: String,
+    /// Do not write status commits.
+    #[arg(long)]
+    pub no_status: bool,
+    /// Who runs the lifecycle: this reconciler, or an in-cluster upstream operator.
+    #[arg(long, value_enum, default_value_t = LifecycleMode::SelfManaged)]
+    pub lifecycle: LifecycleMode,
+    /// Operator settings (YAML, camelCase names of spec §13.1).
+    #[arg(long, value_name = "FILE")]
+    pub settings: Option<PathBuf>,
+    /// Git credentials: a folder with `token` (and optional `username`), or `ssh-privatekey`
+    /// (and optional `known_hosts`). Missing or empty = anonymous.
+    #[arg(long, value_name = "DIR")]
+    pub git_credentials_dir: Option<PathBuf>,
+    /// Where remotes are mirrored.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// How often remotes are fetched (jittered).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+    /// Serve Prometheus metrics and health probes on this address (e.g. 0.0.0.0:8080).
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Log as JSON lines.
+    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+    pub log_format: String,
+    /// Embedded simulator: number of plain nodes (when no cluster is configured).
+    #[arg(long, default_value_t = 8)]
+    pub sim_nodes: usize,
+    /// Embedded simulator: a fleet description (a scenario file's cluster: and packages:).
+    #[arg(long, value_name = "FILE")]
+    pub sim_fleet: Option<PathBuf>,
+    /// Embedded simulator: virtual seconds per wall second.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Plain log lines instead of progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Exit 0 once every NodeWright is complete and its status is committed (for CI and
+    /// scripted rollouts); exit 1 if that has not happened after this much time of the
+    /// cluster's clock.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub until_converged: Option<Duration>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    nodewright_schema::duration::parse_go_duration(text)
+        .map(|d| d.non_negative())
+        .map_err(|e| e.to_string())
+}
+
+fn load_settings(path: Option<&PathBuf>) -> Result<Settings, String> {
+    let settings = match path {
+        None => Settings::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+    };
+    settings.validate().map_err(|e| e.to_string())?;
+    Ok(settings)
+}
+
+fn credentials(dir: Option<&PathBuf>) -> Credentials {
+    let Some(dir) = dir else {
+        return Credentials::None;
+    };
+    let token = dir.join("token");
+    let key = dir.join("ssh-privatekey");
+    if token.is_file() {
+        let username = std::fs::read_to_string(dir.join("username"))
+            .ok()
+            .map(|u| u.trim().to_string());
+        Credentials::Token {
+            username,
+            token: SecretSource::File(token),
+        }
+    } else if key.is_file() {
+        let known_hosts = Some(dir.join("known_hosts")).filter(|p| p.is_file());
+        Credentials::SshKey {
+            key_file: key,
+            known_hosts,
+        }
+    } else {
+        Credentials::None
+    }
+}
+
+fn location(args: &Args) -> RepoLocation {
+    let is_url = args.repo.contains("://") || (args.repo.contains('@') && args.repo.contains(':'));
+    if !is_url && std::path::Path::new(&args.repo).exists() {
+        return RepoLocation::Local(PathBuf::from(&args.repo));
+    }
+    let cache_root = args.cache_dir.clone().unwrap_or_else(|| {
+        crate::cluster::kube::sim_kubeconfig_path()
+            .parent()
+            .map(|p| p.join("repos"))
+            .unwrap_or_else(|| std::env::temp_dir().join("nodewright-repos"))
+    });
+    RepoLocation::Remote {
+        spec: RemoteSpec {
+            url: args.repo.clone(),
+            credentials: credentials(args.git_credentials_dir.as_ref()),
+            depth: NonZeroU32::new(0),
+        },
+        cache_root,
+    }
+}
+
+/// Whether a real cluster is configured (flag, in-cluster environment, or $KUBECONFIG).
+fn cluster_configured(common: &Common) -> bool {
+    common.kubeconfig.is_some()
+        || common.sim
+        || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        || std::env::var_os("KUBECONFIG").is_some()
+}
+
+fn init_logging(format: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Runs the reconciler.
+pub fn run(args: Args, common: Common) -> ExitCode {
+    init_logging(&args.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::RUNTIME);
+        }
+    };
+    match runtime.block_on(serve(args, common)) {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(exit::RUNTIME)
+        }
+    }
+}
+
+async fn serve(args: Args, common: Common) -> Result<(), String> {
+    let settings = load_settings(args.settings.as_ref())?;
+    let location = location(&args);
+    let options = ReadOptions {
+        root: args.path.clone(),
+        ..ReadOptions::default()
+    };
+    let until = args.until_converged;
+    let mut source = GitSource::open(&location, &args.branch, &args.status_branch, options)
+        .map_err(|e| e.to_string())?;
+    let mut writer = (!args.no_status).then(|| {
+        StatusWriter::new(StatusTarget {
+            repo: source.repo_path().to_path_buf(),
+            branch: args.status_branch.clone(),
+            remote: source.remote_url().map(str::to_string),
+            auth: PushAuth::default(),
+            author: Author::default(),
+            mirror: None,
+            interval: Duration::from_secs(30),
+        })
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down after the current pass");
+        let _ = stop_tx.send(true);
+    });
+    // The engine already emits the `skyhook_*` twins when `publishLegacyMetrics` is set.
+    let metrics = std::sync::Arc::new(Metrics::new(false));
+    if let Some(addr) = args.metrics_addr {
+        let server = MetricsServer::bind(addr, metrics.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(addr = %server.local_addr(), "serving /metrics, /healthz and /readyz");
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let _ = server
+                .serve(async move {
+                    let _ = stop.changed().await;
+                })
+                .await;
+        });
+    }
+    let mut progress = Progress::new(!args.no_progress);
+    let metrics_settings = settings.clone();
+    let mut started_at = None;
+    let converged = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let converged_flag = converged.clone();
+    let observe = move |it: &crate::controller::daemon::Iteration<'_>| {
+        match it.change {
+            SourceChange::Rejected { report, .. } => {
+                metrics.commit_seen();
+                metrics.commit_rejected();
+                progress.println(report);
+            }
+            SourceChange::Applied { commit, .. } => {
+                metrics.commit_seen();
+                metrics.commit_applied(commit);
+            }
+            SourceChange::Unchanged { .. } => metrics.commit_seen(),
+            SourceChange::None => {}
+        }
+        if let Some(pass) = it.pass {
+            metrics.observe_pass(pass.duration);
+            for (kind, _) in &pass.writes {
+                metrics.api_write_kind(kind);
+            }
+        }
+        metrics.set_lifecycle(lifecycle_samples(it.snapshot, &metrics_settings));
+        metrics.set_ready(true);
+        progress.update(
+            &it.snapshot.nodewrights,
+            &it.snapshot.now.strftime("%H:%M:%S").to_string(),
+        );
+        if let Some(limit) = until {
+            let start = *started_at.get_or_insert(it.snapshot.now);
+            let done = !it.snapshot.nodewrights.is_empty()
+                && it.snapshot.nodewrights.iter().all(|nw| {
+                    nw.status.as_ref().and_then(|s| s.status)
+                        == Some(nodewright_schema::Status::Complete)
+                })
+                && !matches!(it.status, Some(StatusWrite::Deferred));
+            if done {
+                converged_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                progress.println("converged: every NodeWright is complete");
+                return ControlFlow::Break(());
+            }
+            if crate::sim::util::since(start, it.snapshot.now) >= limit {
+                progress.println("gave up: not converged within --until-converged");
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    };
+    if cluster_configured(&common) {
+        let cluster = super::verbs::connect(&common).await?;
+        let (tx, rx) = channel(16);
+        if matches!(location, RepoLocation::Remote { .. }) {
+            spawn_poller(
+                PollConfig {
+                    interval: args.poll_interval,
+                    ..PollConfig::default()
+                },
+                process_seed(),
+                tx,
+            );
+        }
+        let mut pacer = WallClock {
+            triggers: rx,
+            shutdown: stop_rx,
+        };
+        run_with(
+            cluster,
+            settings,
+            &mut source,
+            writer.as_mut(),
+            args.lifecycle,
+            &mut pacer,
+            observe,
+        )
+        .await?;
+    } else {
+        let fleet = match &args.sim_fleet {
+            Some(path) => Fleet::parse(
+                &std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            )
+            .map_err(|e| format!("{}: {e}", path.display()))?,
+            None => Fleet::plain(args.sim_nodes),
+        };
+        let world = fleet.build(&settings.namespace, process_seed())?;
+        eprintln!(
+            "No cluster configured (no --kubeconfig, no in-cluster environment, no $KUBECONFIG): using an embedded simulated cluster of {} nodes at {}x time.",
+            world.nodes().len(),
+            args.speed
+        );
+        let mut pacer = SimClock {
+            speed: args.speed,
+            shutdown: stop_rx,
+        };
+        run_with(
+            SimAdapter::new(world),
+            settings,
+            &mut source,
+            writer.as_mut(),
+            args.lifecycle,
+            &mut pacer,
+            observe,
+        )
+        .await?;
+    }
+    if until.is_some() && !converged.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err("the rollout did not converge".into());
+    }
+    Ok(())
+}
+
+/// The §13.3 gauges of the engine, in the metrics module's sample type.
+fn lifecycle_samples(
+    snapshot: &crate::snapshot::Snapshot,
+    settings: &Settings,
+) -> Vec<crate::metrics::Sample> {
+    crate::engine::metrics::samples(snapshot, settings)
+        .into_iter()
+        .map(|s| crate::metrics::Sample {
+            name: s.name,
+            labels: s.labels.into_iter().collect(),
+            value: s.value,
+        })
+        .collect()
+}
+
+async fn run_with<C: Cluster, P: Pacer<C>>(
+    cluster: C,
+    settings: Settings,
+    source: &mut GitSource,
+    writer: Option<&mut StatusWriter>,
+    lifecycle: LifecycleMode,
+    pacer: &mut P,
+    observe: impl FnMut(&crate::controller::daemon::Iteration<'_>) -> ControlFlow<()>,
+) -> Result<(), String> {
+    let mut controller = Controller::new(cluster, crate::engine::reconcile, settings);
+    run_loop(&mut controller, source, writer, lifecycle, pacer, observe)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,181 @@
+//! The long-running loop (ARCHITECTURE §3): trigger → desired state of the newest valid
+//! commit → materialize CRs → pass → status write-back → wait for the next trigger.
+
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use super::source::{GitSource, SourceChange};
+use super::status::{StatusWrite, StatusWriter};
+use super::{Controller, PassReport};
+use crate::cluster::Cluster;
+use crate::cluster::sim::SimAdapter;
+use crate::snapshot::Snapshot;
+
+/// Who runs the node lifecycle (issue 9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LifecycleMode {
+    /// This reconciler runs the lifecycle (Jobs, cordons, drains).
+    #[default]
+    #[value(name = "self")]
+    SelfManaged,
+    /// An in-cluster upstream NodeWright operator runs it; we only materialize CRs from Git
+    /// and write their status back.
+    Upstream,
+}
+
+/// How the loop waits between passes.
+pub trait Pacer<C: Cluster> {
+    /// Waits up to `delay` (less when something changed); returns false when the loop must stop.
+    fn wait(&mut self, cluster: &C, delay: Duration) -> impl Future<Output = bool>;
+}
+
+/// Wall-clock pacing for a real cluster: wakes on the delay, a cluster change, a Git trigger
+/// or shutdown.
+pub struct WallClock {
+    /// Git triggers (poll, filesystem, webhook).
+    pub triggers: tokio::sync::mpsc::Receiver<crate::source::triggers::Trigger>,
+    /// Resolves on SIGTERM/ctrl-c.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+impl<C: Cluster + Sync> Pacer<C> for WallClock {
+    async fn wait(&mut self, cluster: &C, delay: Duration) -> bool {
+        if *self.shutdown.borrow() {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => true,
+            _ = cluster.changed() => {
+                // Let a burst of watch events settle into one pass.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                true
+            }
+            t = self.triggers.recv() => t.is_some() || delay.is_zero(),
+            _ = self.shutdown.changed() => false,
+        }
+    }
+}
+
+/// Accelerated virtual time for the embedded simulator: the world advances by `delay` while
+/// the wall clock sleeps `delay / speed`.
+pub struct SimClock {
+    /// Virtual seconds per wall second.
+    pub speed: f64,
+    /// Resolves on ctrl-c.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Pacer<SimAdapter> for SimClock {
+    async fn wait(&mut self, cluster: &SimAdapter, delay: Duration) -> bool {
+        if *self.shutdown.borrow() {
+            return false;
+        }
+        cluster.world().advance(delay);
+        let wall = if self.speed > 0.0 {
+            delay.div_f64(self.speed)
+        } else {
+            Duration::ZERO
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wall) => true,
+            _ = self.shutdown.changed() => false,
+        }
+    }
+}
+
+/// One iteration's observations, for progress display and the caller's stop condition.
+pub struct Iteration<'a> {
+    /// The source change seen this iteration.
+    pub change: &'a SourceChange,
+    /// The pass (none in `upstream` lifecycle mode).
+    pub pass: Option<&'a PassReport>,
+    /// The world after the pass.
+    pub snapshot: &'a Snapshot,
+    /// What the status writer did.
+    pub status: Option<&'a StatusWrite>,
+}
+
+/// A failure that stops the loop.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    /// Reading the repository failed.
+    #[error("git source: {0}")]
+    Source(#[from] crate::source::repo::RepoError),
+    /// The cluster failed in a way a retry cannot fix.
+    #[error("cluster: {0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
+}
+
+/// Runs until the pacer or `observe` says stop. Errors of one iteration are logged and retried
+/// (level-triggered: the next pass starts from the cluster as it is).
+pub async fn run_loop<C: Cluster, P: Pacer<C>>(
+    controller: &mut Controller<C>,
+    source: &mut GitSource,
+    mut status: Option<&mut StatusWriter>,
+    lifecycle: LifecycleMode,
+    pacer: &mut P,
+    mut observe: impl FnMut(&Iteration<'_>) -> ControlFlow<()>,
+) -> Result<(), LoopError> {
+    loop {
+        let change = match source.refresh() {
+            Ok(change) => change,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the repository; keeping the desired state in force");
+                SourceChange::None
+            }
+        };
+        match &change {
+            SourceChange::Applied { commit, digest } => {
+                tracing::info!(%commit, %digest, "applying commit")
+            }
+            SourceChange::Rejected { report, .. } => tracing::warn!("{report}"),
+            SourceChange::Unchanged { commit } => {
+                tracing::info!(%commit, "new commit, same desired state")
+            }
+            SourceChange::None => {}
+        }
+        if let Some(desired) = source.desired().cloned() {
+            if let Err(e) = controller.apply_desired(&desired).await {
+                tracing::warn!(error = %e, "materializing the desired CRs failed; retrying next pass");
+            }
+        }
+        let report = match lifecycle {
+            LifecycleMode::SelfManaged => match controller.pass().await {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(error = %e, "pass failed; retrying");
+                    None
+                }
+            },
+            LifecycleMode::Upstream => None,
+        };
+        let snapshot = controller.cluster().snapshot().await?;
+        let written = match status.as_deref_mut() {
+            Some(writer) => match writer.write(snapshot.now, &snapshot.nodewrights) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, "status write-back failed; retrying later");
+                    None
+                }
+            },
+            None => None,
+        };
+        let iteration = Iteration {
+            change: &change,
+            pass: report.as_ref(),
+            snapshot: &snapshot,
+            status: written.as_ref(),
+        };
+        if observe(&iteration).is_break() {
+            return Ok(());
+        }
+        let delay = match &report {
+            Some(r) => controller.delay_after(r),
+            None => controller.settings().reconcile_interval(),
+        };
+        if !pacer.wait(controller.cluster(), delay).await {
+            return Ok(());
+        }
+    }
+}

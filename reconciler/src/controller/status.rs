@@ -1,0 +1,178 @@
+//! The status side of the loop: render status documents from CR status, coalesce, commit to
+//! the status branch, push (retrying on top of the remote's tip when it moved). Nothing is
+//! lost when the remote is down: the newest status is pushed once it is reachable again.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use nodewright_schema::NodeWright;
+
+use crate::writeback::coalesce::{Coalescer, Decision};
+use crate::writeback::git::{Author, PushAuth, WritebackError, commit_status, push};
+use crate::writeback::render::{
+    DEFAULT_NODE_DETAIL_LIMIT, StatusDocument, StatusFile, commit_message, document, render_all,
+};
+
+/// Where the status branch goes.
+#[derive(Clone, Debug)]
+pub struct StatusTarget {
+    /// Repository the branch is committed in.
+    pub repo: PathBuf,
+    /// Branch name.
+    pub branch: String,
+    /// Remote to push to (none for a local repository).
+    pub remote: Option<String>,
+    /// Push credentials.
+    pub auth: PushAuth,
+    /// Commit author.
+    pub author: Author,
+    /// The mirror of the remote (fetched through gix before re-committing after a rejection).
+    pub mirror: Option<crate::source::repo::GitRepo>,
+    /// At most one commit per interval (terminal transitions flush at once).
+    pub interval: Duration,
+}
+
+/// What a write attempt did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatusWrite {
+    /// Nothing material changed.
+    Unchanged,
+    /// Changed; waiting for the interval.
+    Deferred,
+    /// Committed (and pushed when a remote is set) with this message.
+    Committed(String),
+    /// Committed locally; the push failed and will be retried.
+    PushPending(String),
+}
+
+/// Status writer state.
+pub struct StatusWriter {
+    target: StatusTarget,
+    coalescer: Coalescer,
+    last_docs: Vec<StatusDocument>,
+    last_files: Vec<StatusFile>,
+    push_pending: bool,
+}
+
+impl StatusWriter {
+    /// A writer for a target.
+    pub fn new(target: StatusTarget) -> Self {
+        let coalescer = Coalescer::new(target.interval);
+        StatusWriter {
+            target,
+            coalescer,
+            last_docs: Vec::new(),
+            last_files: Vec::new(),
+            push_pending: false,
+        }
+    }
+
+    /// The target.
+    pub fn target(&self) -> &StatusTarget {
+        &self.target
+    }
+
+    /// Renders the NodeWrights' status and commits it when due.
+    pub fn write(
+        &mut self,
+        now: Timestamp,
+        nodewrights: &[NodeWright],
+    ) -> Result<StatusWrite, WritebackError> {
+        let files = render_all(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
+        let mut docs: Vec<StatusDocument> = nodewrights
+            .iter()
+            .map(|nw| document(nw, DEFAULT_NODE_DETAIL_LIMIT))
+            .collect();
+        docs.sort_by(|a, b| a.nodewright.cmp(&b.nodewright));
+        match self.coalescer.decide(now, &files, &docs) {
+            Decision::Unchanged if !self.push_pending => return Ok(StatusWrite::Unchanged),
+            Decision::Unchanged => {
+                return Ok(match self.push()? {
+                    true => StatusWrite::Committed("status: pushed pending commit".into()),
+                    false => StatusWrite::PushPending("status: push still pending".into()),
+                });
+            }
+            Decision::WaitUntil(_) => return Ok(StatusWrite::Deferred),
+            Decision::Commit => {}
+        }
+        let message = commit_message(&self.last_docs, &docs);
+        commit_status(
+            &self.target.repo,
+            &self.target.branch,
+            &files,
+            &message,
+            &self.target.author,
+            now.as_second(),
+        )?;
+        self.coalescer.committed(now, &files, &docs);
+        self.last_docs = docs;
+        self.last_files = files;
+        self.push_pending = self.target.remote.is_some();
+        Ok(if self.push()? {
+            StatusWrite::Committed(message)
+        } else {
+            StatusWrite::PushPending(message)
+        })
+    }
+
+    /// Pushes when a push is pending; on rejection the remote's tip is fetched and the current
+    /// status is committed on top of it before one more attempt.
+    fn push(&mut self) -> Result<bool, WritebackError> {
+        let Some(remote) = self.target.remote.clone() else {
+            self.push_pending = false;
+            return Ok(true);
+        };
+        if !self.push_pending {
+            return Ok(true);
+        }
+        for _ in 0..3 {
+            match push(
+                &self.target.repo,
+                &remote,
+                &self.target.branch,
+                &self.target.auth,
+            ) {
+                Ok(true) => {
+                    self.push_pending = false;
+                    return Ok(true);
+                }
+                Ok(false) => self.rebase_onto_remote(&remote)?,
+                Err(e) => {
+                    tracing::warn!(error = %e, "status push failed; keeping the commit and retrying later");
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    fn rebase_onto_remote(&mut self, remote: &str) -> Result<(), WritebackError> {
+        let branch = self.target.branch.clone();
+        let fetch_error = |message: String| WritebackError::Push {
+            remote: remote.to_string(),
+            branch: branch.clone(),
+            message: format!(
+                "the push was rejected and fetching the remote's status branch failed: {message}"
+            ),
+        };
+        let Some(mirror) = &self.target.mirror else {
+            return Err(fetch_error("no mirror repository to fetch into".into()));
+        };
+        // The mirror's fetch refspec brings the remote's status branch over ours.
+        mirror.fetch().map_err(|e| fetch_error(e.to_string()))?;
+        let message = format!(
+            "{} (after the remote moved)",
+            commit_message(&[], &self.last_docs)
+        );
+        commit_status(
+            &self.target.repo,
+            &branch,
+            &self.last_files,
+            &message,
+            &self.target.author,
+            Timestamp::now().as_second(),
+        )?;
+        Ok(())
+    }
+}

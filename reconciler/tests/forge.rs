@@ -1,0 +1,487 @@
+//! Forge feedback against a local HTTP stub that records every request and answers from a
+//! script: what a GitHub or GitLab server would receive from the reconciler and `diff`.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::Response;
+use nodewright_reconciler::forge::{
+    CommentOutcome, CommitState, CommitStatus, DIFF_COMMENT_MARKER, Forge, ForgeClient,
+    ForgeConfig, ForgeError, ForgeKind, GitHub, GitLab, StatusReporter, Token, post_diff_comment,
+};
+use nodewright_schema::{NodeWright, NodeWrightSpec, NodeWrightStatus, Status, keys};
+use serde_json::{Value, json};
+
+const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+const TOKEN: &str = "s3cr3t-token";
+
+/// One request as the stub saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: Method,
+    /// Path and query, exactly as sent.
+    uri: String,
+    headers: HeaderMap,
+    body: Option<Value>,
+}
+
+type Script = dyn Fn(&Seen) -> (StatusCode, Vec<(&'static str, String)>, Value) + Send + Sync;
+
+#[derive(Clone)]
+struct Stub {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    script: Arc<Script>,
+}
+
+async fn record(State(stub): State<Stub>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = to_bytes(body, 10 << 20).await.unwrap();
+    let seen = Seen {
+        method: parts.method,
+        uri: parts.uri.to_string(),
+        headers: parts.headers,
+        body: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap()),
+    };
+    let (status, headers, reply) = (stub.script)(&seen);
+    stub.seen.lock().unwrap().push(seen);
+    let mut response = Response::builder()
+        .status(status)
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        response = response.header(k, v);
+    }
+    response.body(Body::from(reply.to_string())).unwrap()
+}
+
+/// Starts a stub on 127.0.0.1:0; returns its base URL and the request log.
+async fn stub(
+    script: impl Fn(&Seen) -> (StatusCode, Vec<(&'static str, String)>, Value) + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let state = Stub {
+        seen: seen.clone(),
+        script: Arc::new(script),
+    };
+    let app = Router::new().fallback(record).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), seen)
+}
+
+fn config(kind: ForgeKind, base_url: &str, repository: &str) -> ForgeConfig {
+    ForgeConfig {
+        kind,
+        base_url: base_url.to_string(),
+        repository: repository.to_string(),
+        token: Token::new(TOKEN),
+    }
+}
+
+fn header<'a>(seen: &'a Seen, name: &str) -> &'a str {
+    seen.headers
+        .get(name)
+        .unwrap_or_else(|| panic!("header {name} missing"))
+        .to_str()
+        .unwrap()
+}
+
+fn status(state: CommitState) -> CommitStatus {
+    CommitStatus {
+        state,
+        context: "nodewright/tuning".into(),
+        description: "tuning: 12/40 nodes complete".into(),
+        target_url: Some("https://example.invalid/status".into()),
+    }
+}
+
+#[tokio::test]
+async fn github_commit_status_is_posted_with_bearer_auth() {
+    let (url, seen) = stub(|_| (StatusCode::CREATED, vec![], json!({"id": 1}))).await;
+    let gh = GitHub::new(config(ForgeKind::GitHub, &format!("{url}/"), "fleet/os")).unwrap();
+    gh.set_commit_status(SHA, &status(CommitState::Pending))
+        .await
+        .unwrap();
+    gh.set_commit_status(SHA, &status(CommitState::Failure))
+        .await
+        .unwrap();
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    let first = &seen[0];
+    assert_eq!(first.method, Method::POST);
+    assert_eq!(first.uri, format!("/repos/fleet/os/statuses/{SHA}"));
+    assert_eq!(header(first, "authorization"), format!("Bearer {TOKEN}"));
+    assert_eq!(header(first, "accept"), "application/vnd.github+json");
+    assert_eq!(header(first, "x-github-api-version"), "2022-11-28");
+    assert!(header(first, "user-agent").starts_with("nodewright/"));
+    assert_eq!(
+        first.body.as_ref().unwrap(),
+        &json!({
+            "state": "pending",
+            "context": "nodewright/tuning",
+            "description": "tuning: 12/40 nodes complete",
+            "target_url": "https://example.invalid/status",
+        })
+    );
+    assert_eq!(seen[1].body.as_ref().unwrap()["state"], "failure");
+}
+
+#[tokio::test]
+async fn github_comment_is_created_when_no_marked_comment_exists() {
+    let (url, seen) = stub(|req| match req.method {
+        Method::GET => (
+            StatusCode::OK,
+            vec![],
+            json!([{"id": 5, "body": "looks good to me"}]),
+        ),
+        _ => (StatusCode::CREATED, vec![], json!({"id": 99, "body": "x"})),
+    })
+    .await;
+    let gh = GitHub::new(config(ForgeKind::GitHub, &url, "fleet/os")).unwrap();
+    let outcome = gh.upsert_comment(7, "## NodeWright diff").await.unwrap();
+    assert_eq!(outcome, CommentOutcome::Created { id: 99 });
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen.iter()
+            .map(|s| (s.method.clone(), s.uri.clone()))
+            .collect::<Vec<_>>(),
+        [
+            (
+                Method::GET,
+                "/repos/fleet/os/issues/7/comments?per_page=100&page=1".to_string()
+            ),
+            (
+                Method::POST,
+                "/repos/fleet/os/issues/7/comments".to_string()
+            ),
+        ]
+    );
+    assert_eq!(header(&seen[1], "authorization"), format!("Bearer {TOKEN}"));
+    assert_eq!(
+        seen[1].body.as_ref().unwrap(),
+        &json!({"body": format!("{DIFF_COMMENT_MARKER}\n## NodeWright diff")})
+    );
+}
+
+#[tokio::test]
+async fn github_marked_comment_on_a_later_page_is_edited_in_place() {
+    let (url, seen) = stub(|req| {
+        if req.method == Method::GET && req.uri.ends_with("page=1") {
+            let page: Vec<Value> = (0..100)
+                .map(|i| json!({"id": i, "body": format!("comment {i}")}))
+                .collect();
+            (StatusCode::OK, vec![], Value::Array(page))
+        } else if req.method == Method::GET {
+            (
+                StatusCode::OK,
+                vec![],
+                json!([{"id": 777, "body": format!("{DIFF_COMMENT_MARKER}\nold diff")},
+                       {"id": 778, "body": null}]),
+            )
+        } else {
+            (StatusCode::OK, vec![], json!({"id": 777}))
+        }
+    })
+    .await;
+    let outcome = post_diff_comment(&config(ForgeKind::GitHub, &url, "fleet/os"), 12, "new diff")
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommentOutcome::Updated { id: 777 });
+
+    let seen = seen.lock().unwrap();
+    let calls: Vec<_> = seen
+        .iter()
+        .map(|s| format!("{} {}", s.method, s.uri))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            "GET /repos/fleet/os/issues/12/comments?per_page=100&page=1",
+            "GET /repos/fleet/os/issues/12/comments?per_page=100&page=2",
+            "PATCH /repos/fleet/os/issues/comments/777",
+        ]
+    );
+    assert_eq!(
+        seen[2].body.as_ref().unwrap()["body"],
+        format!("{DIFF_COMMENT_MARKER}\nnew diff")
+    );
+}
+
+#[tokio::test]
+async fn github_error_names_forge_endpoint_and_status_but_not_the_token() {
+    let (url, _seen) = stub(|_| {
+        (
+            StatusCode::UNAUTHORIZED,
+            vec![],
+            json!({"message": "Bad credentials", "documentation_url": "https://docs"}),
+        )
+    })
+    .await;
+    let gh = GitHub::new(config(ForgeKind::GitHub, &url, "fleet/os")).unwrap();
+    let err = gh
+        .set_commit_status(SHA, &status(CommitState::Success))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ForgeError::Http { status: 401, .. }));
+    let text = err.to_string();
+    assert_eq!(
+        text,
+        format!(
+            "github: POST {url}/repos/fleet/os/statuses/{SHA} returned HTTP 401: Bad credentials"
+        )
+    );
+    assert!(!format!("{err:?}").contains(TOKEN));
+}
+
+#[tokio::test]
+async fn gitlab_status_uses_private_token_and_encoded_project_path() {
+    let (url, seen) = stub(|req| {
+        let state = req.body.as_ref().unwrap()["state"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        if state == "success" {
+            // What GitLab answers when the commit already shows that state.
+            (
+                StatusCode::BAD_REQUEST,
+                vec![],
+                json!({"message": "Cannot transition status via :success from :success"}),
+            )
+        } else {
+            (StatusCode::CREATED, vec![], json!({"id": 3}))
+        }
+    })
+    .await;
+    let gl = GitLab::new(config(ForgeKind::GitLab, &url, "platform/fleet")).unwrap();
+    gl.set_commit_status(SHA, &status(CommitState::Pending))
+        .await
+        .unwrap();
+    gl.set_commit_status(SHA, &status(CommitState::Success))
+        .await
+        .unwrap();
+
+    let seen = seen.lock().unwrap();
+    let first = &seen[0];
+    assert_eq!(first.method, Method::POST);
+    assert_eq!(
+        first.uri,
+        format!("/projects/platform%2Ffleet/statuses/{SHA}")
+    );
+    assert_eq!(header(first, "private-token"), TOKEN);
+    assert!(first.headers.get("authorization").is_none());
+    assert_eq!(
+        first.body.as_ref().unwrap(),
+        &json!({
+            "state": "running",
+            "name": "nodewright/tuning",
+            "description": "tuning: 12/40 nodes complete",
+            "target_url": "https://example.invalid/status",
+        })
+    );
+}
+
+#[tokio::test]
+async fn gitlab_note_is_updated_with_put_and_system_notes_are_ignored() {
+    let (url, seen) = stub(|req| match req.method {
+        Method::GET => (
+            StatusCode::OK,
+            vec![("x-next-page", String::new())],
+            json!([
+                {"id": 1, "body": format!("mentioned {DIFF_COMMENT_MARKER}"), "system": true},
+                {"id": 2, "body": format!("{DIFF_COMMENT_MARKER}\nold"), "system": false},
+            ]),
+        ),
+        _ => (StatusCode::OK, vec![], json!({"id": 2, "body": "x"})),
+    })
+    .await;
+    let client = ForgeClient::new(config(ForgeKind::GitLab, &url, "42")).unwrap();
+    assert_eq!(client.kind(), ForgeKind::GitLab);
+    let outcome = client.upsert_comment(3, "fresh").await.unwrap();
+    assert_eq!(outcome, CommentOutcome::Updated { id: 2 });
+
+    let seen = seen.lock().unwrap();
+    let calls: Vec<_> = seen
+        .iter()
+        .map(|s| format!("{} {}", s.method, s.uri))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            "GET /projects/42/merge_requests/3/notes?sort=asc&order_by=created_at&per_page=100&page=1",
+            "PUT /projects/42/merge_requests/3/notes/2",
+        ]
+    );
+    assert_eq!(header(&seen[1], "private-token"), TOKEN);
+    assert_eq!(
+        seen[1].body.as_ref().unwrap()["body"],
+        format!("{DIFF_COMMENT_MARKER}\nfresh")
+    );
+}
+
+#[tokio::test]
+async fn gitlab_note_is_created_and_errors_name_gitlab() {
+    let (url, seen) = stub(|req| match req.method {
+        Method::GET => (StatusCode::OK, vec![], json!([])),
+        _ => (StatusCode::CREATED, vec![], json!({"id": 11})),
+    })
+    .await;
+    let gl = GitLab::new(config(ForgeKind::GitLab, &url, "group/sub/fleet")).unwrap();
+    assert_eq!(
+        gl.upsert_comment(4, "diff").await.unwrap(),
+        CommentOutcome::Created { id: 11 }
+    );
+    assert_eq!(
+        seen.lock().unwrap()[1].uri,
+        "/projects/group%2Fsub%2Ffleet/merge_requests/4/notes"
+    );
+
+    let (url, _) = stub(|_| {
+        (
+            StatusCode::NOT_FOUND,
+            vec![],
+            json!({"message": "404 Project Not Found"}),
+        )
+    })
+    .await;
+    let gl = GitLab::new(config(ForgeKind::GitLab, &url, "nope")).unwrap();
+    let err = gl.upsert_comment(4, "diff").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "gitlab: GET {url}/projects/nope/merge_requests/4/notes?sort=asc&order_by=created_at&per_page=100&page=1 returned HTTP 404: 404 Project Not Found"
+        )
+    );
+}
+
+#[tokio::test]
+async fn unreachable_forge_is_a_transport_error_naming_the_endpoint() {
+    // Bind then drop a listener so the port is closed.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let gh = GitHub::new(config(ForgeKind::GitHub, &format!("http://{addr}"), "o/r")).unwrap();
+    let err = gh
+        .set_commit_status(SHA, &status(CommitState::Pending))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ForgeError::Transport { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "github: POST http://{addr}/repos/o/r/statuses/{SHA} failed"
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_configuration_and_commit_ids_are_refused_before_any_request() {
+    let (url, seen) = stub(|_| (StatusCode::OK, vec![], json!({}))).await;
+    assert!(GitHub::new(config(ForgeKind::GitHub, &url, "just-a-name")).is_err());
+    assert!(GitHub::new(config(ForgeKind::GitHub, "ftp://x", "o/r")).is_err());
+    let gh = GitHub::new(config(ForgeKind::GitHub, &url, "o/r")).unwrap();
+    let err = gh
+        .set_commit_status("../../etc", &status(CommitState::Pending))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("is not a commit id"), "{err}");
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+fn applied(name: &str, commit: Option<&str>, status: Status, complete: &str) -> NodeWright {
+    let mut nw = NodeWright::new(name, NodeWrightSpec::default());
+    if let Some(c) = commit {
+        nw.metadata.annotations = Some([(keys::SOURCE_COMMIT.to_string(), c.to_string())].into());
+    }
+    nw.status = Some(NodeWrightStatus {
+        status: Some(status),
+        complete_nodes: Some(complete.into()),
+        ..NodeWrightStatus::default()
+    });
+    nw
+}
+
+#[tokio::test]
+async fn status_reporter_posts_each_change_once_and_retries_failures() {
+    let fail = Arc::new(Mutex::new(true));
+    let fail_flag = fail.clone();
+    let (url, seen) = stub(move |req| {
+        let driver = req.body.as_ref().unwrap()["context"] == "nodewright/driver";
+        if driver && *fail_flag.lock().unwrap() {
+            (
+                StatusCode::BAD_GATEWAY,
+                vec![],
+                json!({"message": "upstream hiccup"}),
+            )
+        } else {
+            (StatusCode::CREATED, vec![], json!({"id": 1}))
+        }
+    })
+    .await;
+    let other = "89abcdef0123456789abcdef0123456789abcdef";
+    let mut reporter =
+        StatusReporter::new(ForgeClient::new(config(ForgeKind::GitHub, &url, "fleet/os")).unwrap());
+    let fleet = |tuning_complete: &str| {
+        vec![
+            applied("tuning", Some(SHA), Status::InProgress, tuning_complete),
+            applied("driver", Some(other), Status::Complete, "4/4"),
+            applied("by-hand", None, Status::Complete, "1/1"),
+        ]
+    };
+
+    let first = reporter.report(&fleet("1/4")).await;
+    assert_eq!((first.posted, first.skipped, first.errors.len()), (1, 1, 1));
+    assert!(first.errors[0].to_string().contains("HTTP 502"));
+
+    // The failed status is retried; the unchanged one is not re-posted.
+    *fail.lock().unwrap() = false;
+    let second = reporter.report(&fleet("1/4")).await;
+    assert_eq!((second.posted, second.errors.len()), (1, 0));
+    let third = reporter.report(&fleet("1/4")).await;
+    assert_eq!(third.posted, 0);
+    let fourth = reporter.report(&fleet("2/4")).await;
+    assert_eq!(fourth.posted, 1);
+
+    let seen = seen.lock().unwrap();
+    let posts: Vec<(String, String, String)> = seen
+        .iter()
+        .map(|s| {
+            let b = s.body.as_ref().unwrap();
+            (
+                s.uri.clone(),
+                b["state"].as_str().unwrap().to_string(),
+                b["description"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        posts,
+        [
+            (
+                format!("/repos/fleet/os/statuses/{SHA}"),
+                "pending".into(),
+                "tuning: 1/4 nodes complete".into()
+            ),
+            (
+                format!("/repos/fleet/os/statuses/{other}"),
+                "success".into(),
+                "driver: 4/4 nodes complete".into()
+            ),
+            (
+                format!("/repos/fleet/os/statuses/{other}"),
+                "success".into(),
+                "driver: 4/4 nodes complete".into()
+            ),
+            (
+                format!("/repos/fleet/os/statuses/{SHA}"),
+                "pending".into(),
+                "tuning: 2/4 nodes complete".into()
+            ),
+        ]
+    );
+}

@@ -1,0 +1,156 @@
+//! End to end: the `nodewright` binary against a real Git repository and the embedded
+//! simulated cluster (`run --until-converged`), and the README's first command (`demo`).
+
+use std::path::Path;
+use std::process::Command;
+
+const FLEET: &str = r#"
+cluster:
+  nodes:
+    - generate: {count: 2, namePrefix: canary-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: canary}}
+    - generate: {count: 3, namePrefix: gpu-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: production}}
+packages:
+  example/driver: {default: {duration: 5s}, rebootTakes: 30s}
+"#;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn fleet_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet");
+    copy_dir(&examples, dir.path());
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "fleet"]);
+    dir
+}
+
+fn run(repo: &Path, fleet: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["run", "--repo"])
+        .arg(repo)
+        .arg("--sim-fleet")
+        .arg(fleet)
+        .args(["--speed", "0", "--no-progress", "--until-converged", "6h"])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("nodewright runs")
+}
+
+#[test]
+fn run_converges_the_example_fleet_and_commits_status() {
+    let repo = fleet_repo();
+    let fleet_file = repo.path().join("../fleet-sim.yaml");
+    std::fs::write(&fleet_file, FLEET).unwrap();
+    let out = run(repo.path(), &fleet_file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "run failed:\n{stderr}");
+    assert!(
+        stderr.contains("embedded simulated cluster of 5 nodes"),
+        "{stderr}"
+    );
+    let tuning = git(
+        repo.path(),
+        &["show", "nodewright/status:status/gpu-tuning.yaml"],
+    );
+    let doc: serde_yaml::Value = serde_yaml::from_str(&tuning).unwrap();
+    assert_eq!(doc["status"], "complete");
+    assert_eq!(doc["completeNodes"], "5/5");
+    let driver = git(
+        repo.path(),
+        &["show", "nodewright/status:status/gpu-driver.yaml"],
+    );
+    assert!(driver.contains("status: complete"), "{driver}");
+    let log = git(repo.path(), &["log", "--format=%s", "nodewright/status"]);
+    assert!(log.lines().count() >= 2, "status commits: {log}");
+    // The desired-state branch is untouched by write-back.
+    assert_eq!(
+        git(repo.path(), &["log", "--format=%s", "main"]).trim(),
+        "fleet"
+    );
+    let _ = std::fs::remove_file(fleet_file);
+}
+
+#[test]
+fn an_invalid_head_commit_is_reported_and_the_last_valid_one_stays_in_force() {
+    let repo = fleet_repo();
+    let first = git(repo.path(), &["rev-parse", "HEAD"]);
+    let broken = std::fs::read_to_string(repo.path().join("gpu-tuning.yaml"))
+        .unwrap()
+        .replace("image: example/tuning", "image: example/tuning:1.4.0");
+    std::fs::write(repo.path().join("gpu-tuning.yaml"), broken).unwrap();
+    git(repo.path(), &["commit", "-q", "-am", "broken: inline tag"]);
+    let fleet_file = repo.path().join("../fleet-sim-2.yaml");
+    std::fs::write(&fleet_file, FLEET).unwrap();
+    let out = run(repo.path(), &fleet_file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Nothing was ever valid at the head, so nothing is in force and nothing converges.
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("is invalid and was not applied"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("gpu-tuning.yaml:"),
+        "the report names the file and line: {stderr}"
+    );
+    assert!(stderr.contains("inline tag"), "{stderr}");
+    assert!(!first.is_empty());
+    let _ = std::fs::remove_file(fleet_file);
+}
+
+#[test]
+fn the_demo_converges_and_leaves_a_status_branch() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["demo", "--speed", "0", "--no-progress", "--keep-repo"])
+        .arg(&repo)
+        .output()
+        .expect("demo runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed:\n{stderr}\n{stdout}");
+    assert!(
+        stderr.contains("pushed a follow-up commit: tuning 1.4.0 -> 1.5.0"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("Status branch (nodewright/status)"),
+        "{stdout}"
+    );
+    let tuning = git(&repo, &["show", "nodewright/status:status/gpu-tuning.yaml"]);
+    assert!(
+        tuning.contains("tuning:1.5.0"),
+        "the upgrade is what converged: {tuning}"
+    );
+    assert!(tuning.contains("status: complete"), "{tuning}");
+}
