@@ -49,7 +49,7 @@ pub struct Args {
     /// Number of generated nodes (node-1 … node-N, labelled nvidia.com/gpu.present=true).
     #[arg(long, conflicts_with = "scenario", default_value_t = 3)]
     pub nodes: usize,
-    /// Start from the cluster of a scenario file instead.
+    /// Start from the `cluster:` and `packages:` of a scenario (or fleet) file instead.
     #[arg(long, value_name = "FILE")]
     pub scenario: Option<PathBuf>,
     /// Port on 127.0.0.1 (0 picks a free one).
@@ -63,11 +63,12 @@ pub struct Args {
 /// The world `args` describe.
 pub fn build_world(args: &Args, namespace: &str) -> Result<SimCluster, String> {
     if let Some(path) = &args.scenario {
+        // A scenario file's (or a fleet file's) `cluster:` and `packages:`.
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let scenario = crate::scenario::format::parse(&path.display().to_string(), &text)
-            .map_err(|e| e.to_string())?;
-        return crate::scenario::runner::build_world(&scenario, None);
+        let fleet =
+            super::fleet::Fleet::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        return fleet.build(namespace, 1);
     }
     let mut world = SimCluster::new(
         namespace,

@@ -23,6 +23,9 @@ use kube::{Api, Client};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+/// The Lease `nodewright run` replicas compete for (in the reconciler's namespace).
+pub const LEASE_NAME: &str = "nodewright-gitops-leader";
+
 /// Timing and identity of a candidate.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
