@@ -78,6 +78,12 @@ impl Hooks {
     pub fn product() -> Self {
         let mut hooks = Hooks::with_reconciler(crate::engine::reconcile, "engine");
         hooks.metrics = Some(crate::engine::metrics::samples);
+        hooks.git_status = crate::writeback::render::scenario_git_status;
+        for verb in crate::cli::verbs::VERB_NAMES {
+            hooks
+                .verbs
+                .insert(verb, crate::cli::verbs::scenario_hook as VerbFn);
+        }
         hooks
     }
 
