@@ -143,7 +143,7 @@ impl RolloutSimulator for FleetProjection {
 fn timeline(entries: &[(Duration, String)]) -> BTreeMap<String, Vec<Batch>> {
     // Per NodeWright and node: first and last activity, interrupt Jobs.
     let mut spans: BTreeMap<(String, String), (Duration, Duration, usize)> = BTreeMap::new();
-    let mut reboots: BTreeMap<String, usize> = BTreeMap::new();
+    let mut reboots: BTreeMap<String, Vec<Duration>> = BTreeMap::new();
     for (at, line) in entries {
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
@@ -159,14 +159,18 @@ fn timeline(entries: &[(Duration, String)]) -> BTreeMap<String, Vec<Batch>> {
                     }
                 }
             }
-            (Some("reboot"), Some(node)) => *reboots.entry(node.to_string()).or_default() += 1,
+            (Some("reboot"), Some(node)) => reboots.entry(node.to_string()).or_default().push(*at),
             _ => {}
         }
     }
     let mut out: BTreeMap<String, Vec<Batch>> = BTreeMap::new();
     for ((nw, node), (start, end, interrupts)) in spans {
         let batches = out.entry(nw).or_default();
-        let reboots_here = reboots.get(&node).copied().unwrap_or(0);
+        // A reboot belongs to the NodeWright whose work on the node spans it.
+        let reboots_here = reboots
+            .get(&node)
+            .map(|times| times.iter().filter(|t| **t >= start && **t <= end).count())
+            .unwrap_or(0);
         match batches.iter_mut().find(|b| b.start == start) {
             Some(b) => {
                 b.end = b.end.max(end);
