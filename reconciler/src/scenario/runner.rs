@@ -2,7 +2,7 @@
 //! `reconcileInterval` of virtual time through the [`Cluster`](crate::cluster::Cluster) port,
 //! executes the steps, checks the invariants after every pass and step, and reports.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -17,7 +17,7 @@ use super::matcher::Mismatch;
 use super::repo::{Repo, desired_of};
 use crate::cluster::sim::{SimAdapter, block_on};
 use crate::cluster::{Cluster, Desired};
-use crate::plan::{Action, Outcome, Plan};
+use crate::plan::Plan;
 use crate::settings::Settings;
 use crate::sim::packages::DEFAULT_REBOOT_TAKES;
 use crate::sim::util::{add, seed_from};
@@ -25,7 +25,7 @@ use crate::sim::{
     ContainerRunner, FaultWindow, ModelRunner, NodeInput, OwnerKind, PackageModels, PdbInput,
     SimCluster, WorkloadPodInput,
 };
-use crate::snapshot::{EvictionRefusal, Memory, RefusedPod, Snapshot};
+use crate::snapshot::{Memory, Snapshot};
 use crate::source::manifests::Previous;
 
 /// The reconciler under test: one pure pass.
@@ -291,24 +291,13 @@ impl<'h> Run<'h> {
         self.cluster.refresh_snapshot(&mut snapshot);
         #[cfg(debug_assertions)]
         self.check_snapshot_is_fresh(&snapshot);
-        track_failure_targets(&mut self.memory, &snapshot);
+        crate::controller::track_failure_targets(&mut self.memory, &snapshot);
         snapshot.memory = self.memory.clone();
         let plan = (self.hooks.reconcile)(&snapshot, &self.settings);
-        let mut refusals: BTreeMap<String, (Option<String>, Vec<RefusedPod>)> = BTreeMap::new();
+        let mut evictions = crate::controller::EvictionAttempts::default();
         for action in &plan.actions {
             let result = block_on(self.cluster.execute(action));
-            if let Action::EvictPod(pod) = action {
-                let entry = refusals
-                    .entry(pod.node.clone())
-                    .or_insert_with(|| (pod.nodewright.clone(), Vec::new()));
-                if let Ok(Outcome::EvictionRefused { message }) = &result {
-                    entry.1.push(RefusedPod {
-                        namespace: pod.namespace.clone(),
-                        name: pod.name.clone(),
-                        message: message.clone(),
-                    });
-                }
-            }
+            evictions.observe(action, &result);
             if let Err(e) = result {
                 self.notes.push(format!(
                     "+{} {}: {e}",
@@ -317,21 +306,7 @@ impl<'h> Run<'h> {
                 ));
             }
         }
-        let now = snapshot.now;
-        for (node, (nodewright, blockers)) in refusals {
-            if blockers.is_empty() {
-                self.memory.eviction_refusals.remove(&node);
-            } else {
-                self.memory.eviction_refusals.insert(
-                    node,
-                    EvictionRefusal {
-                        at: now,
-                        nodewright: nodewright.unwrap_or_default(),
-                        blockers,
-                    },
-                );
-            }
-        }
+        evictions.record(&mut self.memory, snapshot.now);
         self.last_snapshot = Some(snapshot);
         self.check_invariants();
     }
@@ -632,26 +607,6 @@ impl<'h> Run<'h> {
         }
         Ok(String::new())
     }
-}
-
-/// Keeps `failure_target_seen` (§8.9): when each Job was first seen at FailureTarget without a
-/// terminal condition.
-fn track_failure_targets(memory: &mut Memory, snapshot: &Snapshot) {
-    let mut stuck = BTreeSet::new();
-    for job in &snapshot.jobs {
-        if crate::sim::job_has_condition(job, "FailureTarget") && !crate::sim::jobs_is_finished(job)
-        {
-            let name = job.metadata.name.clone().unwrap_or_default();
-            memory
-                .failure_target_seen
-                .entry(name.clone())
-                .or_insert(snapshot.now);
-            stuck.insert(name);
-        }
-    }
-    memory
-        .failure_target_seen
-        .retain(|name, _| stuck.contains(name));
 }
 
 /// Adds a fleet description (a scenario's `cluster:` block) to a simulated world.
