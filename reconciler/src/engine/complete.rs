@@ -41,6 +41,9 @@ pub fn sha256_hex(value: &str) -> String {
 /// Keys added, removed or changed between a node's record of a package and its spec (§16.3).
 /// A package without a record has no changed keys (the record is backfilled, not re-run).
 pub fn changed_config_keys(applied: &AppliedConfig, name: &str, pkg: &Package) -> Vec<String> {
+    if applied.is_empty() {
+        return Vec::new();
+    }
     let Some(record) = applied.get(&nodewright_schema::node_state::entry_key(
         name,
         &pkg.version,
@@ -115,10 +118,9 @@ pub fn package_complete(
     if entry.state != Some(State::Complete) {
         return false;
     }
-    let keys = interrupt_keys(nw, applied, name, pkg);
     let stage_done = match entry.stage {
         Some(Stage::PostInterrupt) => true,
-        Some(Stage::Config) => !has_interrupt_for(pkg, &keys),
+        Some(Stage::Config) => !has_interrupt_for(pkg, &interrupt_keys(nw, applied, name, pkg)),
         _ => false,
     };
     stage_done && changed_config_keys(applied, name, pkg).is_empty()
@@ -157,7 +159,7 @@ pub fn node_complete(ctx: &PassCtx, nw: usize, node: usize) -> bool {
     let Ok(state) = n.state(view.name) else {
         return false;
     };
-    let applied = parse_applied(n.annotation(&keys::config_applied(view.name)));
+    let applied = parse_applied(n.annotation(&view.keys.config_applied));
     state_complete(view.nw, state, &applied)
 }
 

@@ -234,6 +234,10 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
             // Cleanup removed this NodeWright's node conditions (§11.1); do not re-add them.
             continue;
         }
+        let not_ready_type = keys::node_condition_not_ready(view.name);
+        let erroring_type = keys::node_condition_erroring(view.name);
+        let ready_msg = format!("NodeWright {} Ready", view.name);
+        let erroring_msg = format!("Package Erroring or Unknown for {}", view.name);
         for (p, &n) in view.selected.iter().enumerate() {
             let node = ctx.node(n);
             let Ok(state) = node.state(view.name) else {
@@ -245,49 +249,50 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
                 .values()
                 .any(|e| matches!(e.state, Some(State::Erroring) | Some(State::Unknown)));
             let wanted = [
-                NodeCondition {
-                    type_: keys::node_condition_not_ready(view.name),
-                    status: if complete { "False" } else { "True" }.to_string(),
-                    reason: Some(
-                        if complete {
-                            reason::COMPLETE
-                        } else {
-                            reason::INCOMPLETE
-                        }
-                        .to_string(),
-                    ),
-                    message: Some(format!("NodeWright {} Ready", view.name)),
-                    last_transition_time: Some(Time(ctx.now)),
-                    last_heartbeat_time: None,
-                },
-                NodeCondition {
-                    type_: keys::node_condition_erroring(view.name),
-                    status: if erroring { "True" } else { "False" }.to_string(),
-                    reason: Some(
-                        if erroring {
-                            reason::PACKAGES_ERRORING
-                        } else {
-                            reason::NOT_ERRORING
-                        }
-                        .to_string(),
-                    ),
-                    message: Some(format!("Package Erroring or Unknown for {}", view.name)),
-                    last_transition_time: Some(Time(ctx.now)),
-                    last_heartbeat_time: None,
-                },
+                (
+                    &not_ready_type,
+                    !complete,
+                    if complete {
+                        reason::COMPLETE
+                    } else {
+                        reason::INCOMPLETE
+                    },
+                    &ready_msg,
+                ),
+                (
+                    &erroring_type,
+                    erroring,
+                    if erroring {
+                        reason::PACKAGES_ERRORING
+                    } else {
+                        reason::NOT_ERRORING
+                    },
+                    &erroring_msg,
+                ),
             ];
             let existing = node
                 .node()
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref());
-            for w in wanted {
-                let current = existing.and_then(|l| l.iter().find(|c| c.type_ == w.type_));
-                let same = current.is_some_and(|c| {
-                    c.reason == w.reason && c.status == w.status && c.message == w.message
-                });
+            for (type_, on, why, msg) in wanted {
+                let status = if on { "True" } else { "False" };
+                let same = existing
+                    .and_then(|l| l.iter().find(|c| &c.type_ == type_))
+                    .is_some_and(|c| {
+                        c.reason.as_deref() == Some(why)
+                            && c.status == status
+                            && c.message.as_deref() == Some(msg.as_str())
+                    });
                 if !same {
-                    per_node.entry(n).or_default().push(w);
+                    per_node.entry(n).or_default().push(NodeCondition {
+                        type_: type_.clone(),
+                        status: status.to_string(),
+                        reason: Some(why.to_string()),
+                        message: Some(msg.clone()),
+                        last_transition_time: Some(Time(ctx.now)),
+                        last_heartbeat_time: None,
+                    });
                 }
             }
         }

@@ -265,7 +265,11 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         };
         let key = keys::config_applied(&nw_name);
         let mut applied: AppliedConfig = complete::parse_applied(n.annotation(&key));
-        let mut changed = false;
+        // Records of entries that are gone (an upgrade removed the old version, an uninstall
+        // removed the package) describe nothing any more.
+        let before = applied.len();
+        applied.retain(|k, _| state.0.contains_key(k));
+        let mut changed = applied.len() != before;
         for (name, p) in packages {
             if p.config_map().is_empty() {
                 continue;
@@ -298,8 +302,12 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             changed = true;
         }
         if changed {
-            let value = serde_json::to_string(&applied).unwrap_or_default();
-            ctx.node_mut(id).set_annotation(key, value);
+            if applied.is_empty() {
+                ctx.node_mut(id).remove_annotation(&key);
+            } else {
+                let value = serde_json::to_string(&applied).unwrap_or_default();
+                ctx.node_mut(id).set_annotation(key, value);
+            }
         }
     }
 
@@ -493,5 +501,66 @@ mod tests {
         )
         .unwrap();
         insta::assert_yaml_snapshot!("node_metadata_configmap", meta);
+    }
+
+    use super::super::context::PassCtx;
+    use super::super::testkit::{self, node, settings, world};
+    use nodewright_schema::{Stage, State};
+
+    fn with_config(value: &str) -> Package {
+        let mut p = testkit::package("tuning", "1.0.0");
+        p.config_map = Some(BTreeMap::from([("a.conf".to_string(), value.to_string())]));
+        p
+    }
+
+    #[test]
+    fn a_changed_configmap_is_updated_and_its_keys_published() {
+        let old = package_configmap(
+            &testkit::nw("nw")
+                .with_package("tuning", with_config("1"))
+                .build(),
+            &settings(),
+            "tuning",
+        )
+        .unwrap();
+        let mut stale = old.clone();
+        stale.metadata.name = Some("nw-tuning-0.9.0".into());
+        let mut snap = world()
+            .node(node("n1").state("nw", &[("tuning", "1.0.0", Stage::Config, State::Complete)]))
+            .nw(testkit::nw("nw").with_package("tuning", with_config("2")))
+            .build();
+        snap.config_maps = vec![old, stale];
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        package_configmaps(&mut ctx, 0);
+        assert_eq!(
+            ctx.nws[0].status.config_updates,
+            Some(BTreeMap::from([(
+                "tuning".to_string(),
+                vec!["a.conf".to_string()]
+            )]))
+        );
+        let kinds: Vec<String> = ctx
+            .emitted()
+            .iter()
+            .map(|a| match a {
+                Action::DeleteConfigMap { name } => format!("delete {name}"),
+                Action::UpsertConfigMap(c) => format!(
+                    "upsert {} {}",
+                    c.metadata.name.clone().unwrap_or_default(),
+                    c.data.as_ref().unwrap()["a.conf"]
+                ),
+                other => other.kind().to_string(),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["delete nw-tuning-0.9.0", "upsert nw-tuning-1.0.0 2"]
+        );
+        // The node that applied "1" got its record backfilled from the live ConfigMap, so it
+        // now owes a config cycle for "2".
+        let id = ctx.node_id("n1").unwrap();
+        let applied = complete::parse_applied(ctx.node(id).annotation(&keys::config_applied("nw")));
+        assert_eq!(applied["tuning|1.0.0"]["a.conf"], complete::sha256_hex("1"));
     }
 }

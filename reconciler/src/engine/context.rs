@@ -6,6 +6,7 @@
 //! Writing through these copies is what keeps the pass from re-asserting values it never
 //! changed, which other writers (Job handler, other controllers) may have moved meanwhile.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -49,6 +50,8 @@ struct StateSlot {
     current: NodeState,
     /// The pass deleted the whole annotation (a reset); it must not be re-created.
     deleted: bool,
+    /// Some writer touched the working value (a cheap filter for the final diff).
+    changed: bool,
 }
 
 impl StateSlot {
@@ -62,6 +65,7 @@ impl StateSlot {
             original,
             current,
             deleted: false,
+            changed: false,
         }
     }
 
@@ -82,10 +86,12 @@ pub struct NodeWork<'a> {
     node: &'a Node,
     name: &'a str,
     created: Option<Timestamp>,
-    annotations: BTreeMap<String, String>,
-    labels: BTreeMap<String, String>,
-    taints: Vec<Taint>,
+    annotations: Cow<'a, BTreeMap<String, String>>,
+    labels: Cow<'a, BTreeMap<String, String>>,
+    taints: Cow<'a, [Taint]>,
     unschedulable: bool,
+    /// Some metadata/spec writer ran (annotations, labels, taints, unschedulable).
+    dirty: bool,
     /// Per NodeWright name; parsed on first use.
     states: BTreeMap<String, StateSlot>,
 }
@@ -97,10 +103,14 @@ impl<'a> NodeWork<'a> {
             node,
             name: node.metadata.name.as_deref().unwrap_or_default(),
             created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            annotations: node.metadata.annotations.clone().unwrap_or_default(),
-            labels: node.metadata.labels.clone().unwrap_or_default(),
-            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+            annotations: Cow::Borrowed(node.metadata.annotations.as_ref().unwrap_or(&EMPTY_MAP)),
+            labels: Cow::Borrowed(node.metadata.labels.as_ref().unwrap_or(&EMPTY_MAP)),
+            taints: Cow::Borrowed(
+                spec.and_then(|s| s.taints.as_ref())
+                    .unwrap_or(&EMPTY_TAINTS),
+            ),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            dirty: false,
             states: BTreeMap::new(),
         }
     }
@@ -161,33 +171,54 @@ impl<'a> NodeWork<'a> {
 
     /// Sets an annotation.
     pub fn set_annotation(&mut self, key: impl Into<String>, value: impl Into<String>) {
-        self.annotations.insert(key.into(), value.into());
+        let (key, value) = (key.into(), value.into());
+        if self.annotations.get(&key) != Some(&value) {
+            self.dirty = true;
+            self.annotations.to_mut().insert(key, value);
+        }
     }
     /// Removes an annotation.
     pub fn remove_annotation(&mut self, key: &str) {
-        self.annotations.remove(key);
+        if self.annotations.contains_key(key) {
+            self.dirty = true;
+            self.annotations.to_mut().remove(key);
+        }
     }
     /// Sets a label.
     pub fn set_label(&mut self, key: impl Into<String>, value: impl Into<String>) {
-        self.labels.insert(key.into(), value.into());
+        let (key, value) = (key.into(), value.into());
+        if self.labels.get(&key) != Some(&value) {
+            self.dirty = true;
+            self.labels.to_mut().insert(key, value);
+        }
     }
     /// Removes a label.
     pub fn remove_label(&mut self, key: &str) {
-        self.labels.remove(key);
+        if self.labels.contains_key(key) {
+            self.dirty = true;
+            self.labels.to_mut().remove(key);
+        }
     }
     /// Adds a taint, replacing one with the same key and effect.
     pub fn add_taint(&mut self, taint: Taint) {
-        self.taints
-            .retain(|t| !(t.key == taint.key && t.effect == taint.effect));
-        self.taints.push(taint);
+        self.dirty = true;
+        let taints = self.taints.to_mut();
+        taints.retain(|t| !(t.key == taint.key && t.effect == taint.effect));
+        taints.push(taint);
     }
     /// Removes every taint with this key.
     pub fn remove_taint(&mut self, key: &str) {
-        self.taints.retain(|t| t.key != key);
+        if self.taints.iter().any(|t| t.key == key) {
+            self.dirty = true;
+            self.taints.to_mut().retain(|t| t.key != key);
+        }
     }
     /// Sets `spec.unschedulable`.
     pub fn set_unschedulable(&mut self, value: bool) {
-        self.unschedulable = value;
+        if self.unschedulable != value {
+            self.dirty = true;
+            self.unschedulable = value;
+        }
     }
 
     fn slot(&mut self, nw: &str) -> &mut StateSlot {
@@ -244,14 +275,15 @@ impl<'a> NodeWork<'a> {
         if slot.deleted {
             return Ok(());
         }
+        slot.changed = true;
         slot.current.upsert(entry);
         Ok(())
     }
     /// Removes an entry by key.
     pub fn remove_entry(&mut self, nw: &str, key: &str) {
         let slot = self.slot(nw);
-        if slot.malformed().is_none() {
-            slot.current.0.remove(key);
+        if slot.malformed().is_none() && slot.current.0.remove(key).is_some() {
+            slot.changed = true;
         }
     }
     /// Deletes the whole annotation (a reset, §10.6): the working state reads empty, and no
@@ -260,23 +292,52 @@ impl<'a> NodeWork<'a> {
         let slot = self.slot(nw);
         slot.current = NodeState::default();
         slot.deleted = true;
+        slot.changed = true;
     }
 
     /// The changes of this pass as one patch (empty when nothing changed).
     fn patch(&self) -> NodePatch {
         let mut patch = NodePatch::new(self.name);
-        let orig_ann = self.node.metadata.annotations.clone().unwrap_or_default();
-        let state_keys: BTreeMap<String, ()> = self
-            .states
-            .keys()
-            .map(|nw| (keys::node_state(nw), ()))
-            .collect();
-        diff_maps(&orig_ann, &self.annotations, &mut patch.annotations, |k| {
-            state_keys.contains_key(k)
-        });
-        let orig_labels = self.node.metadata.labels.clone().unwrap_or_default();
-        diff_maps(&orig_labels, &self.labels, &mut patch.labels, |_| false);
+        if self.dirty {
+            let orig_ann = self
+                .node
+                .metadata
+                .annotations
+                .as_ref()
+                .unwrap_or(&EMPTY_MAP);
+            let state_keys: Vec<String> =
+                self.states.keys().map(|nw| keys::node_state(nw)).collect();
+            diff_maps(orig_ann, &self.annotations, &mut patch.annotations, |k| {
+                state_keys.iter().any(|s| s == k)
+            });
+            let orig_labels = self.node.metadata.labels.as_ref().unwrap_or(&EMPTY_MAP);
+            diff_maps(orig_labels, &self.labels, &mut patch.labels, |_| false);
+            let orig_taints = self
+                .node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .unwrap_or(&EMPTY_TAINTS);
+            for t in self.taints.iter() {
+                if !orig_taints.contains(t) {
+                    patch.add_taints.push(t.clone());
+                }
+            }
+            for t in orig_taints {
+                if !self.taints.iter().any(|w| w.key == t.key)
+                    && !patch.remove_taints.contains(&t.key)
+                {
+                    patch.remove_taints.push(t.key.clone());
+                }
+            }
+            if self.unschedulable != self.api_unschedulable() {
+                patch.unschedulable = Some(self.unschedulable);
+            }
+        }
         for (nw, slot) in &self.states {
+            if !slot.changed {
+                continue;
+            }
             if slot.deleted {
                 if slot.original.is_some() {
                     patch.node_state.push(NodeStateDelta::Delete {
@@ -313,29 +374,12 @@ impl<'a> NodeWork<'a> {
                 });
             }
         }
-        let orig_taints = self
-            .node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default();
-        for t in &self.taints {
-            if !orig_taints.contains(t) {
-                patch.add_taints.push(t.clone());
-            }
-        }
-        for t in &orig_taints {
-            if !self.taints.iter().any(|w| w.key == t.key) && !patch.remove_taints.contains(&t.key)
-            {
-                patch.remove_taints.push(t.key.clone());
-            }
-        }
-        if self.unschedulable != self.api_unschedulable() {
-            patch.unschedulable = Some(self.unschedulable);
-        }
         patch
     }
 }
+
+static EMPTY_MAP: BTreeMap<String, String> = BTreeMap::new();
+static EMPTY_TAINTS: Vec<Taint> = Vec::new();
 
 fn diff_maps(
     before: &BTreeMap<String, String>,
@@ -382,12 +426,74 @@ pub struct NwView<'a> {
     pub compartments: Vec<super::policy::CompartmentDef>,
     /// Compartment index per selected node, parallel to `selected`.
     pub compartment_of: Vec<usize>,
+    /// This NodeWright's node keys, built once per pass.
+    pub keys: NwKeys,
+    /// Count of changes made to `status.nodeState` (compared instead of the big map).
+    pub node_state_changes: u64,
+}
+
+/// The per-NodeWright node keys (§4.1), built once per pass.
+#[derive(Clone, Debug)]
+pub struct NwKeys {
+    /// `status_<nw>`.
+    pub status: String,
+    /// `nodeState_<nw>`.
+    pub node_state: String,
+    /// `cordon_<nw>`.
+    pub cordon: String,
+    /// `configApplied_<nw>`.
+    pub config_applied: String,
+}
+
+/// A cheap mark of a NodeWright status to tell whether a step changed it: every field but
+/// the large `nodeState` mirror, plus the count of changes made to that mirror.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusMark(NodeWrightStatus, u64);
+
+/// `status` without its `nodeState` mirror.
+pub fn without_node_state(s: &NodeWrightStatus) -> NodeWrightStatus {
+    NodeWrightStatus {
+        status: s.status,
+        node_status: s.node_status.clone(),
+        node_state: None,
+        conditions: s.conditions.clone(),
+        observed_generation: s.observed_generation,
+        node_boot_ids: s.node_boot_ids.clone(),
+        node_priority: s.node_priority.clone(),
+        node_order_offset: s.node_order_offset,
+        config_updates: s.config_updates.clone(),
+        compartment_statuses: s.compartment_statuses.clone(),
+        nodes_in_progress: s.nodes_in_progress,
+        complete_nodes: s.complete_nodes.clone(),
+        package_list: s.package_list.clone(),
+    }
 }
 
 /// Marker in [`NwView::pos`] for a node the NodeWright does not select.
 pub const NOT_SELECTED: u32 = u32::MAX;
 
 impl<'a> NwView<'a> {
+    /// A mark of the working status, to compare before/after a step.
+    pub fn mark(&self) -> StatusMark {
+        StatusMark(without_node_state(&self.status), self.node_state_changes)
+    }
+    /// Clears the `nodeState` mirror (a counted change).
+    pub fn clear_node_state(&mut self) {
+        if self.status.node_state.take().is_some() {
+            self.node_state_changes += 1;
+        }
+    }
+    /// Drops one node from the `nodeState` mirror (a counted change).
+    pub fn drop_node_state(&mut self, node: &str) {
+        if let Some(m) = self.status.node_state.as_mut()
+            && m.remove(node).is_some()
+        {
+            self.node_state_changes += 1;
+            if m.is_empty() {
+                self.status.node_state = None;
+            }
+        }
+    }
     /// `disable` annotation (§5.11).
     pub fn disabled(&self) -> bool {
         self.nw.is_disabled()
@@ -468,6 +574,75 @@ impl<'a> NwView<'a> {
     }
 }
 
+/// Lookups into the snapshot's Jobs and pods, built once per pass so per-node and per-Job
+/// steps do not scan every object (10,000-node fleets have thousands of Jobs).
+#[derive(Debug, Default)]
+pub struct SnapIndex<'a> {
+    /// Jobs by name.
+    pub job_by_name: HashMap<&'a str, &'a k8s_openapi::api::batch::v1::Job>,
+    /// Jobs by UID.
+    pub job_by_uid: HashMap<&'a str, &'a k8s_openapi::api::batch::v1::Job>,
+    /// Jobs by NodeWright `name` label, then `node` label.
+    pub jobs_on: HashMap<&'a str, HashMap<&'a str, Vec<&'a k8s_openapi::api::batch::v1::Job>>>,
+    /// Jobs by `node` label (any NodeWright).
+    pub jobs_on_node: HashMap<&'a str, Vec<&'a k8s_openapi::api::batch::v1::Job>>,
+    /// Pods by their Job's controller UID label.
+    pub pods_of_job: HashMap<&'a str, Vec<&'a k8s_openapi::api::core::v1::Pod>>,
+    /// Pods by `spec.nodeName`.
+    pub pods_on_node: HashMap<&'a str, Vec<&'a k8s_openapi::api::core::v1::Pod>>,
+}
+
+impl<'a> SnapIndex<'a> {
+    fn build(snap: &'a Snapshot) -> SnapIndex<'a> {
+        let mut ix = SnapIndex::default();
+        for job in &snap.jobs {
+            let m = &job.metadata;
+            if let Some(name) = m.name.as_deref() {
+                ix.job_by_name.insert(name, job);
+            }
+            if let Some(uid) = m.uid.as_deref() {
+                ix.job_by_uid.insert(uid, job);
+            }
+            let labels = m.labels.as_ref();
+            let node = labels.and_then(|l| l.get(keys::JOB_LABEL_NODE));
+            if let Some(node) = node {
+                ix.jobs_on_node.entry(node.as_str()).or_default().push(job);
+                if let Some(nw) = labels.and_then(|l| l.get(keys::JOB_LABEL_NAME)) {
+                    ix.jobs_on
+                        .entry(nw.as_str())
+                        .or_default()
+                        .entry(node.as_str())
+                        .or_default()
+                        .push(job);
+                }
+            }
+        }
+        for pod in &snap.pods {
+            if let Some(uid) = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(keys::JOB_CONTROLLER_UID_LABEL))
+            {
+                ix.pods_of_job.entry(uid.as_str()).or_default().push(pod);
+            }
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                ix.pods_on_node.entry(node).or_default().push(pod);
+            }
+        }
+        ix
+    }
+
+    /// Jobs of a NodeWright on a node, by the Job `node` label value
+    /// (`names::node_label_value`).
+    pub fn jobs_of(&self, nw: &str, node_label: &str) -> &[&'a k8s_openapi::api::batch::v1::Job] {
+        self.jobs_on
+            .get(nw)
+            .and_then(|m| m.get(node_label))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
 /// The whole working state of one pass.
 pub struct PassCtx<'a> {
     /// What the pass reads.
@@ -483,6 +658,8 @@ pub struct PassCtx<'a> {
     node_ids: HashMap<&'a str, usize>,
     /// NodeWrights sorted by priority, then name.
     pub nws: Vec<NwView<'a>>,
+    /// Snapshot indexes, built once per pass (lookups by name/UID/node instead of scans).
+    pub index: SnapIndex<'a>,
     actions: Vec<Action>,
     events: Vec<Event>,
     requeue_active: bool,
@@ -515,12 +692,19 @@ impl<'a> PassCtx<'a> {
         let mut nws = Vec::with_capacity(nw_refs.len());
         for nw in nw_refs {
             let name = nw.name();
-            let selector = nw.spec.node_selectors.as_ref();
+            // Parsed once per pass; an invalid selector selects nothing.
+            let selector = nw
+                .spec
+                .node_selectors
+                .as_ref()
+                .map(nodewright_schema::selector::Selector::parse);
             let selected: Vec<usize> = order
                 .iter()
                 .copied()
-                .filter(|&i| {
-                    selector.is_none_or(|s| super::select::selector_matches(s, &nodes[i].labels))
+                .filter(|&i| match &selector {
+                    None => true,
+                    Some(Ok(sel)) => sel.matches(&nodes[i].labels),
+                    Some(Err(_)) => false,
                 })
                 .collect();
             for &i in &selected {
@@ -543,6 +727,13 @@ impl<'a> PassCtx<'a> {
             }
             let complete = vec![false; selected.len()];
             nws.push(NwView {
+                keys: NwKeys {
+                    status: keys::status(name),
+                    node_state: keys::node_state(name),
+                    cordon: keys::cordon(name),
+                    config_applied: keys::config_applied(name),
+                },
+                node_state_changes: 0,
                 pos,
                 complete,
                 compartments: Vec::new(),
@@ -565,6 +756,7 @@ impl<'a> PassCtx<'a> {
             nodes,
             node_ids,
             nws,
+            index: SnapIndex::build(snap),
             actions: Vec::new(),
             events: Vec::new(),
             requeue_active: false,
@@ -592,16 +784,14 @@ impl<'a> PassCtx<'a> {
 
     /// The node's Status for a NodeWright as its annotation reads now (§4.1).
     pub fn node_status(&self, nw: usize, node: usize) -> Status {
-        let key = keys::status(self.nws[nw].name);
-        Status::from_annotation(self.nodes[node].annotation(&key))
+        Status::from_annotation(self.nodes[node].annotation(&self.nws[nw].keys.status))
     }
 
     /// Sets a node's Status for a NodeWright: annotation, label, `status.nodeStatus` and
     /// `status.nodeState` (§5.12). `complete` releases this NodeWright's cordon (§7.3) and
     /// leaves `nodePriority` (§10.1).
     pub fn set_node_status(&mut self, nw: usize, node: usize, status: Status) {
-        let name = self.nws[nw].name;
-        let key = keys::status(name);
+        let key = self.nws[nw].keys.status.clone();
         let value = status.as_str();
         let n = &mut self.nodes[node];
         n.set_annotation(key.clone(), value);
@@ -621,16 +811,14 @@ impl<'a> PassCtx<'a> {
 
     /// Refreshes `status.nodeState[node]` from the working node state (§1.9).
     pub fn publish_node(&mut self, nw: usize, node: usize) {
-        let name = self.nws[nw].name;
+        let view = &mut self.nws[nw];
         let n = &self.nodes[node];
-        if let Ok(state) = n.state(name) {
-            let node_name = n.name.to_string();
-            let state = state.clone();
-            self.nws[nw]
-                .status
-                .node_state
-                .get_or_insert_with(BTreeMap::new)
-                .insert(node_name, state);
+        if let Ok(state) = n.state(view.name) {
+            let map = view.status.node_state.get_or_insert_with(BTreeMap::new);
+            if map.get(n.name) != Some(state) {
+                map.insert(n.name.to_string(), state.clone());
+                view.node_state_changes += 1;
+            }
         }
     }
 
@@ -649,7 +837,7 @@ impl<'a> PassCtx<'a> {
 
     /// Cordons a node for a NodeWright (§7.2): `unschedulable` and `cordon_<nw>`.
     pub fn cordon(&mut self, nw: usize, node: usize) {
-        let key = keys::cordon(self.nws[nw].name);
+        let key = self.nws[nw].keys.cordon.clone();
         let n = &mut self.nodes[node];
         n.set_annotation(key, "true");
         n.set_unschedulable(true);
@@ -657,12 +845,12 @@ impl<'a> PassCtx<'a> {
 
     /// Releases this NodeWright's cordon under the shared-ownership rules (§7.3).
     pub fn uncordon(&mut self, nw: usize, node: usize) {
-        let key = keys::cordon(self.nws[nw].name);
+        let key = &self.nws[nw].keys.cordon;
         let n = &mut self.nodes[node];
-        if n.annotation(&key).is_none() {
+        if n.annotation(key).is_none() {
             return;
         }
-        n.remove_annotation(&key);
+        n.remove_annotation(key);
         let others = n.annotations.keys().any(|k| keys::is_cordon_key(k))
             || n.annotations.contains_key(keys::RUNTIME_REQUIRED_CORDON);
         if !others {
@@ -745,8 +933,12 @@ impl<'a> PassCtx<'a> {
         wrote |= !node_conditions.is_empty();
         actions.extend(node_conditions);
         for v in &nws {
-            let original = v.nw.status.clone().unwrap_or_default();
-            if v.status != original {
+            let original =
+                v.nw.status
+                    .as_ref()
+                    .map(without_node_state)
+                    .unwrap_or_default();
+            if without_node_state(&v.status) != original || v.node_state_changes > 0 {
                 wrote = true;
                 actions.push(Action::PatchNodeWrightStatus {
                     name: v.name.to_string(),

@@ -657,4 +657,122 @@ mod tests {
         );
         assert_eq!(read_blockers(Some("garbage")), vec![]);
     }
+
+    use super::super::context::PassCtx;
+    use super::super::testkit::{node, nw, settings, t0, world};
+    use crate::snapshot::{EvictionRefusal, RefusedPod};
+
+    fn evictions(ctx: &PassCtx<'_>) -> usize {
+        ctx.emitted()
+            .iter()
+            .filter(|a| matches!(a, Action::EvictPod(_)))
+            .count()
+    }
+
+    fn gate(snap: &crate::snapshot::Snapshot) -> (DrainGate, usize, Vec<Action>, String) {
+        let s = settings();
+        let mut ctx = PassCtx::new(snap, &s);
+        let id = ctx.node_id("n1").unwrap();
+        let g = cordon_wait_drain(&mut ctx, 0, id, "p");
+        let status = ctx.node_status(0, id).as_str().to_string();
+        let n = evictions(&ctx);
+        let emitted = ctx.emitted().to_vec();
+        (g, n, emitted, status)
+    }
+
+    #[test]
+    fn the_cordon_is_persisted_before_the_drain_starts() {
+        let snap = world()
+            .node(node("n1"))
+            .nw(nw("nw").reboot_package("p", "1.0.0"))
+            .pod(pod(Some("ReplicaSet")))
+            .build();
+        let (g, evicted, _, _) = gate(&snap);
+        assert_eq!((g, evicted), (DrainGate::Wait, 0));
+        let snap = world()
+            .node(
+                node("n1")
+                    .unschedulable()
+                    .annotation(&keys::cordon("nw"), "true"),
+            )
+            .nw(nw("nw").reboot_package("p", "1.0.0"))
+            .pod(pod(Some("ReplicaSet")))
+            .build();
+        let (g, evicted, _, _) = gate(&snap);
+        assert_eq!((g, evicted), (DrainGate::Wait, 1));
+        let snap = world()
+            .node(
+                node("n1")
+                    .unschedulable()
+                    .annotation(&keys::cordon("nw"), "true"),
+            )
+            .nw(nw("nw").reboot_package("p", "1.0.0"))
+            .build();
+        assert_eq!(gate(&snap).0, DrainGate::Ready);
+    }
+
+    #[test]
+    fn a_refusal_throttles_this_nodewright_for_30_seconds() {
+        let refused = |by: &str, secs: i64| {
+            let mut snap = world()
+                .node(
+                    node("n1")
+                        .unschedulable()
+                        .annotation(&keys::cordon("nw"), "true"),
+                )
+                .nw(nw("nw").reboot_package("p", "1.0.0"))
+                .pod(pod(Some("ReplicaSet")))
+                .build();
+            snap.memory.eviction_refusals.insert(
+                "n1".into(),
+                EvictionRefusal {
+                    at: t0()
+                        .checked_sub(jiff::SignedDuration::from_secs(secs))
+                        .unwrap(),
+                    nodewright: by.into(),
+                    blockers: vec![RefusedPod {
+                        namespace: "default".into(),
+                        name: "p".into(),
+                        message: "would violate the budget".into(),
+                    }],
+                },
+            );
+            snap
+        };
+        let (_, evicted, _, _) = gate(&refused("nw", 10));
+        assert_eq!(evicted, 0, "throttled");
+        let (_, evicted, _, _) = gate(&refused("nw", 31));
+        assert_eq!(evicted, 1, "retried after 30 s");
+        let (_, evicted, _, _) = gate(&refused("other", 10));
+        assert_eq!(
+            evicted, 1,
+            "another NodeWright's refusal does not throttle this one"
+        );
+    }
+
+    #[test]
+    fn a_drain_past_its_timeout_errors_the_node_and_stops_evicting() {
+        let start = t0()
+            .checked_sub(jiff::SignedDuration::from_secs(120))
+            .unwrap();
+        let mut b = nw("nw").reboot_package("p", "1.0.0").build();
+        b.spec.drain_config = Some(DrainConfig {
+            timeout: Some(nodewright_schema::duration::GoDuration::new("1m")),
+            ..DrainConfig::default()
+        });
+        let mut snap = world()
+            .node(
+                node("n1")
+                    .unschedulable()
+                    .annotation(&keys::cordon("nw"), "true")
+                    .annotation(&keys::drain_start("nw"), &start.to_string()),
+            )
+            .pod(pod(Some("ReplicaSet")))
+            .build();
+        snap.nodewrights.push(b);
+        let (g, evicted, emitted, status) = gate(&snap);
+        assert_eq!((g, evicted), (DrainGate::Wait, 0));
+        assert_eq!(status, "erroring");
+        assert!(emitted.is_empty());
+    }
 }

@@ -159,6 +159,7 @@ pub fn run(ctx: &mut PassCtx<'_>) {
         if jobs::is_unfinished(job) {
             prune_archives(ctx, job);
             failure_target(ctx, nw, job);
+            last_logs(ctx, job);
             if jobs::is_interrupt_job(job) {
                 interrupt_budget(ctx, nw, job);
             }
@@ -451,6 +452,49 @@ fn write_erroring(ctx: &mut PassCtx<'_>, nw: usize, job: &Job, restarts: Option<
     }
 }
 
+/// §8.12 (the part a pure engine can do): while a Job is at `FailureTarget` with no genuine
+/// archive, record the stuck container's waiting reason and message; the log tail itself needs
+/// an API read and is left to the adapter.
+fn last_logs(ctx: &mut PassCtx<'_>, job: &Job) {
+    if !jobs::has_condition(job, "FailureTarget") {
+        return;
+    }
+    let pods = child_pods(ctx, job);
+    if pods
+        .iter()
+        .any(|p| classify_failure(p) == FailureClass::Genuine)
+    {
+        return;
+    }
+    let waiting = pods.iter().flat_map(|p| all_statuses(p)).find_map(|c| {
+        let w = c.state.as_ref()?.waiting.as_ref()?;
+        Some(format!(
+            "{}: {}: {}",
+            c.name,
+            w.reason.as_deref().unwrap_or_default(),
+            w.message.as_deref().unwrap_or_default()
+        ))
+    });
+    let Some(mut text) = waiting else { return };
+    let cap = crate::settings::constants::LAST_LOGS_CAP_BYTES;
+    if text.len() > cap {
+        let mut cut = cap;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    if jobs::annotation(job, keys::JOB_ANNOTATION_LAST_LOGS) == Some(text.as_str()) {
+        return;
+    }
+    ctx.emit(Action::AnnotateJob {
+        name: jobs::job_name(job).to_string(),
+        uid: job.metadata.uid.clone(),
+        annotations: BTreeMap::from([(keys::JOB_ANNOTATION_LAST_LOGS.to_string(), text)]),
+        ttl_seconds_after_finished: None,
+    });
+}
+
 /// §8.11: keep the first and the most recent genuine failures; prune other Failed pods.
 fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job) {
     if jobs::is_interrupt_job(job) {
@@ -702,5 +746,249 @@ mod tests {
             FailureClass::Genuine
         );
         assert_eq!(classify_failure(&Pod::default()), FailureClass::NotFailed);
+    }
+
+    use super::super::context::PassCtx;
+    use super::super::jobs::{StageJobInput, build_stage_job};
+    use super::super::testkit::{node, nw, settings, world};
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+    use nodewright_schema::NodeWright;
+
+    fn finished(
+        nw_obj: &NodeWright,
+        pkg: &str,
+        stage: Stage,
+        condition: &str,
+        reason: &str,
+    ) -> Job {
+        let package = nw_obj.spec.packages()[pkg].clone();
+        let mut job = build_stage_job(
+            nw_obj,
+            &settings(),
+            StageJobInput {
+                package_name: pkg,
+                package: &package,
+                stage,
+                node: "n1",
+                node_order: 0,
+            },
+        );
+        job.metadata.uid = Some(format!("uid-{pkg}-{stage}"));
+        job.status = Some(JobStatus {
+            failed: Some(if condition == "Failed" { 4 } else { 1 }),
+            conditions: Some(vec![JobCondition {
+                type_: condition.into(),
+                status: "True".into(),
+                reason: Some(reason.into()),
+                ..JobCondition::default()
+            }]),
+            ..JobStatus::default()
+        });
+        job
+    }
+
+    fn entry(ctx: &PassCtx<'_>, key: &str) -> Option<(Stage, State, i32)> {
+        let id = ctx.node_id("n1").unwrap();
+        ctx.node(id)
+            .state("nw")
+            .unwrap()
+            .0
+            .get(key)
+            .map(|e| (e.stage.unwrap(), e.state.unwrap(), e.restarts))
+    }
+
+    fn marked(ctx: &PassCtx<'_>) -> Vec<Option<i32>> {
+        ctx.emitted()
+            .iter()
+            .filter_map(|a| match a {
+                Action::AnnotateJob {
+                    annotations,
+                    ttl_seconds_after_finished,
+                    ..
+                } if annotations.contains_key(keys::JOB_ANNOTATION_STATE_RECORDED) => {
+                    Some(*ttl_seconds_after_finished)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn completion_is_recorded_once_and_never_creates_an_entry() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let job = finished(&obj, "tuning", Stage::Apply, "Complete", "");
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job.clone())
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(
+            entry(&ctx, "tuning|1.0.0"),
+            Some((Stage::Apply, State::Complete, 1))
+        );
+        assert_eq!(marked(&ctx), [Some(3600)]);
+
+        // A re-served completion whose outcome already holds only marks the Job.
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Config, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job.clone())
+            .build();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(
+            entry(&ctx, "tuning|1.0.0"),
+            Some((Stage::Config, State::InProgress, 0))
+        );
+        assert_eq!(marked(&ctx).len(), 1);
+
+        // An absent entry is never created.
+        let snap = world()
+            .node(node("n1").state("nw", &[]))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job)
+            .build();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(entry(&ctx, "tuning|1.0.0"), None);
+    }
+
+    #[test]
+    fn upgrade_completion_removes_the_other_versions() {
+        let obj = nw("nw").package("tuning", "2.0.0").build();
+        let job = finished(&obj, "tuning", Stage::Upgrade, "Complete", "");
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[
+                    ("tuning", "1.0.0", Stage::Config, State::Complete),
+                    ("tuning", "2.0.0", Stage::Upgrade, State::InProgress),
+                ],
+            ))
+            .nw(nw("nw").package("tuning", "2.0.0"))
+            .job(job)
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(entry(&ctx, "tuning|1.0.0"), None);
+        assert_eq!(
+            entry(&ctx, "tuning|2.0.0"),
+            Some((Stage::Upgrade, State::Complete, 1))
+        );
+    }
+
+    #[test]
+    fn a_failed_job_without_genuine_evidence_writes_nothing() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let job = finished(
+            &obj,
+            "tuning",
+            Stage::Apply,
+            "Failed",
+            "BackoffLimitExceeded",
+        );
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job.clone())
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(
+            entry(&ctx, "tuning|1.0.0"),
+            Some((Stage::Apply, State::InProgress, 0))
+        );
+        assert_eq!(marked(&ctx), [Some(86400)]);
+
+        // With a retained genuine archive the stage is parked erroring.
+        let mut archive = failed_pod(None, Some(1), false);
+        archive.metadata.labels = Some(BTreeMap::from([(
+            keys::JOB_CONTROLLER_UID_LABEL.to_string(),
+            job.metadata.uid.clone().unwrap(),
+        )]));
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job)
+            .pod(archive)
+            .build();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(
+            entry(&ctx, "tuning|1.0.0"),
+            Some((Stage::Apply, State::Erroring, 4))
+        );
+        let id = ctx.node_id("n1").unwrap();
+        assert_eq!(ctx.node_status(0, id), nodewright_schema::Status::Erroring);
+    }
+
+    #[test]
+    fn the_interrupt_completion_promotes_skipped_siblings() {
+        let obj = nw("nw")
+            .reboot_package("alpha", "1.0.0")
+            .reboot_package("beta", "1.0.0")
+            .build();
+        let package = obj.spec.packages()["alpha"].clone();
+        let mut job = super::super::jobs::build_interrupt_job(
+            &obj,
+            &settings(),
+            super::super::jobs::InterruptJobInput {
+                package_name: "alpha",
+                package: &package,
+                stage: Stage::Interrupt,
+                interrupt: package.interrupt.as_ref().unwrap(),
+                node: "n1",
+                node_order: 0,
+            },
+        );
+        job.status = Some(JobStatus {
+            conditions: Some(vec![JobCondition {
+                type_: "Complete".into(),
+                status: "True".into(),
+                ..JobCondition::default()
+            }]),
+            ..JobStatus::default()
+        });
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[
+                    ("alpha", "1.0.0", Stage::Interrupt, State::InProgress),
+                    ("beta", "1.0.0", Stage::Interrupt, State::Skipped),
+                ],
+            ))
+            .nw(nw("nw")
+                .reboot_package("alpha", "1.0.0")
+                .reboot_package("beta", "1.0.0"))
+            .job(job)
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(
+            entry(&ctx, "alpha|1.0.0"),
+            Some((Stage::Interrupt, State::Complete, 0))
+        );
+        assert_eq!(
+            entry(&ctx, "beta|1.0.0"),
+            Some((Stage::Interrupt, State::Complete, 0))
+        );
     }
 }

@@ -12,7 +12,7 @@ use nodewright_schema::{
 };
 use proptest::prelude::*;
 
-use super::{Hooks, configmaps, deletion, handlers, node_work, packages, reconcile_with, sweep};
+use super::{Hooks, reconcile_with};
 use crate::cluster::Desired;
 use crate::plan::{Action, Outcome};
 use crate::settings::Settings;
@@ -23,19 +23,9 @@ use crate::snapshot::{EvictionRefusal, Memory, RefusedPod};
 
 const NS: &str = "nodewright";
 
-/// Every part-2 hook wired in.
+/// The product's hooks (every part-2 hook wired in).
 fn hooks() -> Hooks {
-    Hooks {
-        handlers: handlers::run,
-        refresh_conditions: packages::refresh_conditions,
-        finalizer: deletion::finalizer,
-        suspend_jobs: sweep::suspend_jobs,
-        sweep: sweep::sweep,
-        node_metadata: configmaps::node_metadata,
-        package_configmaps: configmaps::package_configmaps,
-        resume_jobs: sweep::resume_jobs,
-        work_node: node_work::work_node,
-    }
+    Hooks::standard()
 }
 
 struct Harness {
@@ -231,6 +221,26 @@ impl Harness {
             self.history().join("\n"),
             self.violations
         )
+    }
+
+    /// Nodes being worked on for a NodeWright (spec/scenarios.md §6 invariant 1): an unfinished
+    /// package Job there, or its cordon annotation on a node that is not complete.
+    fn worked_on(&self, nw: &str) -> Vec<String> {
+        self.sim
+            .nodes()
+            .keys()
+            .filter(|n| {
+                let job = self
+                    .sim
+                    .jobs()
+                    .values()
+                    .any(|j| super::jobs::is_on(j, nw, n) && super::jobs::is_unfinished(j));
+                let cordoned =
+                    self.annotation(n, &keys::cordon(nw)).is_some() && !self.complete(nw, n);
+                job || cordoned
+            })
+            .cloned()
+            .collect()
     }
 
     fn assert_clean(&self) {
@@ -632,6 +642,53 @@ fn uninstall_runs_and_leaves_an_empty_state_then_cancel_reinstalls() {
 }
 
 #[test]
+fn cancelling_a_running_uninstall_restarts_the_install_at_apply() {
+    let mut h = Harness::new(
+        "example/u: {default: {duration: 2s}, stages: {uninstall: {duration: 120s}}}",
+        &["n1"],
+    );
+    let mut p = pkg("example/u", "1.0.0");
+    p.uninstall = Some(Uninstall {
+        enabled: true,
+        apply: false,
+    });
+    h.declare(vec![nodewright("u", &[("u", p.clone())])]);
+    h.until(5 * MIN, "installed", |h| h.complete("u", "n1"));
+    p.uninstall = Some(Uninstall {
+        enabled: true,
+        apply: true,
+    });
+    h.declare(vec![nodewright("u", &[("u", p.clone())])]);
+    h.until(MIN, "uninstalling", |h| {
+        h.entry_is("u", "n1", "u|1.0.0", Stage::Uninstall, State::InProgress)
+            && h.first("job u/u/uninstall/n1").is_some()
+            && h.condition("u", keys::condition::UNINSTALL_IN_PROGRESS)
+                .is_some()
+    });
+    p.uninstall = Some(Uninstall {
+        enabled: true,
+        apply: false,
+    });
+    h.declare(vec![nodewright("u", &[("u", p)])]);
+    h.until(5 * MIN, "reinstalled", |h| {
+        h.entry_is("u", "n1", "u|1.0.0", Stage::Config, State::Complete)
+            && h.condition("u", keys::condition::UNINSTALL_IN_PROGRESS)
+                .is_none()
+    });
+    assert_eq!(h.count("job u/u/apply/n1"), 2);
+    assert_eq!(
+        h.count("job-ok u/u/uninstall/n1"),
+        0,
+        "the uninstall Job was invalidated"
+    );
+    assert_eq!(
+        h.condition("u", keys::condition::UNINSTALL_IN_PROGRESS),
+        None
+    );
+    h.assert_clean();
+}
+
+#[test]
 fn a_downgrade_of_an_uninstall_enabled_package_installs_only_after_the_uninstall() {
     let mut h = Harness::new("{}", &["n1"]);
     let mut p = pkg("example/u", "2.0.0");
@@ -812,7 +869,7 @@ fn serial_works_one_package_at_a_time() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
 
     /// Random Job outcomes, reboots, evictions, PDB refusals and reconciler restarts never
     /// break the invariants of spec/scenarios.md §6 (2–5 checked by the simulator, 5 here).
@@ -856,7 +913,7 @@ proptest! {
         let mut nw = nodewright("p", &[("a", a), ("b", b)]);
         nw.spec.interruption_budget = Some(nodewright_schema::InterruptionBudget { count: Some(1), percent: None });
         h.declare(vec![nw]);
-        for step in 0..60u32 {
+        for step in 0..80u32 {
             if restarts.contains(&step) {
                 h.memory = Memory::default();
             }
@@ -867,6 +924,9 @@ proptest! {
                 h.sim.delete_pdb("default", "web");
             }
             h.pass();
+            // Invariant 1 (§16.3): with a budget of one, one node at a time is worked on.
+            let worked = h.worked_on("p");
+            prop_assert!(worked.len() <= 1, "step {step}: {worked:?}");
             h.sim.advance(Duration::from_secs(5));
         }
         prop_assert!(h.violations.is_empty(), "{:#?}", h.violations);

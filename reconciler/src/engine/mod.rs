@@ -33,6 +33,8 @@ mod pass_tests;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
+mod scenario_tests;
+#[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
 pub mod testkit;
@@ -187,14 +189,14 @@ fn preamble(ctx: &mut PassCtx<'_>, hooks: &Hooks, nw: usize) -> Flow {
     let view = &ctx.nws[nw];
     // 4. Paused (disabled wins over paused, §16.3).
     if view.paused() {
-        let before = ctx.nws[nw].status.clone();
+        let before = ctx.nws[nw].mark();
         status::set_nodewright_status(ctx, nw, Status::Paused);
         for n in ctx.nws[nw].selected.clone() {
             if ctx.node_status(nw, n) != Status::Paused {
                 ctx.set_node_status(nw, n, Status::Paused);
             }
         }
-        if ctx.nws[nw].status != before {
+        if ctx.nws[nw].mark() != before {
             return Flow::EndPass;
         }
         (hooks.suspend_jobs)(ctx, nw);

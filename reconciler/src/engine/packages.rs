@@ -550,4 +550,87 @@ mod tests {
         state.upsert(entry("a", &p, Stage::UninstallInterrupt, State::InProgress));
         assert_eq!(cancel_entry(&nw, &state, "a", &p), None);
     }
+
+    use super::super::context::PassCtx;
+    use super::super::testkit::{self, node, settings, world};
+
+    #[test]
+    fn dependency_uninstalled_blocks_the_dependent_with_the_spec_message() {
+        let mut base = testkit::package("base", "1.0.0");
+        base.uninstall = Some(nodewright_schema::Uninstall {
+            enabled: true,
+            apply: true,
+        });
+        let mut addon = testkit::package("addon", "1.0.0");
+        addon.depends_on = Some(BTreeMap::from([("base".to_string(), "1.0.0".to_string())]));
+        let build = |entries: &[(&str, &str, Stage, State)]| {
+            world()
+                .node(node("n1").state("nw", entries))
+                .nw(testkit::nw("nw")
+                    .with_package("base", base.clone())
+                    .with_package("addon", addon.clone()))
+                .build()
+        };
+        let s = settings();
+        let snap = build(&[("base", "1.0.0", Stage::Uninstall, State::InProgress)]);
+        let mut ctx = PassCtx::new(&snap, &s);
+        refresh_conditions(&mut ctx, 0);
+        let c = ctx.nws[0]
+            .condition(keys::condition::BLOCKED)
+            .cloned()
+            .unwrap();
+        assert_eq!(c.reason, "DependencyUninstalled");
+        assert_eq!(
+            c.message,
+            "package addon is blocked: dependency base is being uninstalled"
+        );
+        assert!(
+            ctx.nws[0]
+                .condition(keys::condition::UNINSTALL_IN_PROGRESS)
+                .is_some()
+        );
+
+        let snap = build(&[]);
+        let mut ctx = PassCtx::new(&snap, &s);
+        refresh_conditions(&mut ctx, 0);
+        let c = ctx.nws[0]
+            .condition(keys::condition::BLOCKED)
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            c.message,
+            "package addon is blocked: dependency base has been uninstalled"
+        );
+
+        let snap = build(&[("base", "1.0.0", Stage::Uninstall, State::Erroring)]);
+        let mut ctx = PassCtx::new(&snap, &s);
+        refresh_conditions(&mut ctx, 0);
+        assert_eq!(
+            ctx.nws[0]
+                .condition(keys::condition::UNINSTALL_FAILED)
+                .map(|c| c.reason.clone()),
+            Some("UninstallPodFailing".to_string())
+        );
+    }
+
+    #[test]
+    fn a_complete_dependent_is_not_reported_blocked() {
+        let mut base = testkit::package("base", "1.0.0");
+        base.uninstall = Some(nodewright_schema::Uninstall {
+            enabled: true,
+            apply: true,
+        });
+        let mut addon = testkit::package("addon", "1.0.0");
+        addon.depends_on = Some(BTreeMap::from([("base".to_string(), "1.0.0".to_string())]));
+        let snap = world()
+            .node(node("n1").state("nw", &[("addon", "1.0.0", Stage::Config, State::Complete)]))
+            .nw(testkit::nw("nw")
+                .with_package("base", base)
+                .with_package("addon", addon))
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        refresh_conditions(&mut ctx, 0);
+        assert!(ctx.nws[0].condition(keys::condition::BLOCKED).is_none());
+    }
 }

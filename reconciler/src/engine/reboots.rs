@@ -79,22 +79,13 @@ fn reset_node(ctx: &mut PassCtx, nw: usize, n: usize) {
             m.remove(&node_name);
         }
     }
-    if let Some(m) = view.status.node_state.as_mut() {
-        m.remove(&node_name);
-    }
+    view.drop_node_state(&node_name);
     super::status::set_nodewright_status(ctx, nw, Status::Unknown);
     let label = names::node_label_value(&node_name);
     let doomed: Vec<(String, Option<String>)> = ctx
-        .snap
-        .jobs
+        .index
+        .jobs_of(name, &label)
         .iter()
-        .filter(|j| {
-            let l = j.metadata.labels.as_ref();
-            l.and_then(|l| l.get(keys::JOB_LABEL_NAME))
-                .map(String::as_str)
-                == Some(name)
-                && l.and_then(|l| l.get(keys::JOB_LABEL_NODE)) == Some(&label)
-        })
         .map(|j| {
             (
                 j.metadata.name.clone().unwrap_or_default(),

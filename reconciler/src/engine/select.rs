@@ -42,13 +42,14 @@ pub fn assign(ctx: &mut PassCtx, nw: usize) {
     let matches: Vec<Vec<bool>> = defs
         .iter()
         .map(|d| {
+            let parsed = d
+                .selector
+                .as_ref()
+                .filter(|_| !d.legacy)
+                .map(nodewright_schema::selector::Selector::parse);
             view.selected
                 .iter()
-                .map(|&n| {
-                    d.selector
-                        .as_ref()
-                        .is_some_and(|s| !d.legacy && selector_matches(s, ctx.node(n).labels()))
-                })
+                .map(|&n| matches!(&parsed, Some(Ok(sel)) if sel.matches(ctx.node(n).labels())))
                 .collect()
         })
         .collect();

@@ -93,7 +93,7 @@ pub fn set_nodewright_status(ctx: &mut PassCtx, nw: usize, status: Status) {
     view.transitioned = true;
     if status == Status::Unknown {
         // UP quirk (§1.10), only on the transition so that refreshes do not flap.
-        view.status.node_state = None;
+        view.clear_node_state();
     }
     if status == Status::Complete {
         view.status.observed_generation = Some(generation);
@@ -122,12 +122,12 @@ pub fn reset_batch_states(status: &mut NodeWrightStatus) {
 /// ReportState (§5.4 step 3, §1.10): prunes nodes that left, recomputes counters and
 /// compartment statuses. Returns whether the status changed.
 pub fn report_state(ctx: &mut PassCtx, nw: usize) -> bool {
-    let before = ctx.nws[nw].status.clone();
+    let before = ctx.nws[nw].mark();
     select::assign(ctx, nw);
     refresh_completion(ctx, nw);
     prune_departed(ctx, nw);
     recompute_counters(ctx, nw);
-    ctx.nws[nw].status != before
+    ctx.nws[nw].mark() != before
 }
 
 fn prune_departed(ctx: &mut PassCtx, nw: usize) {
@@ -158,9 +158,19 @@ fn prune_departed(ctx: &mut PassCtx, nw: usize) {
             }
         }
     }
-    retain(&mut st.node_state, &selected_names);
+    let gone_state: Vec<String> = st
+        .node_state
+        .iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .filter(|k| !selected_names.contains(*k))
+        .cloned()
+        .collect();
     retain(&mut st.node_status, &selected_names);
     retain(&mut st.node_boot_ids, &selected_names);
+    for n in gone_state {
+        ctx.nws[nw].drop_node_state(&n);
+    }
 }
 
 /// Recomputes `completeNodes`, `nodesInProgress`, `packageList` and `compartmentStatuses`
@@ -226,7 +236,7 @@ pub fn recompute_counters(ctx: &mut PassCtx, nw: usize) {
 /// Introspection (§5.12–§5.13, then §2.4 batch evaluation and `nodePriority` pruning).
 /// Returns whether the status changed.
 pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
-    let before = ctx.nws[nw].status.clone();
+    let before = ctx.nws[nw].mark();
     let name = ctx.nws[nw].name;
     refresh_completion(ctx, nw);
     let selected = ctx.nws[nw].selected.clone();
@@ -295,7 +305,7 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
     }
     select::prune_complete_priority(ctx, nw);
     recompute_counters(ctx, nw);
-    ctx.nws[nw].status != before
+    ctx.nws[nw].mark() != before
 }
 
 /// §2.4 evaluation of every compartment with a strategy; writes the batch state to status.

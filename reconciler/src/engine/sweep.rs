@@ -227,3 +227,220 @@ pub fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::context::PassCtx;
+    use super::super::jobs::{StageJobInput, build_stage_job};
+    use super::super::testkit::{node, nw, package, settings, world};
+    use super::*;
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+
+    fn job(obj: &NodeWright, pkg: &str, stage: Stage, node: &str) -> Job {
+        let package = obj.spec.packages()[pkg].clone();
+        build_stage_job(
+            obj,
+            &settings(),
+            StageJobInput {
+                package_name: pkg,
+                package: &package,
+                stage,
+                node,
+                node_order: 0,
+            },
+        )
+    }
+
+    fn finish(mut j: Job, condition: &str, processed: bool) -> Job {
+        j.status = Some(JobStatus {
+            conditions: Some(vec![JobCondition {
+                type_: condition.into(),
+                status: "True".into(),
+                ..JobCondition::default()
+            }]),
+            ..JobStatus::default()
+        });
+        if processed {
+            j.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(keys::JOB_ANNOTATION_STATE_RECORDED.into(), "true".into());
+        }
+        j
+    }
+
+    fn deleted(ctx: &PassCtx<'_>) -> Vec<String> {
+        ctx.emitted()
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeleteJob { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn sweep_of(snap: &crate::snapshot::Snapshot) -> Vec<String> {
+        let s = settings();
+        let mut ctx = PassCtx::new(snap, &s);
+        sweep(&mut ctx, 0);
+        deleted(&ctx)
+    }
+
+    #[test]
+    fn unfinished_jobs_are_invalidated_when_they_no_longer_match() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let running = job(&obj, "tuning", Stage::Apply, "n1");
+        let name = running.metadata.name.clone().unwrap();
+        // Matching entry and spec: kept.
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(running.clone())
+            .build();
+        assert!(sweep_of(&snap).is_empty());
+        // The entry moved to another stage: stale.
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Uninstall, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(running.clone())
+            .build();
+        assert_eq!(sweep_of(&snap), std::slice::from_ref(&name));
+        // The package image changed: stale (§8.14 staleness).
+        let mut edited = package("tuning", "1.0.0");
+        edited.image = "example/other".into();
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").with_package("tuning", edited))
+            .job(running.clone())
+            .build();
+        assert_eq!(sweep_of(&snap), std::slice::from_ref(&name));
+        // The node left the selection: orphan (rule 4), whatever the status.
+        let snap = world()
+            .node(node("n1").label("pool", "cpu"))
+            .nw(nw("nw").package("tuning", "1.0.0").selects("pool", "gpu"))
+            .job(finish(running, "Complete", false))
+            .build();
+        assert_eq!(sweep_of(&snap), [name]);
+    }
+
+    #[test]
+    fn processed_jobs_go_only_when_their_stage_must_run_again() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let done = finish(job(&obj, "tuning", Stage::Apply, "n1"), "Complete", true);
+        let name = done.metadata.name.clone().unwrap();
+        let at = |stage, state| {
+            world()
+                .node(node("n1").state("nw", &[("tuning", "1.0.0", stage, state)]))
+                .nw(nw("nw").package("tuning", "1.0.0"))
+                .job(done.clone())
+                .build()
+        };
+        assert!(sweep_of(&at(Stage::Config, State::InProgress)).is_empty());
+        assert!(sweep_of(&at(Stage::Apply, State::Complete)).is_empty());
+        assert_eq!(
+            sweep_of(&at(Stage::Apply, State::InProgress)),
+            std::slice::from_ref(&name)
+        );
+        assert_eq!(
+            sweep_of(&at(Stage::Uninstall, State::InProgress)),
+            std::slice::from_ref(&name)
+        );
+        // Unprocessed finished Jobs are never deleted here.
+        let unprocessed = finish(job(&obj, "tuning", Stage::Apply, "n1"), "Complete", false);
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(unprocessed)
+            .build();
+        assert!(sweep_of(&snap).is_empty());
+    }
+
+    #[test]
+    fn a_parked_job_stays_until_the_package_is_edited() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let parked = finish(job(&obj, "tuning", Stage::Apply, "n1"), "Failed", true);
+        let name = parked.metadata.name.clone().unwrap();
+        let snap = world()
+            .node(node("n1").state("nw", &[("tuning", "1.0.0", Stage::Apply, State::Erroring)]))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(parked.clone())
+            .build();
+        assert!(sweep_of(&snap).is_empty());
+        let mut edited = package("tuning", "1.0.0");
+        edited.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "X".into(),
+            value: Some("1".into()),
+            value_from: None,
+        }]);
+        let snap = world()
+            .node(node("n1").state("nw", &[("tuning", "1.0.0", Stage::Apply, State::Erroring)]))
+            .nw(nw("nw").with_package("tuning", edited))
+            .job(parked)
+            .build();
+        assert_eq!(sweep_of(&snap), [name]);
+    }
+
+    #[test]
+    fn pause_suspends_unfinished_jobs_and_resume_clears_it() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let running = job(&obj, "tuning", Stage::Apply, "n1");
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0").paused())
+            .job(running.clone())
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        suspend_jobs(&mut ctx, 0);
+        resume_jobs(&mut ctx, 0);
+        assert_eq!(
+            ctx.emitted(),
+            &[Action::SuspendJob {
+                name: running.metadata.name.clone().unwrap(),
+                suspend: true
+            }]
+        );
+        let mut suspended = running;
+        suspended.spec.as_mut().unwrap().suspend = Some(true);
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0").paused().disabled())
+            .job(suspended.clone())
+            .build();
+        let mut ctx = PassCtx::new(&snap, &s);
+        resume_jobs(&mut ctx, 0);
+        assert!(
+            ctx.emitted().is_empty(),
+            "disable keeps suspended Jobs suspended"
+        );
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(suspended.clone())
+            .build();
+        let mut ctx = PassCtx::new(&snap, &s);
+        resume_jobs(&mut ctx, 0);
+        assert_eq!(ctx.emitted().len(), 1);
+    }
+}
