@@ -410,7 +410,17 @@ impl<'h> Run<'h> {
                 detail.push_str(&format!(" ({passes} passes)"));
             }
             if !notes.is_empty() {
-                detail.push_str(&format!(" [notes: {}]", notes.join(" | ")));
+                const SHOWN: usize = 3;
+                let mut text = notes
+                    .iter()
+                    .take(SHOWN)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" | ");
+                if notes.len() > SHOWN {
+                    text.push_str(&format!(" | … and {} more", notes.len() - SHOWN));
+                }
+                detail.push_str(&format!(" [notes: {text}]"));
             }
             detail
         })
