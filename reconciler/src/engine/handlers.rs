@@ -991,4 +991,133 @@ mod tests {
             Some((Stage::Interrupt, State::Complete, 0))
         );
     }
+
+    fn child(job: &Job, name: &str, created: i64, pod: Pod) -> Pod {
+        let mut pod = pod;
+        pod.metadata.name = Some(name.into());
+        pod.metadata.namespace = Some("nodewright".into());
+        pod.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::from_second(created).unwrap(),
+            ));
+        let mut labels = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .clone()
+            .unwrap();
+        labels.insert(
+            keys::JOB_CONTROLLER_UID_LABEL.into(),
+            job.metadata.uid.clone().unwrap(),
+        );
+        pod.metadata.labels = Some(labels);
+        pod.metadata.annotations = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .clone();
+        pod
+    }
+
+    fn running_job(obj: &NodeWright) -> Job {
+        let mut job = finished(obj, "tuning", Stage::Apply, "Complete", "");
+        job.status = Some(JobStatus {
+            failed: Some(3),
+            ..JobStatus::default()
+        });
+        job
+    }
+
+    #[test]
+    fn archives_keep_the_first_and_the_latest_genuine_failure() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let job = running_job(&obj);
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job.clone())
+            .pod(child(&job, "a1", 1, failed_pod(None, Some(1), false)))
+            .pod(child(&job, "a2", 2, failed_pod(None, Some(1), false)))
+            .pod(child(&job, "evicted", 3, failed_pod(None, Some(1), true)))
+            .pod(child(&job, "a3", 4, failed_pod(None, Some(1), false)))
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        let mut pruned: Vec<String> = ctx
+            .emitted()
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePod(p) => Some(p.name.clone()),
+                _ => None,
+            })
+            .collect();
+        pruned.sort();
+        assert_eq!(pruned, ["a2", "evicted"]);
+    }
+
+    #[test]
+    fn pod_evidence_writes_erroring_only_on_a_genuine_live_failure() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let job = running_job(&obj);
+        let build = |pod: Pod| {
+            world()
+                .node(node("n1").state(
+                    "nw",
+                    &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+                ))
+                .nw(nw("nw").package("tuning", "1.0.0"))
+                .job(job.clone())
+                .pod(pod)
+                .build()
+        };
+        let s = settings();
+        let snap = build(child(&job, "a1", 1, failed_pod(None, Some(1), false)));
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(
+            entry(&ctx, "tuning|1.0.0"),
+            Some((Stage::Apply, State::Erroring, 3))
+        );
+        let id = ctx.node_id("n1").unwrap();
+        assert_eq!(
+            ctx.node_status(0, id),
+            nodewright_schema::Status::Unknown,
+            "pod evidence never sets the node Status"
+        );
+
+        for quiet in [
+            failed_pod(None, Some(1), true),
+            failed_pod(Some("OutOfcpu"), None, false),
+            {
+                let mut p = failed_pod(None, Some(1), false);
+                p.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        jiff::Timestamp::UNIX_EPOCH,
+                    ));
+                p
+            },
+        ] {
+            let snap = build(child(&job, "a1", 1, quiet));
+            let mut ctx = PassCtx::new(&snap, &s);
+            run(&mut ctx);
+            assert_eq!(
+                entry(&ctx, "tuning|1.0.0"),
+                Some((Stage::Apply, State::InProgress, 0))
+            );
+        }
+    }
 }
