@@ -135,6 +135,13 @@ fn main() {
         build.elapsed().as_secs_f64()
     );
     let runs = 10;
+    if std::env::var_os("ENGINE_BENCH_CORE_ONLY").is_some() {
+        // For profiling the part-1 pass alone.
+        for _ in 0..runs {
+            let _ = reconcile_with(&snap, &settings, &Hooks::inert());
+        }
+        return;
+    }
     let mut times = Vec::with_capacity(runs);
     let mut actions = 0;
     for _ in 0..runs {

@@ -31,6 +31,11 @@ fn diff_fixture() -> (tempfile::TempDir, DesiredDiff) {
         token_file: None,
         token_env: None,
         max_file_bytes: 1 << 20,
+        simulate: false,
+        fleet: None,
+        nodes: 8,
+        post_comment: None,
+        pr: None,
     };
     let diff = compute(&args).unwrap();
     (tmp, diff)
@@ -299,6 +304,11 @@ fn identical_commits_change_nothing() {
         token_file: None,
         token_env: None,
         max_file_bytes: 1 << 20,
+        simulate: false,
+        fleet: None,
+        nodes: 8,
+        post_comment: None,
+        pr: None,
     };
     let diff = compute(&args).unwrap();
     assert!(diff.is_empty() && !diff.has_errors(), "{diff:?}");

@@ -71,6 +71,22 @@ pub struct Args {
     /// Largest manifest file accepted, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_file_bytes)]
     pub max_file_bytes: usize,
+    /// Project the rollout on a simulated fleet: batches, interrupts, reboots, duration (a
+    /// Mermaid gantt in Markdown).
+    #[arg(long)]
+    pub simulate: bool,
+    /// The fleet to simulate: a scenario file's `cluster:` and `packages:` blocks.
+    #[arg(long, value_name = "FILE", requires = "simulate")]
+    pub fleet: Option<PathBuf>,
+    /// Without --fleet: this many nodes, labelled so every NodeWright selects them.
+    #[arg(long, default_value_t = 8, requires = "simulate")]
+    pub nodes: usize,
+    /// Post the Markdown rendering as the pull/merge-request comment (updated in place).
+    #[arg(long, value_name = "FORGE", requires = "pr")]
+    pub post_comment: Option<crate::forge::ForgeKind>,
+    /// Pull/merge request number for --post-comment.
+    #[arg(long, value_name = "N")]
+    pub pr: Option<u64>,
 }
 
 fn open(args: &Args) -> Result<GitRepo, RepoError> {
@@ -129,12 +145,37 @@ pub fn compute(args: &Args) -> Result<crate::diff::DesiredDiff, RepoError> {
             .filter_map(|p| p.metadata.name.clone()),
     );
     let head_eval = evaluate_commit(&git, head, &options, Some(&previous))?;
-    Ok(diff_desired(
+    let diff = diff_desired(
         &base_eval.objects,
         &head_eval.objects,
         head_eval.problems,
         base_eval.problems,
-    ))
+    );
+    if !args.simulate {
+        return Ok(diff);
+    }
+    let fleet = match &args.fleet {
+        Some(path) => match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| crate::cli::fleet::Fleet::parse(&text))
+        {
+            Ok(fleet) => fleet,
+            Err(e) => {
+                let mut diff = diff;
+                diff.timeline_error = Some(format!("fleet {}: {e}", path.display()));
+                return Ok(diff);
+            }
+        },
+        None => {
+            crate::diff::projection::FleetProjection::matching_nodes(args.nodes, &head_eval.objects)
+        }
+    };
+    let projection = crate::diff::projection::FleetProjection {
+        fleet,
+        settings: crate::settings::Settings::default(),
+        limit: std::time::Duration::from_secs(24 * 3600),
+    };
+    Ok(diff.with_simulation(&projection, &base_eval.objects, &head_eval.objects))
 }
 
 /// Runs the command.
@@ -152,6 +193,26 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     let text = render(&diff, args.format);
+    if let (Some(kind), Some(pr)) = (args.post_comment, args.pr) {
+        let markdown = render(&diff, Format::Markdown);
+        let posted = crate::forge::ForgeConfig::from_env(kind)
+            .map_err(|e| e.to_string())
+            .and_then(|config| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?
+                    .block_on(crate::forge::post_diff_comment(&config, pr, &markdown))
+                    .map_err(|e| e.to_string())
+            });
+        match posted {
+            Ok(outcome) => eprintln!("posted the diff on {kind} #{pr}: {outcome:?}"),
+            Err(e) => {
+                eprintln!("error: posting the comment failed: {e}");
+                return ExitCode::from(exit::RUNTIME);
+            }
+        }
+    }
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| {
         if text.ends_with('\n') {

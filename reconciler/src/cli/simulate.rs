@@ -20,14 +20,37 @@ expected and actual values, and a summary line. Exit code 0 only when every scen
 pub const EXAMPLES: &str = "\
 Examples:
   nodewright simulate tests/scenarios/
-  nodewright simulate tests/scenarios/pdb-refusal.yaml --quiet";
+  nodewright simulate tests/scenarios/pdb-refusal.yaml --quiet
+
+  # Project the rollout of a commit on a simulated fleet (text, markdown or json)
+  nodewright simulate --repo . --rev HEAD --fleet fleet-sim.yaml
+  nodewright simulate --repo . --rev main --nodes 40 --format markdown";
 
 /// Arguments of `nodewright simulate`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Scenario files, or directories holding them (.yaml/.yml, walked recursively).
-    #[arg(required = true, value_name = "FILE|DIR")]
+    #[arg(required_unless_present = "repo", value_name = "FILE|DIR")]
     pub paths: Vec<PathBuf>,
+    /// Instead of scenarios: project the rollout of a commit of this repository (local path)
+    /// onto a simulated fleet that starts with nothing applied.
+    #[arg(long, value_name = "R", conflicts_with = "paths")]
+    pub repo: Option<PathBuf>,
+    /// The commit, branch or tag to project (with --repo).
+    #[arg(long, value_name = "REV", default_value = "HEAD")]
+    pub rev: String,
+    /// Root path inside the repository (with --repo).
+    #[arg(long = "path", value_name = "P", default_value = "")]
+    pub root: String,
+    /// The fleet: a scenario file's `cluster:` and `packages:` blocks (with --repo).
+    #[arg(long, value_name = "FILE")]
+    pub fleet: Option<PathBuf>,
+    /// Without --fleet: this many nodes, labelled so every NodeWright selects them.
+    #[arg(long, default_value_t = 8)]
+    pub nodes: usize,
+    /// Output of the projection (with --repo).
+    #[arg(long, value_parser = ["text", "markdown", "json"], default_value = "text")]
+    pub format: String,
     /// Print only failing scenarios and the summary.
     #[arg(long, short)]
     pub quiet: bool,
@@ -43,6 +66,9 @@ pub fn run(args: Args) -> ExitCode {
 /// Runs the scenarios with `hooks`, writing reports to `out` and usage problems to `err`;
 /// returns the exit code.
 pub fn run_to(args: &Args, hooks: &Hooks, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    if let Some(repo) = &args.repo {
+        return project(args, repo, out, err);
+    }
     let files = match scenario_files(&args.paths) {
         Ok(files) => files,
         Err(e) => {
@@ -76,4 +102,78 @@ pub fn run_to(args: &Args, hooks: &Hooks, out: &mut dyn Write, err: &mut dyn Wri
         started.elapsed().as_secs_f64()
     );
     if failed == 0 { exit::OK } else { exit::RUNTIME }
+}
+
+/// `simulate --repo R --rev REV`: the projected rollout of one commit.
+fn project(args: &Args, repo: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    use crate::diff::RolloutSimulator;
+    use crate::diff::projection::FleetProjection;
+    use crate::source::desired::{ReadOptions, evaluate_commit};
+    use crate::source::repo::GitRepo;
+
+    let evaluation = GitRepo::open(repo).and_then(|git| {
+        let commit = git.resolve_desired(&args.rev, crate::source::DEFAULT_STATUS_BRANCH)?;
+        evaluate_commit(
+            &git,
+            commit,
+            &ReadOptions {
+                root: args.root.clone(),
+                ..ReadOptions::default()
+            },
+            None,
+        )
+    });
+    let evaluation = match evaluation {
+        Ok(e) => e,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let Some(valid) = &evaluation.valid else {
+        let errors: Vec<_> = evaluation.errors().cloned().collect();
+        let _ = write!(
+            err,
+            "{}",
+            crate::source::desired::rejection_report(&evaluation.commit, &errors)
+        );
+        return exit::INVALID;
+    };
+    let fleet = match &args.fleet {
+        Some(path) => match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| super::fleet::Fleet::parse(&text))
+        {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = writeln!(err, "error: fleet {}: {e}", path.display());
+                return exit::USAGE;
+            }
+        },
+        None => FleetProjection::matching_nodes(args.nodes, &valid.desired),
+    };
+    let projection = FleetProjection {
+        fleet,
+        settings: crate::settings::Settings::default(),
+        limit: std::time::Duration::from_secs(24 * 3600),
+    };
+    match projection.simulate(&crate::cluster::Desired::default(), &valid.desired) {
+        Ok(timeline) => {
+            let text = match args.format.as_str() {
+                "markdown" => timeline.markdown,
+                "json" => serde_json::to_string_pretty(&timeline.json).unwrap_or_default() + "\n",
+                _ => timeline.text,
+            };
+            let _ = write!(out, "{text}");
+            if timeline.json["converged"] == true {
+                exit::OK
+            } else {
+                exit::RUNTIME
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            exit::RUNTIME
+        }
+    }
 }

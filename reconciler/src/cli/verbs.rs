@@ -641,6 +641,20 @@ pub async fn connect(common: &Common) -> Result<crate::cluster::kube::KubeCluste
     .map_err(|e| e.to_string())
 }
 
+/// The first words of every verb (and alias), as the scenario runner looks them up.
+pub const VERB_NAMES: [&str; 10] = [
+    "reset",
+    "node",
+    "package",
+    "pause",
+    "resume",
+    "disable",
+    "enable",
+    "deployment-policy",
+    "dp",
+    "version",
+];
+
 /// The scenario runner's `cli:` hook (spec/scenarios.md §4).
 pub fn scenario_hook(
     world: &mut crate::sim::SimCluster,

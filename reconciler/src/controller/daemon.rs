@@ -135,10 +135,12 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             }
             SourceChange::None => {}
         }
-        if let Some(desired) = source.desired().cloned() {
-            if let Err(e) = controller.apply_desired(&desired).await {
-                tracing::warn!(error = %e, "materializing the desired CRs failed; retrying next pass");
-            }
+        let desired = source.desired().cloned();
+        if let Some(Err(e)) = match &desired {
+            Some(d) => Some(controller.apply_desired(d).await),
+            None => None,
+        } {
+            tracing::warn!(error = %e, "materializing the desired CRs failed; retrying next pass");
         }
         let report = match lifecycle {
             LifecycleMode::SelfManaged => match controller.pass().await {

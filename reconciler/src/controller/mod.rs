@@ -17,6 +17,8 @@ use jiff::Timestamp;
 use crate::cluster::{Cluster, ClusterError, Desired};
 use crate::plan::{Action, Outcome, Plan, Requeue};
 use crate::settings::Settings;
+use std::collections::BTreeMap;
+
 use crate::snapshot::{EvictionRefusal, Memory, RefusedPod, Snapshot};
 
 /// The engine as the controller sees it (a pure function).
@@ -100,6 +102,7 @@ impl<C: Cluster> Controller<C> {
     pub async fn pass(&mut self) -> Result<PassReport, ClusterError> {
         let started = std::time::Instant::now();
         let mut snapshot = self.cluster.snapshot().await?;
+        track_failure_targets(&mut self.memory, &snapshot);
         snapshot.memory = self.memory.clone();
         let plan = (self.engine)(&snapshot, &self.settings);
         let mut report = PassReport {
@@ -107,18 +110,19 @@ impl<C: Cluster> Controller<C> {
             requeue: plan.requeue,
             ..PassReport::default()
         };
+        let mut evictions = EvictionAttempts::default();
         for action in &plan.actions {
-            match self.cluster.execute(action).await {
-                Ok(outcome) => {
-                    record_outcome(&mut self.memory, action, &outcome, snapshot.now);
-                    report.writes.push((action.kind(), outcome));
-                }
+            let result = self.cluster.execute(action).await;
+            evictions.observe(action, &result);
+            match result {
+                Ok(outcome) => report.writes.push((action.kind(), outcome)),
                 Err(e) => {
                     tracing::warn!(action = action.kind(), error = %e, "action failed; the next pass retries");
                     report.errors.push(e.to_string());
                 }
             }
         }
+        evictions.record(&mut self.memory, snapshot.now);
         prune_memory(&mut self.memory, &snapshot);
         report.duration = started.elapsed();
         Ok(report)
@@ -137,32 +141,51 @@ impl<C: Cluster> Controller<C> {
     }
 }
 
-/// Feeds an action's outcome into the engine's memory (§7.9: the last refusal per node, with
-/// the pods it reported; several refusals of one pass accumulate).
-pub fn record_outcome(memory: &mut Memory, action: &Action, outcome: &Outcome, now: Timestamp) {
-    if let (Action::EvictPod(pod), Outcome::EvictionRefused { message }) = (action, outcome) {
-        let nodewright = pod.nodewright.clone().unwrap_or_default();
-        let entry = memory
-            .eviction_refusals
-            .entry(pod.node.clone())
-            .or_insert_with(|| EvictionRefusal {
-                at: now,
-                nodewright: nodewright.clone(),
-                blockers: Vec::new(),
-            });
-        if entry.at != now || entry.nodewright != nodewright {
-            *entry = EvictionRefusal {
-                at: now,
-                nodewright,
-                blockers: Vec::new(),
-            };
+/// The eviction attempts of one pass, per node (§7.9): a node whose attempts were all accepted
+/// forgets its last refusal; a refused attempt records the refused pods with the apiserver's
+/// message and the pass time (several refusals of one pass accumulate).
+#[derive(Debug, Default)]
+pub struct EvictionAttempts {
+    per_node: BTreeMap<String, (Option<String>, Vec<RefusedPod>)>,
+}
+
+impl EvictionAttempts {
+    /// Notes one executed action.
+    pub fn observe(&mut self, action: &Action, result: &Result<Outcome, ClusterError>) {
+        let Action::EvictPod(pod) = action else { return };
+        let entry = self.per_node.entry(pod.node.clone()).or_insert_with(|| (pod.nodewright.clone(), Vec::new()));
+        if let Ok(Outcome::EvictionRefused { message }) = result {
+            entry.1.push(RefusedPod { namespace: pod.namespace.clone(), name: pod.name.clone(), message: message.clone() });
         }
-        entry.blockers.push(RefusedPod {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            message: message.clone(),
-        });
     }
+
+    /// Writes the pass's attempts into the engine's memory.
+    pub fn record(self, memory: &mut Memory, now: Timestamp) {
+        for (node, (nodewright, blockers)) in self.per_node {
+            if blockers.is_empty() {
+                memory.eviction_refusals.remove(&node);
+            } else {
+                memory.eviction_refusals.insert(
+                    node,
+                    EvictionRefusal { at: now, nodewright: nodewright.unwrap_or_default(), blockers },
+                );
+            }
+        }
+    }
+}
+
+/// Keeps `failure_target_seen` (§8.9): when each Job was first seen at `FailureTarget` without a
+/// terminal condition; Jobs that left that state are forgotten.
+pub fn track_failure_targets(memory: &mut Memory, snapshot: &Snapshot) {
+    let mut stuck = std::collections::BTreeSet::new();
+    for job in &snapshot.jobs {
+        if crate::sim::job_has_condition(job, "FailureTarget") && !crate::sim::jobs_is_finished(job) {
+            let name = job.metadata.name.clone().unwrap_or_default();
+            memory.failure_target_seen.entry(name.clone()).or_insert(snapshot.now);
+            stuck.insert(name);
+        }
+    }
+    memory.failure_target_seen.retain(|name, _| stuck.contains(name));
 }
 
 /// Drops memory about objects that no longer exist, so it cannot grow without bound.
@@ -186,29 +209,31 @@ mod tests {
     use super::*;
     use crate::plan::PodRef;
 
+    fn evict(name: &str) -> Action {
+        Action::EvictPod(PodRef {
+            namespace: "default".into(),
+            name: name.into(),
+            node: "n1".into(),
+            nodewright: Some("tuning".into()),
+            grace_period_seconds: None,
+        })
+    }
+
     #[test]
-    fn refusals_of_one_pass_accumulate_and_a_later_one_replaces_them() {
+    fn refusals_of_one_pass_accumulate_and_an_accepted_pass_clears_them() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        let t1 = t0 + jiff::SignedDuration::from_secs(30);
-        let evict = |name: &str| {
-            Action::EvictPod(PodRef {
-                namespace: "default".into(),
-                name: name.into(),
-                node: "n1".into(),
-                nodewright: Some("tuning".into()),
-                grace_period_seconds: None,
-            })
-        };
-        let refused = Outcome::EvictionRefused {
-            message: "needs 1".into(),
-        };
+        let refused = Ok(Outcome::EvictionRefused { message: "needs 1".into() });
         let mut memory = Memory::default();
-        record_outcome(&mut memory, &evict("a"), &refused, t0);
-        record_outcome(&mut memory, &evict("b"), &refused, t0);
-        record_outcome(&mut memory, &evict("c"), &Outcome::Done, t0);
-        assert_eq!(memory.eviction_refusals["n1"].blockers.len(), 2);
-        record_outcome(&mut memory, &evict("a"), &refused, t1);
+        let mut pass = EvictionAttempts::default();
+        pass.observe(&evict("a"), &refused);
+        pass.observe(&evict("b"), &refused);
+        pass.observe(&evict("c"), &Ok(Outcome::Done));
+        pass.record(&mut memory, t0);
         let r = &memory.eviction_refusals["n1"];
-        assert_eq!((r.at, r.blockers.len()), (t1, 1));
+        assert_eq!((r.at, r.blockers.len(), r.nodewright.as_str()), (t0, 2, "tuning"));
+        let mut pass = EvictionAttempts::default();
+        pass.observe(&evict("a"), &Ok(Outcome::Done));
+        pass.record(&mut memory, t0);
+        assert!(memory.eviction_refusals.is_empty());
     }
 }

@@ -3,6 +3,7 @@
 //! request (Markdown) or a machine (JSON).
 
 pub mod classify;
+pub mod projection;
 pub mod render;
 
 pub use classify::{

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use nodewright_schema::keys;
-use nodewright_schema::{NodeState, NodeWright, Package, Stage, State};
+use nodewright_schema::{NodeState, NodeWright, Package, PackageStatus, Stage, State};
 use sha2::{Digest, Sha256};
 
 use super::context::PassCtx;
@@ -104,6 +104,23 @@ pub fn has_interrupt_for(pkg: &Package, config_keys: &[String]) -> bool {
         .any(|pat| config_keys.iter().any(|k| glob_match(pat, k)))
 }
 
+/// The entry `<name>|<version>` without building the key (this runs for every node, package
+/// and pass).
+fn entry<'s>(state: &'s NodeState, name: &str, version: &str) -> Option<&'s PackageStatus> {
+    state.0.iter().find_map(|(k, e)| {
+        let (n, v) = nodewright_schema::node_state::split_entry_key(k);
+        (n == name && v == version).then_some(e)
+    })
+}
+
+/// Whether the node holds any entry of the package (any version).
+fn has_any_entry(state: &NodeState, name: &str) -> bool {
+    state
+        .0
+        .keys()
+        .any(|k| nodewright_schema::node_state::split_entry_key(k).0 == name)
+}
+
 /// Whether one spec package is complete on a node (§6.4, §16.3 (b)).
 pub fn package_complete(
     nw: &NodeWright,
@@ -112,7 +129,7 @@ pub fn package_complete(
     name: &str,
     pkg: &Package,
 ) -> bool {
-    let Some(entry) = state.get(name, &pkg.version) else {
+    let Some(entry) = entry(state, name, &pkg.version) else {
         return false;
     };
     if entry.state != Some(State::Complete) {
@@ -131,17 +148,16 @@ pub fn package_complete(
 /// uninstall is requested still has an entry.
 pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> bool {
     for (name, pkg) in nw.spec.packages() {
-        let has_entry = state.entries_of(name).next().is_some();
         if uninstall_requested(nw, pkg) {
-            if has_entry {
+            if has_any_entry(state, name) {
                 return false;
             }
             continue;
         }
-        let Some(entry) = state.get(name, &pkg.version) else {
+        let Some(e) = entry(state, name, &pkg.version) else {
             return false;
         };
-        if entry.stage.is_some_and(Stage::is_uninstall_cycle) {
+        if e.stage.is_some_and(Stage::is_uninstall_cycle) {
             return false;
         }
         if !package_complete(nw, state, applied, name, pkg) {

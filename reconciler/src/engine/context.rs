@@ -450,15 +450,16 @@ pub struct NwKeys {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatusMark(NodeWrightStatus, u64);
 
-/// `status` without its `nodeState` mirror.
+/// `status` without its per-node maps (`nodeStatus`, `nodeState`, `nodeBootIds`), whose changes
+/// are counted instead of compared.
 pub fn without_node_state(s: &NodeWrightStatus) -> NodeWrightStatus {
     NodeWrightStatus {
         status: s.status,
-        node_status: s.node_status.clone(),
+        node_status: None,
         node_state: None,
         conditions: s.conditions.clone(),
         observed_generation: s.observed_generation,
-        node_boot_ids: s.node_boot_ids.clone(),
+        node_boot_ids: None,
         node_priority: s.node_priority.clone(),
         node_order_offset: s.node_order_offset,
         config_updates: s.config_updates.clone(),
@@ -482,6 +483,52 @@ impl<'a> NwView<'a> {
         if self.status.node_state.take().is_some() {
             self.node_state_changes += 1;
         }
+    }
+    /// Records a node's Status in `status.nodeStatus` (a counted change when it differs).
+    pub fn publish_status(&mut self, node: &str, status: Status) {
+        let map = self.status.node_status.get_or_insert_with(BTreeMap::new);
+        if map.get(node) != Some(&status) {
+            map.insert(node.to_string(), status);
+            self.node_state_changes += 1;
+        }
+    }
+    /// Records a node's boot id in `status.nodeBootIds` (a counted change when it differs).
+    pub fn publish_boot_id(&mut self, node: &str, boot: &str) {
+        let map = self.status.node_boot_ids.get_or_insert_with(BTreeMap::new);
+        if map.get(node).map(String::as_str) != Some(boot) {
+            map.insert(node.to_string(), boot.to_string());
+            self.node_state_changes += 1;
+        }
+    }
+    /// Keeps only the named nodes in `nodeStatus`, `nodeState` and `nodeBootIds` (counted).
+    pub fn retain_nodes(&mut self, keep: impl Fn(&str) -> bool) {
+        let mut removed = 0u64;
+        let st = &mut self.status;
+        if let Some(m) = st.node_status.as_mut() {
+            let before = m.len();
+            m.retain(|k, _| keep(k));
+            removed += (before - m.len()) as u64;
+            if m.is_empty() {
+                st.node_status = None;
+            }
+        }
+        if let Some(m) = st.node_state.as_mut() {
+            let before = m.len();
+            m.retain(|k, _| keep(k));
+            removed += (before - m.len()) as u64;
+            if m.is_empty() {
+                st.node_state = None;
+            }
+        }
+        if let Some(m) = st.node_boot_ids.as_mut() {
+            let before = m.len();
+            m.retain(|k, _| keep(k));
+            removed += (before - m.len()) as u64;
+            if m.is_empty() {
+                st.node_boot_ids = None;
+            }
+        }
+        self.node_state_changes += removed;
     }
     /// Drops one node from the `nodeState` mirror (a counted change).
     pub fn drop_node_state(&mut self, node: &str) {
@@ -798,11 +845,7 @@ impl<'a> PassCtx<'a> {
         n.set_label(key, value);
         let node_name = n.name.to_string();
         self.publish_node(nw, node);
-        self.nws[nw]
-            .status
-            .node_status
-            .get_or_insert_with(BTreeMap::new)
-            .insert(node_name.clone(), status);
+        self.nws[nw].publish_status(&node_name, status);
         if status == Status::Complete {
             self.uncordon(nw, node);
             self.remove_from_priority(nw, &node_name);

@@ -229,4 +229,33 @@ mod tests {
         ));
         assert!(pending_uninstall(&nw, &state));
     }
+
+    #[test]
+    fn a_paused_nodewright_with_pending_uninstalls_is_not_released() {
+        use super::super::testkit::{self, node, settings, world};
+        let mut b = testkit::nw("nw")
+            .uninstall_package("undo", "1.0.0", false)
+            .paused()
+            .build();
+        b.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        b.metadata.finalizers = Some(vec![keys::FINALIZER.to_string()]);
+        let mut snap = world()
+            .node(node("n1").state("nw", &[("undo", "1.0.0", Stage::Config, State::Complete)]))
+            .build();
+        snap.nodewrights.push(b);
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        assert_eq!(finalizer(&mut ctx, 0), Flow::Continue);
+        assert_eq!(
+            ctx.nws[0]
+                .condition(keys::condition::DELETION_BLOCKED)
+                .map(|c| c.reason.clone()),
+            Some("PausedWithPendingUninstall".to_string())
+        );
+        assert!(
+            !ctx.emitted()
+                .iter()
+                .any(|a| matches!(a, Action::SetFinalizer { .. }))
+        );
+    }
 }

@@ -192,6 +192,10 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     let key = entry_key(&pkg.name, &pkg.version);
     let entry = state.0.get(&key).cloned();
     let interrupt_container = jobs::is_interrupt_job(job);
+    // The marker is written only once the node already shows the outcome: the plan writes
+    // Job annotations before node patches, so marking in the pass that writes the state could
+    // mark a completion whose state write then fails (§8.8 step 4: state before marker).
+    let mut wrote = false;
 
     if interrupt_container {
         let skipped: Vec<String> = nw_obj
@@ -225,6 +229,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                 set(ctx, nw, node, e);
             }
             applied_event(ctx, &nw_name, &node_name, &pkg, stage);
+            wrote = true;
         }
     } else {
         match stage {
@@ -248,6 +253,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                     e.restarts = jobs::failed_count(job);
                     set(ctx, nw, node, e);
                     applied_event(ctx, &nw_name, &node_name, &pkg, stage);
+                    wrote = true;
                 }
             }
             Stage::Uninstall => {
@@ -269,6 +275,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                         ctx.publish_node(nw, node);
                     }
                     applied_event(ctx, &nw_name, &node_name, &pkg, stage);
+                    wrote = true;
                 }
             }
             _ => {
@@ -282,32 +289,38 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                     e.restarts = jobs::failed_count(job);
                     set(ctx, nw, node, e);
                     applied_event(ctx, &nw_name, &node_name, &pkg, stage);
+                    wrote = true;
                 }
                 if stage == Stage::Config && entry.is_some() {
-                    record_config(ctx, nw, node, job, &key);
+                    wrote |= record_config(ctx, nw, node, job, &key);
                 }
             }
         }
     }
-    mark_processed(ctx, job, true);
+    if wrote {
+        ctx.requeue_active();
+    } else {
+        mark_processed(ctx, job, true);
+    }
 }
 
 /// §16.3: a completed config stage records the configMap the Job ran with.
-fn record_config(ctx: &mut PassCtx<'_>, nw: usize, node: usize, job: &Job, key: &str) {
+/// Returns whether it changed the record.
+fn record_config(ctx: &mut PassCtx<'_>, nw: usize, node: usize, job: &Job, key: &str) -> bool {
     let nw_name = ctx.nws[nw].name.to_string();
     let Some(record) = jobs::annotation(job, keys::JOB_ANNOTATION_CONFIG_DIGESTS)
         .and_then(|v| serde_json::from_str::<BTreeMap<String, String>>(v).ok())
     else {
-        return;
+        return false;
     };
     let ann_key = keys::config_applied(&nw_name);
     let mut applied: AppliedConfig = complete::parse_applied(ctx.node(node).annotation(&ann_key));
     if record.is_empty() {
         if applied.remove(key).is_none() {
-            return;
+            return false;
         }
     } else if applied.get(key) == Some(&record) {
-        return;
+        return false;
     } else {
         applied.insert(key.to_string(), record);
     }
@@ -317,6 +330,7 @@ fn record_config(ctx: &mut PassCtx<'_>, nw: usize, node: usize, job: &Job, key: 
     } else {
         n.set_annotation(ann_key, serde_json::to_string(&applied).unwrap_or_default());
     }
+    true
 }
 
 fn set(ctx: &mut PassCtx<'_>, nw: usize, node: usize, entry: nodewright_schema::PackageStatus) {
@@ -391,16 +405,29 @@ fn fail_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     let entry = state.get(&pkg.name, &pkg.version).cloned();
     let at_stage = entry.as_ref().filter(|e| e.stage == Some(stage));
     let erroring = at_stage.is_some_and(|e| e.state == Some(State::Erroring));
+    let mut wrote = false;
     if genuine_evidence(ctx, job, erroring)
         && let Some(mut e) = at_stage.cloned()
         && e.state != Some(State::Complete)
     {
-        e.state = Some(State::Erroring);
-        e.restarts = e.restarts.max(jobs::failed_count(job));
-        set(ctx, nw, node, e);
-        ctx.set_node_status(nw, node, Status::Erroring);
+        // As for completions, the marker waits until the node shows the outcome.
+        let restarts = e.restarts.max(jobs::failed_count(job));
+        if e.state != Some(State::Erroring) || e.restarts != restarts {
+            e.state = Some(State::Erroring);
+            e.restarts = restarts;
+            set(ctx, nw, node, e);
+            wrote = true;
+        }
+        if ctx.node_status(nw, node) != Status::Erroring {
+            ctx.set_node_status(nw, node, Status::Erroring);
+            wrote = true;
+        }
     }
-    mark_processed(ctx, job, false);
+    if wrote {
+        ctx.requeue_active();
+    } else {
+        mark_processed(ctx, job, false);
+    }
 }
 
 /// §8.9: a Job stuck at `FailureTarget` past the grace window is erroring evidence (state
@@ -832,6 +859,19 @@ mod tests {
             entry(&ctx, "tuning|1.0.0"),
             Some((Stage::Apply, State::Complete, 1))
         );
+        assert!(
+            marked(&ctx).is_empty(),
+            "the marker waits for the state write to land"
+        );
+
+        // Next pass: the state shows the outcome, so the Job is marked with the success TTL.
+        let snap = world()
+            .node(node("n1").state("nw", &[("tuning", "1.0.0", Stage::Apply, State::Complete)]))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job.clone())
+            .build();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
         assert_eq!(marked(&ctx), [Some(3600)]);
 
         // A re-served completion whose outcome already holds only marks the Job.
@@ -990,5 +1030,134 @@ mod tests {
             entry(&ctx, "beta|1.0.0"),
             Some((Stage::Interrupt, State::Complete, 0))
         );
+    }
+
+    fn child(job: &Job, name: &str, created: i64, pod: Pod) -> Pod {
+        let mut pod = pod;
+        pod.metadata.name = Some(name.into());
+        pod.metadata.namespace = Some("nodewright".into());
+        pod.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::from_second(created).unwrap(),
+            ));
+        let mut labels = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .clone()
+            .unwrap();
+        labels.insert(
+            keys::JOB_CONTROLLER_UID_LABEL.into(),
+            job.metadata.uid.clone().unwrap(),
+        );
+        pod.metadata.labels = Some(labels);
+        pod.metadata.annotations = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .clone();
+        pod
+    }
+
+    fn running_job(obj: &NodeWright) -> Job {
+        let mut job = finished(obj, "tuning", Stage::Apply, "Complete", "");
+        job.status = Some(JobStatus {
+            failed: Some(3),
+            ..JobStatus::default()
+        });
+        job
+    }
+
+    #[test]
+    fn archives_keep_the_first_and_the_latest_genuine_failure() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let job = running_job(&obj);
+        let snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job.clone())
+            .pod(child(&job, "a1", 1, failed_pod(None, Some(1), false)))
+            .pod(child(&job, "a2", 2, failed_pod(None, Some(1), false)))
+            .pod(child(&job, "evicted", 3, failed_pod(None, Some(1), true)))
+            .pod(child(&job, "a3", 4, failed_pod(None, Some(1), false)))
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        let mut pruned: Vec<String> = ctx
+            .emitted()
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePod(p) => Some(p.name.clone()),
+                _ => None,
+            })
+            .collect();
+        pruned.sort();
+        assert_eq!(pruned, ["a2", "evicted"]);
+    }
+
+    #[test]
+    fn pod_evidence_writes_erroring_only_on_a_genuine_live_failure() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let job = running_job(&obj);
+        let build = |pod: Pod| {
+            world()
+                .node(node("n1").state(
+                    "nw",
+                    &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+                ))
+                .nw(nw("nw").package("tuning", "1.0.0"))
+                .job(job.clone())
+                .pod(pod)
+                .build()
+        };
+        let s = settings();
+        let snap = build(child(&job, "a1", 1, failed_pod(None, Some(1), false)));
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(
+            entry(&ctx, "tuning|1.0.0"),
+            Some((Stage::Apply, State::Erroring, 3))
+        );
+        let id = ctx.node_id("n1").unwrap();
+        assert_eq!(
+            ctx.node_status(0, id),
+            nodewright_schema::Status::Unknown,
+            "pod evidence never sets the node Status"
+        );
+
+        for quiet in [
+            failed_pod(None, Some(1), true),
+            failed_pod(Some("OutOfcpu"), None, false),
+            {
+                let mut p = failed_pod(None, Some(1), false);
+                p.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        jiff::Timestamp::UNIX_EPOCH,
+                    ));
+                p
+            },
+        ] {
+            let snap = build(child(&job, "a1", 1, quiet));
+            let mut ctx = PassCtx::new(&snap, &s);
+            run(&mut ctx);
+            assert_eq!(
+                entry(&ctx, "tuning|1.0.0"),
+                Some((Stage::Apply, State::InProgress, 0))
+            );
+        }
     }
 }

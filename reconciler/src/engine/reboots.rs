@@ -1,7 +1,5 @@
 //! Reboot tracking and `REAPPLY_ON_REBOOT` (spec/operator.md §10.6).
 
-use std::collections::BTreeMap;
-
 use nodewright_schema::keys::{self, event};
 use nodewright_schema::{Status, names};
 
@@ -30,11 +28,7 @@ pub fn track(ctx: &mut PassCtx) -> bool {
                 Some(_) if ctx.settings.reapply_on_reboot => reset_node(ctx, nw, n),
                 _ => {}
             }
-            ctx.nws[nw]
-                .status
-                .node_boot_ids
-                .get_or_insert_with(BTreeMap::new)
-                .insert(node_name, boot.to_string());
+            ctx.nws[nw].publish_boot_id(&node_name, boot);
             wrote = true;
         }
     }
@@ -74,12 +68,7 @@ fn reset_node(ctx: &mut PassCtx, nw: usize, n: usize) {
     }
     node.remove_label(&keys::status(name));
     let view = &mut ctx.nws[nw];
-    for map in [&mut view.status.node_status] {
-        if let Some(m) = map.as_mut() {
-            m.remove(&node_name);
-        }
-    }
-    view.drop_node_state(&node_name);
+    view.retain_nodes(|k| k != node_name);
     super::status::set_nodewright_status(ctx, nw, Status::Unknown);
     let label = names::node_label_value(&node_name);
     let doomed: Vec<(String, Option<String>)> = ctx

@@ -144,32 +144,18 @@ fn prune_departed(ctx: &mut PassCtx, nw: usize) {
     for n in gone_prio {
         ctx.remove_from_priority(nw, &n);
     }
-    let selected_names: std::collections::BTreeSet<String> = ctx.nws[nw]
-        .selected
+    let st = &ctx.nws[nw].status;
+    let gone: std::collections::HashSet<String> = st
+        .node_status
         .iter()
-        .map(|&n| ctx.node(n).name().to_string())
-        .collect();
-    let st = &mut ctx.nws[nw].status;
-    fn retain<V>(m: &mut Option<BTreeMap<String, V>>, keep: &std::collections::BTreeSet<String>) {
-        if let Some(map) = m.as_mut() {
-            map.retain(|k, _| keep.contains(k));
-            if map.is_empty() {
-                *m = None;
-            }
-        }
-    }
-    let gone_state: Vec<String> = st
-        .node_state
-        .iter()
-        .flatten()
-        .map(|(k, _)| k)
-        .filter(|k| !selected_names.contains(*k))
+        .flat_map(|m| m.keys())
+        .chain(st.node_state.iter().flat_map(|m| m.keys()))
+        .chain(st.node_boot_ids.iter().flat_map(|m| m.keys()))
+        .filter(|n| !keep(ctx, n))
         .cloned()
         .collect();
-    retain(&mut st.node_status, &selected_names);
-    retain(&mut st.node_boot_ids, &selected_names);
-    for n in gone_state {
-        ctx.nws[nw].drop_node_state(&n);
+    if !gone.is_empty() {
+        ctx.nws[nw].retain_nodes(|k| !gone.contains(k));
     }
 }
 
@@ -250,12 +236,8 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
             if s == Status::Complete {
                 ctx.uncordon(nw, n);
             }
-            let node_name = ctx.node(n).name().to_string();
-            ctx.nws[nw]
-                .status
-                .node_status
-                .get_or_insert_with(BTreeMap::new)
-                .insert(node_name, s);
+            let node_name = ctx.node(n).name();
+            ctx.nws[nw].publish_status(node_name, s);
             ctx.publish_node(nw, n);
         }
     }

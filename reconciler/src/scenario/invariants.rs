@@ -93,8 +93,10 @@ fn rank(strategy: Option<&Strategy>) -> u8 {
     }
 }
 
-fn labels(node: &Node) -> BTreeMap<String, String> {
-    node.metadata.labels.clone().unwrap_or_default()
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+fn labels(node: &Node) -> &BTreeMap<String, String> {
+    node.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
 }
 
 /// Invariant 1: per NodeWright and compartment, the nodes being worked on never exceed the
@@ -110,7 +112,7 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
         let selected: Vec<&Node> = world
             .nodes()
             .values()
-            .filter(|n| selector_matches(&selector, &labels(n)))
+            .filter(|n| selector_matches(&selector, labels(n)))
             .collect();
         let worked = worked_nodes(world, nw, &selected);
         if worked.is_empty() {
@@ -144,7 +146,7 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
                     .map(|c| {
                         selected
                             .iter()
-                            .filter(|n| selector_matches(&c.selector, &labels(n)))
+                            .filter(|n| selector_matches(&c.selector, labels(n)))
                             .count()
                             .max(1) as i32
                     })
@@ -155,7 +157,7 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
                         .compartments
                         .iter()
                         .zip(&matching)
-                        .filter(|(c, _)| selector_matches(&c.selector, &l))
+                        .filter(|(c, _)| selector_matches(&c.selector, l))
                         .min_by_key(|(c, m)| {
                             (
                                 rank(c.strategy.as_ref()),
@@ -226,7 +228,7 @@ fn worked_nodes(world: &SimCluster, nw: &NodeWright, selected: &[&Node]) -> BTre
     let mut worked: BTreeSet<String> = selected
         .iter()
         .filter(|n| {
-            let a = n.metadata.annotations.clone().unwrap_or_default();
+            let a = n.metadata.annotations.as_ref().unwrap_or(&NO_LABELS);
             a.contains_key(&cordon)
                 && Status::from_annotation(a.get(&status).map(String::as_str)) != Status::Complete
         })

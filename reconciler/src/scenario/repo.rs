@@ -88,25 +88,19 @@ pub fn desired_of(
         .filter(|(path, _)| manifests::is_manifest_path(path))
         .map(|(path, content)| (path.clone(), content.as_bytes().to_vec()));
     let loaded = manifests::load(files, &Limits::default());
-    let mut problems: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();
-    problems.extend(
-        manifests::validate_set(&loaded, previous)
-            .iter()
-            .map(ToString::to_string),
-    );
-    if !problems.is_empty() {
-        return Err(problems);
+    // The same verdict as the Git source: errors refuse the commit, warnings (e.g. the §3.2
+    // uninstall-cancel warning) do not.
+    let evaluation = crate::source::desired::judge(commit.id.clone(), loaded, Vec::new(), previous);
+    match evaluation.valid {
+        Some(valid) => {
+            let previous = Previous::from_objects(
+                valid.desired.nodewrights.iter().cloned(),
+                valid.desired.policies.iter().filter_map(|p| p.metadata.name.clone()),
+            );
+            Ok((valid.desired, previous))
+        }
+        None => Err(evaluation.errors().map(|p| format!("{}: {}", p.location(), p.message)).collect()),
     }
-    let desired = Desired {
-        nodewrights: loaded
-            .nodewrights
-            .iter()
-            .map(|s| s.object.clone())
-            .collect(),
-        policies: loaded.policies.iter().map(|s| s.object.clone()).collect(),
-        commit: commit.id.clone(),
-    };
-    Ok((desired, Previous::from_loaded(&loaded)))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! `reconcileInterval` of virtual time through the [`Cluster`](crate::cluster::Cluster) port,
 //! executes the steps, checks the invariants after every pass and step, and reports.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -17,7 +17,7 @@ use super::matcher::Mismatch;
 use super::repo::{Repo, desired_of};
 use crate::cluster::sim::{SimAdapter, block_on};
 use crate::cluster::{Cluster, Desired};
-use crate::plan::{Action, Outcome, Plan};
+use crate::plan::Plan;
 use crate::settings::Settings;
 use crate::sim::packages::DEFAULT_REBOOT_TAKES;
 use crate::sim::util::{add, seed_from};
@@ -25,7 +25,7 @@ use crate::sim::{
     ContainerRunner, FaultWindow, ModelRunner, NodeInput, OwnerKind, PackageModels, PdbInput,
     SimCluster, WorkloadPodInput,
 };
-use crate::snapshot::{EvictionRefusal, Memory, RefusedPod, Snapshot};
+use crate::snapshot::{Memory, Snapshot};
 use crate::source::manifests::Previous;
 
 /// The reconciler under test: one pure pass.
@@ -78,6 +78,12 @@ impl Hooks {
     pub fn product() -> Self {
         let mut hooks = Hooks::with_reconciler(crate::engine::reconcile, "engine");
         hooks.metrics = Some(crate::engine::metrics::samples);
+        hooks.git_status = crate::writeback::render::scenario_git_status;
+        for verb in crate::cli::verbs::VERB_NAMES {
+            hooks
+                .verbs
+                .insert(verb, crate::cli::verbs::scenario_hook as VerbFn);
+        }
         hooks
     }
 
@@ -216,7 +222,20 @@ impl<'h> Run<'h> {
     pub fn new(scenario: &Scenario, hooks: &'h Hooks) -> Result<Self, String> {
         let settings = scenario.settings.clone();
         settings.validate().map_err(|e| e.to_string())?;
-        let world = build_world(scenario, hooks.real_agent)?;
+        let models = PackageModels(scenario.packages.clone());
+        let mut runner = ModelRunner::new(models.clone());
+        if models.has_real_packages() {
+            let Some(real) = hooks.real_agent else {
+                return Err("this scenario uses real package directories (`path:`), but no real-agent runner is wired into the simulator (Hooks::real_agent)".into());
+            };
+            runner = runner.with_real_agent(real(&models));
+        }
+        let mut world = SimCluster::new(
+            &settings.namespace,
+            Box::new(runner),
+            seed_from(&scenario.name),
+        );
+        add_objects(&mut world, &scenario.cluster)?;
         let start = world.now();
         Ok(Run {
             cluster: SimAdapter::new(world),
@@ -272,24 +291,13 @@ impl<'h> Run<'h> {
         self.cluster.refresh_snapshot(&mut snapshot);
         #[cfg(debug_assertions)]
         self.check_snapshot_is_fresh(&snapshot);
-        track_failure_targets(&mut self.memory, &snapshot);
+        crate::controller::track_failure_targets(&mut self.memory, &snapshot);
         snapshot.memory = self.memory.clone();
         let plan = (self.hooks.reconcile)(&snapshot, &self.settings);
-        let mut refusals: BTreeMap<String, (Option<String>, Vec<RefusedPod>)> = BTreeMap::new();
+        let mut evictions = crate::controller::EvictionAttempts::default();
         for action in &plan.actions {
             let result = block_on(self.cluster.execute(action));
-            if let Action::EvictPod(pod) = action {
-                let entry = refusals
-                    .entry(pod.node.clone())
-                    .or_insert_with(|| (pod.nodewright.clone(), Vec::new()));
-                if let Ok(Outcome::EvictionRefused { message }) = &result {
-                    entry.1.push(RefusedPod {
-                        namespace: pod.namespace.clone(),
-                        name: pod.name.clone(),
-                        message: message.clone(),
-                    });
-                }
-            }
+            evictions.observe(action, &result);
             if let Err(e) = result {
                 self.notes.push(format!(
                     "+{} {}: {e}",
@@ -298,21 +306,7 @@ impl<'h> Run<'h> {
                 ));
             }
         }
-        let now = snapshot.now;
-        for (node, (nodewright, blockers)) in refusals {
-            if blockers.is_empty() {
-                self.memory.eviction_refusals.remove(&node);
-            } else {
-                self.memory.eviction_refusals.insert(
-                    node,
-                    EvictionRefusal {
-                        at: now,
-                        nodewright: nodewright.unwrap_or_default(),
-                        blockers,
-                    },
-                );
-            }
-        }
+        evictions.record(&mut self.memory, snapshot.now);
         self.last_snapshot = Some(snapshot);
         self.check_invariants();
     }
@@ -416,7 +410,17 @@ impl<'h> Run<'h> {
                 detail.push_str(&format!(" ({passes} passes)"));
             }
             if !notes.is_empty() {
-                detail.push_str(&format!(" [notes: {}]", notes.join(" | ")));
+                const SHOWN: usize = 3;
+                let mut text = notes
+                    .iter()
+                    .take(SHOWN)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" | ");
+                if notes.len() > SHOWN {
+                    text.push_str(&format!(" | … and {} more", notes.len() - SHOWN));
+                }
+                detail.push_str(&format!(" [notes: {text}]"));
             }
             detail
         })
@@ -613,50 +617,6 @@ impl<'h> Run<'h> {
         }
         Ok(String::new())
     }
-}
-
-/// Keeps `failure_target_seen` (§8.9): when each Job was first seen at FailureTarget without a
-/// terminal condition.
-fn track_failure_targets(memory: &mut Memory, snapshot: &Snapshot) {
-    let mut stuck = BTreeSet::new();
-    for job in &snapshot.jobs {
-        if crate::sim::job_has_condition(job, "FailureTarget") && !crate::sim::jobs_is_finished(job)
-        {
-            let name = job.metadata.name.clone().unwrap_or_default();
-            memory
-                .failure_target_seen
-                .entry(name.clone())
-                .or_insert(snapshot.now);
-            stuck.insert(name);
-        }
-    }
-    memory
-        .failure_target_seen
-        .retain(|name, _| stuck.contains(name));
-}
-
-/// The simulated cluster a scenario starts from: its package models (and real packages when
-/// `real_agent` is given), nodes, workload pods and PDBs. `nodewright sim serve --scenario`
-/// serves the same world.
-pub fn build_world(
-    scenario: &Scenario,
-    real_agent: Option<RealAgentFn>,
-) -> Result<SimCluster, String> {
-    let models = PackageModels(scenario.packages.clone());
-    let mut runner = ModelRunner::new(models.clone());
-    if models.has_real_packages() {
-        let Some(real) = real_agent else {
-            return Err("this scenario uses real package directories (`path:`), but no real-agent runner is wired into the simulator (Hooks::real_agent)".into());
-        };
-        runner = runner.with_real_agent(real(&models));
-    }
-    let mut world = SimCluster::new(
-        &scenario.settings.namespace,
-        Box::new(runner),
-        seed_from(&scenario.name),
-    );
-    add_objects(&mut world, &scenario.cluster)?;
-    Ok(world)
 }
 
 /// Adds a fleet description (a scenario's `cluster:` block) to a simulated world.

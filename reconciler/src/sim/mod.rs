@@ -387,24 +387,28 @@ impl SimCluster {
 }
 
 /// Replaces `old` with the objects of `current`, reusing each old object whose uid and
-/// resourceVersion are unchanged.
+/// resourceVersion are unchanged. Both sequences come in the world's key order, so one merge
+/// walk pairs them without hashing or allocating keys.
 fn refresh<'a, T: Clone + 'a>(
     old: &mut Vec<T>,
     current: impl Iterator<Item = &'a T>,
     meta: impl Fn(&T) -> &ObjectMeta,
 ) {
-    let key = |m: &ObjectMeta| {
+    fn key(m: &ObjectMeta) -> (&str, &str) {
         (
-            m.namespace.clone().unwrap_or_default(),
-            m.name.clone().unwrap_or_default(),
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default(),
         )
-    };
-    let mut cache: HashMap<Key, T> = old.drain(..).map(|t| (key(meta(&t)), t)).collect();
+    }
+    let mut previous = std::mem::take(old).into_iter().peekable();
     for object in current {
         let m = meta(object);
-        let reused = cache.remove(&key(m)).filter(|o| {
-            let om = meta(o);
-            om.uid == m.uid && om.resource_version == m.resource_version
+        while previous.peek().is_some_and(|p| key(meta(p)) < key(m)) {
+            previous.next();
+        }
+        let reused = previous.next_if(|p| {
+            let pm = meta(p);
+            key(pm) == key(m) && pm.uid == m.uid && pm.resource_version == m.resource_version
         });
         old.push(reused.unwrap_or_else(|| object.clone()));
     }

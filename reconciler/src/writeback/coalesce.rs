@@ -108,6 +108,7 @@ mod tests {
             nodes_in_progress: 0,
             packages: String::new(),
             node_counts: BTreeMap::new(),
+            node_status: BTreeMap::new(),
             conditions: BTreeMap::new(),
             compartments: BTreeMap::new(),
             nodes: BTreeMap::new(),

@@ -51,6 +51,8 @@ pub struct StatusDocument {
     pub packages: String,
     /// Nodes per Status (non-zero buckets only).
     pub node_counts: BTreeMap<String, usize>,
+    /// Every selected node's Status (as `status.nodeStatus`).
+    pub node_status: BTreeMap<String, String>,
     /// Conditions: type → `{status, reason, message}`.
     pub conditions: BTreeMap<String, ConditionSummary>,
     /// Batch progress per compartment.
@@ -214,6 +216,10 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
         nodes_in_progress: status.nodes_in_progress.unwrap_or(0),
         packages: status.package_list.clone().unwrap_or_default(),
         node_counts,
+        node_status: node_status
+            .iter()
+            .map(|(n, s)| (n.clone(), s.to_string()))
+            .collect(),
         conditions,
         compartments,
         nodes,
