@@ -15,6 +15,7 @@ pub mod patch;
 pub mod resources;
 pub mod select;
 pub mod server;
+pub mod table;
 pub mod world;
 
 use std::net::SocketAddr;

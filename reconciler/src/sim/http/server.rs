@@ -126,6 +126,12 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let query = query_map(request.uri().query());
+    let accept = request
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     let content_type = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -139,7 +145,8 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
         }
     };
     tracing::debug!(%method, %path, ?query, "sim serve request");
-    match dispatch(&shared, &method, &path, &query, &content_type, &body) {
+    let table = super::table::wanted(&accept);
+    match dispatch(&shared, &method, &path, &query, &content_type, &body, table) {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
@@ -152,6 +159,7 @@ fn dispatch(
     query: &HashMap<String, String>,
     content_type: &str,
     body: &Bytes,
+    table: bool,
 ) -> Result<Response, ApiError> {
     let not_found = || {
         ApiError::new(
@@ -214,12 +222,24 @@ fn dispatch(
                     if flag(query, "watch") {
                         Ok(watch(shared, rid, scope.map(str::to_string), sel, query))
                     } else {
-                        Ok(list(shared, rid, scope, &sel))
+                        Ok(list(shared, rid, scope, &sel, table))
                     }
                 }
                 (&Method::GET, Some(key), None | Some("status")) => shared
                     .world
-                    .read(|inner| inner.get(rid, &key))
+                    .read(|inner| {
+                        let object = inner.get(rid, &key)?;
+                        Some(if table {
+                            super::table::table(
+                                rid,
+                                &[&object],
+                                inner.resource_version(),
+                                inner.sim.now(),
+                            )
+                        } else {
+                            (*object).clone()
+                        })
+                    })
                     .map(|v| json_response(200, &v))
                     .ok_or_else(|| ApiError::not_found(rid, &key.1)),
                 (&Method::POST, None, None) => {
@@ -403,11 +423,25 @@ fn delete_opts(
     })
 }
 
-fn list(shared: &Shared, rid: Rid, namespace: Option<&str>, sel: &Selectors) -> Response {
+fn list(
+    shared: &Shared,
+    rid: Rid,
+    namespace: Option<&str>,
+    sel: &Selectors,
+    table: bool,
+) -> Response {
     let def = &RESOURCES[rid];
-    let (items, rv) = shared
-        .world
-        .read(|inner| (inner.list(rid, namespace, sel), inner.resource_version()));
+    let (items, rv, now) = shared.world.read(|inner| {
+        (
+            inner.list(rid, namespace, sel),
+            inner.resource_version(),
+            inner.sim.now(),
+        )
+    });
+    if table {
+        let objects: Vec<&Value> = items.iter().map(|v| &**v).collect();
+        return json_response(200, &super::table::table(rid, &objects, rv, now));
+    }
     let body = json!({
         "kind": format!("{}List", def.kind),
         "apiVersion": def.api_version(),
