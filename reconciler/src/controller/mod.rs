@@ -152,10 +152,19 @@ pub struct EvictionAttempts {
 impl EvictionAttempts {
     /// Notes one executed action.
     pub fn observe(&mut self, action: &Action, result: &Result<Outcome, ClusterError>) {
-        let Action::EvictPod(pod) = action else { return };
-        let entry = self.per_node.entry(pod.node.clone()).or_insert_with(|| (pod.nodewright.clone(), Vec::new()));
+        let Action::EvictPod(pod) = action else {
+            return;
+        };
+        let entry = self
+            .per_node
+            .entry(pod.node.clone())
+            .or_insert_with(|| (pod.nodewright.clone(), Vec::new()));
         if let Ok(Outcome::EvictionRefused { message }) = result {
-            entry.1.push(RefusedPod { namespace: pod.namespace.clone(), name: pod.name.clone(), message: message.clone() });
+            entry.1.push(RefusedPod {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                message: message.clone(),
+            });
         }
     }
 
@@ -167,7 +176,11 @@ impl EvictionAttempts {
             } else {
                 memory.eviction_refusals.insert(
                     node,
-                    EvictionRefusal { at: now, nodewright: nodewright.unwrap_or_default(), blockers },
+                    EvictionRefusal {
+                        at: now,
+                        nodewright: nodewright.unwrap_or_default(),
+                        blockers,
+                    },
                 );
             }
         }
@@ -179,13 +192,19 @@ impl EvictionAttempts {
 pub fn track_failure_targets(memory: &mut Memory, snapshot: &Snapshot) {
     let mut stuck = std::collections::BTreeSet::new();
     for job in &snapshot.jobs {
-        if crate::sim::job_has_condition(job, "FailureTarget") && !crate::sim::jobs_is_finished(job) {
+        if crate::sim::job_has_condition(job, "FailureTarget") && !crate::sim::jobs_is_finished(job)
+        {
             let name = job.metadata.name.clone().unwrap_or_default();
-            memory.failure_target_seen.entry(name.clone()).or_insert(snapshot.now);
+            memory
+                .failure_target_seen
+                .entry(name.clone())
+                .or_insert(snapshot.now);
             stuck.insert(name);
         }
     }
-    memory.failure_target_seen.retain(|name, _| stuck.contains(name));
+    memory
+        .failure_target_seen
+        .retain(|name, _| stuck.contains(name));
 }
 
 /// Drops memory about objects that no longer exist, so it cannot grow without bound.
@@ -222,7 +241,9 @@ mod tests {
     #[test]
     fn refusals_of_one_pass_accumulate_and_an_accepted_pass_clears_them() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        let refused = Ok(Outcome::EvictionRefused { message: "needs 1".into() });
+        let refused = Ok(Outcome::EvictionRefused {
+            message: "needs 1".into(),
+        });
         let mut memory = Memory::default();
         let mut pass = EvictionAttempts::default();
         pass.observe(&evict("a"), &refused);
@@ -230,7 +251,10 @@ mod tests {
         pass.observe(&evict("c"), &Ok(Outcome::Done));
         pass.record(&mut memory, t0);
         let r = &memory.eviction_refusals["n1"];
-        assert_eq!((r.at, r.blockers.len(), r.nodewright.as_str()), (t0, 2, "tuning"));
+        assert_eq!(
+            (r.at, r.blockers.len(), r.nodewright.as_str()),
+            (t0, 2, "tuning")
+        );
         let mut pass = EvictionAttempts::default();
         pass.observe(&evict("a"), &Ok(Outcome::Done));
         pass.record(&mut memory, t0);

@@ -95,11 +95,18 @@ pub fn desired_of(
         Some(valid) => {
             let previous = Previous::from_objects(
                 valid.desired.nodewrights.iter().cloned(),
-                valid.desired.policies.iter().filter_map(|p| p.metadata.name.clone()),
+                valid
+                    .desired
+                    .policies
+                    .iter()
+                    .filter_map(|p| p.metadata.name.clone()),
             );
             Ok((valid.desired, previous))
         }
-        None => Err(evaluation.errors().map(|p| format!("{}: {}", p.location(), p.message)).collect()),
+        None => Err(evaluation
+            .errors()
+            .map(|p| format!("{}: {}", p.location(), p.message))
+            .collect()),
     }
 }
 
