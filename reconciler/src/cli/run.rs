@@ -82,6 +82,22 @@ pub struct Args {
     /// How often remotes are fetched (jittered).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub poll_interval: Duration,
+    /// Receive GitHub/GitLab push webhooks on this address (an immediate fetch on a push).
+    #[arg(long, value_name = "ADDR")]
+    pub webhook_addr: Option<std::net::SocketAddr>,
+    /// GitHub webhook secret (HMAC key) file; enables /hooks/github.
+    #[arg(long, value_name = "FILE")]
+    pub webhook_github_secret_file: Option<PathBuf>,
+    /// GitLab webhook token file; enables /hooks/gitlab.
+    #[arg(long, value_name = "FILE")]
+    pub webhook_gitlab_token_file: Option<PathBuf>,
+    /// Refuse head commits not signed by one of these SSH public keys (one per line, as in
+    /// authorized_keys).
+    #[arg(long, value_name = "FILE")]
+    pub allowed_ssh_signers: Option<PathBuf>,
+    /// Refuse head commits not signed by one of these OpenPGP public keys (armored).
+    #[arg(long, value_name = "FILE")]
+    pub allowed_pgp_keys: Option<PathBuf>,
     /// Serve Prometheus metrics and health probes on this address (e.g. 0.0.0.0:8080).
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -111,6 +127,29 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     nodewright_schema::duration::parse_go_duration(text)
         .map(|d| d.non_negative())
         .map_err(|e| e.to_string())
+}
+
+fn signature_policy(
+    args: &Args,
+) -> Result<Option<crate::source::signature::SignaturePolicy>, String> {
+    use crate::source::signature::SignaturePolicy;
+    if args.allowed_ssh_signers.is_none() && args.allowed_pgp_keys.is_none() {
+        return Ok(None);
+    }
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    };
+    let ssh = match &args.allowed_ssh_signers {
+        Some(p) => read(p)?,
+        None => String::new(),
+    };
+    let mut policy = SignaturePolicy::from_openssh_keys(ssh.lines()).map_err(|e| e.to_string())?;
+    if let Some(p) = &args.allowed_pgp_keys {
+        policy = policy
+            .with_openpgp_keys(&read(p)?)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(Some(policy))
 }
 
 fn load_settings(path: Option<&PathBuf>) -> Result<Settings, String> {
@@ -220,6 +259,7 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
     let location = location(&args);
     let options = ReadOptions {
         root: args.path.clone(),
+        signatures: signature_policy(&args)?,
         ..ReadOptions::default()
     };
     let until = args.until_converged;
