@@ -12,6 +12,7 @@ pub mod diff;
 pub mod fleet;
 pub mod progress;
 pub mod run;
+pub mod serve;
 pub mod simulate;
 pub mod status;
 pub mod validate;
@@ -83,6 +84,9 @@ pub enum Command {
     /// Print the CustomResourceDefinitions (NodeWright, DeploymentPolicy) as YAML.
     #[command(long_about = crds::LONG_ABOUT, after_long_help = crds::EXAMPLES)]
     Crds(crds::Args),
+    /// The simulated cluster: `sim serve` speaks the Kubernetes API on loopback.
+    #[command(subcommand)]
+    Sim(serve::SimCommand),
     /// Watch a Git repository and converge the cluster to it (the reconciler).
     #[command(long_about = run::LONG_ABOUT, after_long_help = run::EXAMPLES)]
     Run(run::Args),
@@ -107,6 +111,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Crds(args) => crds::run(args),
         Command::Verb(verb) => verbs::run(verb, cli.common),
         Command::Diff(args) => diff::run(args),
+        Command::Sim(command) => serve::run(command, cli.common),
         Command::Demo(args) => demo::run(args),
         Command::Status(args) => status::run(args, cli.common),
         Command::Run(args) => run::run(args, cli.common),

@@ -211,6 +211,25 @@ fn location(args: &Args) -> RepoLocation {
     }
 }
 
+/// The kubeconfig the common flags name (`--sim` is `sim serve`'s), if any.
+fn kubeconfig_path(common: &Common) -> Option<PathBuf> {
+    if common.sim {
+        Some(crate::cluster::kube::sim_kubeconfig_path())
+    } else {
+        common.kubeconfig.clone()
+    }
+}
+
+/// This host's name, for the leader-election identity.
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "nodewright".to_string())
+}
+
 /// Whether a real cluster is configured (flag, in-cluster environment, or $KUBECONFIG).
 fn cluster_configured(common: &Common) -> bool {
     common.kubeconfig.is_some()
@@ -351,6 +370,30 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
     };
     if cluster_configured(&common) {
         let cluster = super::verbs::connect(&common).await?;
+        // With leader election on, nothing is written until this replica holds the Lease,
+        // and writes stop the moment it is lost (cluster::lease).
+        let leader = if settings.leader_election {
+            let (client, _) = crate::cluster::kube::client(kubeconfig_path(&common).as_deref())
+                .await
+                .map_err(|e| e.to_string())?;
+            let identity = std::env::var("POD_NAME")
+                .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
+            let config = crate::cluster::lease::LeaseConfig::new(
+                &settings.namespace,
+                crate::cluster::lease::LEASE_NAME,
+                &identity,
+            );
+            eprintln!(
+                "leader election: waiting for the Lease {}/{} as {identity}",
+                settings.namespace, config.name
+            );
+            Some(
+                crate::cluster::lease::LeaderElector::new(client, config)
+                    .spawn(cluster.writes_allowed()),
+            )
+        } else {
+            None
+        };
         let (tx, rx) = channel(16);
         if matches!(location, RepoLocation::Remote { .. }) {
             spawn_poller(
@@ -366,7 +409,7 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
             triggers: rx,
             shutdown: stop_rx,
         };
-        run_with(
+        let result = run_with(
             cluster,
             settings,
             &mut source,
@@ -375,7 +418,11 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
             &mut pacer,
             observe,
         )
-        .await?;
+        .await;
+        if let Some(leader) = leader {
+            leader.step_down().await;
+        }
+        result?;
     } else {
         let fleet = match &args.sim_fleet {
             Some(path) => Fleet::parse(

@@ -626,25 +626,15 @@ pub async fn connect(common: &Common) -> Result<crate::cluster::kube::KubeCluste
     } else {
         common.kubeconfig.clone()
     };
-    let config = match kubeconfig {
-        Some(path) => {
-            let raw = kube::config::Kubeconfig::read_from(&path)
-                .map_err(|e| format!("cannot read kubeconfig {}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(raw, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| format!("no cluster configured: {e}"))?,
-    };
-    let client =
-        kube::Client::try_from(config).map_err(|e| format!("cannot build a client: {e}"))?;
+    let (client, clock) = crate::cluster::kube::client(kubeconfig.as_deref())
+        .await
+        .map_err(|e| e.to_string())?;
     crate::cluster::kube::KubeCluster::connect(
         client,
         crate::cluster::kube::KubeOptions {
             namespace: common.namespace.clone(),
             instance: "nodewright-cli".into(),
+            clock,
         },
     )
     .await

@@ -49,6 +49,107 @@ pub fn sim_kubeconfig_path() -> std::path::PathBuf {
     cache.join("nodewright").join("sim-kubeconfig.yaml")
 }
 
+/// The name of the kubeconfig cluster extension in which `sim serve` records its clock.
+pub const SIM_CLOCK_EXTENSION: &str = "nodewright.nvidia.com/sim-clock";
+
+/// Where the adapter reads "now" from: the wall clock (a real cluster), or the scaled
+/// virtual clock of `nodewright sim serve --speed X`, so the engine's timers run at the same
+/// pace as the simulated kubelet and Job controller.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Clock {
+    /// The wall clock.
+    Wall,
+    /// `virtual_origin + (wall now - wall_origin) x speed`.
+    #[serde(rename_all = "camelCase")]
+    Scaled {
+        /// Wall time at which the virtual clock read `virtual_origin`.
+        wall_origin: jiff::Timestamp,
+        /// Virtual time at `wall_origin`.
+        virtual_origin: jiff::Timestamp,
+        /// Virtual seconds per wall second.
+        speed: f64,
+    },
+}
+
+impl Clock {
+    /// The current time on this clock.
+    pub fn now(&self) -> jiff::Timestamp {
+        match *self {
+            Clock::Wall => jiff::Timestamp::now(),
+            Clock::Scaled {
+                wall_origin,
+                virtual_origin,
+                speed,
+            } => {
+                let elapsed = jiff::Timestamp::now().duration_since(wall_origin);
+                let scaled = jiff::SignedDuration::try_from_secs_f64(elapsed.as_secs_f64() * speed)
+                    .unwrap_or(jiff::SignedDuration::MAX);
+                virtual_origin
+                    .checked_add(scaled)
+                    .unwrap_or(jiff::Timestamp::MAX)
+            }
+        }
+    }
+
+    /// The clock a kubeconfig's current cluster declares ([`SIM_CLOCK_EXTENSION`]), or the
+    /// wall clock.
+    pub fn from_kubeconfig(config: &kube::config::Kubeconfig) -> Clock {
+        let current = config.current_context.as_deref();
+        let cluster_name = config
+            .contexts
+            .iter()
+            .find(|c| Some(c.name.as_str()) == current)
+            .and_then(|c| c.context.as_ref())
+            .map(|c| c.cluster.clone());
+        config
+            .clusters
+            .iter()
+            .filter(|c| cluster_name.as_deref().is_none_or(|n| n == c.name))
+            .filter_map(|c| c.cluster.as_ref())
+            .flat_map(|c| c.extensions.iter().flatten())
+            .find(|e| e.name == SIM_CLOCK_EXTENSION)
+            .and_then(|e| serde_json::from_value(e.extension.clone()).ok())
+            .unwrap_or(Clock::Wall)
+    }
+}
+
+/// A client for the adapter from a kubeconfig file (or, with `None`, the ambient
+/// configuration: in-cluster, `$KUBECONFIG`, `~/.kube/config`), with the clock the kubeconfig
+/// declares ([`Clock::from_kubeconfig`]).
+///
+/// kube-rs retries 429 responses by default; the adapter must see an eviction refused by a
+/// PodDisruptionBudget (429) at once, as the PDB wait state, instead of stalling the pass
+/// in client retries, so the default retry layer is turned off: every failed write is
+/// retried by the next pass from fresh state anyway.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<(Client, Clock), ClusterError> {
+    let (mut config, clock) = match kubeconfig {
+        Some(path) => {
+            let raw = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                ClusterError::Transport(format!("cannot read kubeconfig {}: {e}", path.display()))
+            })?;
+            let clock = Clock::from_kubeconfig(&raw);
+            let config = kube::Config::from_custom_kubeconfig(
+                raw,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| ClusterError::Transport(format!("kubeconfig {}: {e}", path.display())))?;
+            (config, clock)
+        }
+        None => (
+            kube::Config::infer()
+                .await
+                .map_err(|e| ClusterError::Transport(format!("no cluster configured: {e}")))?,
+            Clock::Wall,
+        ),
+    };
+    config.default_retry = false;
+    let client = Client::try_from(config)
+        .map_err(|e| ClusterError::Transport(format!("cannot build a client: {e}")))?;
+    Ok((client, clock))
+}
+
 /// Configuration of the kube adapter.
 #[derive(Clone, Debug)]
 pub struct KubeOptions {
@@ -56,6 +157,8 @@ pub struct KubeOptions {
     pub namespace: String,
     /// Reporting instance for Events (pod name).
     pub instance: String,
+    /// Where "now" comes from.
+    pub clock: Clock,
 }
 
 /// The Cluster port over kube-rs.
@@ -475,7 +578,7 @@ impl Cluster for KubeCluster {
             }
         }
         Ok(Snapshot {
-            now: jiff::Timestamp::now(),
+            now: self.options.clock.now(),
             nodewrights: self
                 .nodewrights
                 .state()
@@ -555,8 +658,9 @@ impl Cluster for KubeCluster {
                     .await
                 {
                     Ok(_) => Ok(Outcome::Done),
-                    Err(e) if status_code(&e) == Some(404) => Ok(Outcome::NotFound),
-                    Err(e) if status_code(&e) == Some(409) => Ok(Outcome::Conflict),
+                    // 409 here is the UID precondition: the Job of that UID is gone (a
+                    // successor took the name), exactly as the simulator reports it.
+                    Err(e) if matches!(status_code(&e), Some(404 | 409)) => Ok(Outcome::NotFound),
                     Err(e) => Err(api_error("annotate job", e)),
                 }
             }
@@ -700,6 +804,16 @@ impl Cluster for KubeCluster {
     }
 
     async fn apply_desired(&self, desired: &Desired) -> Result<(), ClusterError> {
+        if !self
+            .writes_allowed
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(ClusterError::Api {
+                action: "apply desired CRs".into(),
+                status: 503,
+                message: "not the leader: writes are stopped until the lease is held again".into(),
+            });
+        }
         let nodewrights = Api::<NodeWright>::all(self.client.clone());
         let policies = Api::<DeploymentPolicy>::all(self.client.clone());
         let params = PatchParams::apply(FIELD_MANAGER).force();

@@ -1,9 +1,11 @@
 //! The port between the engine and a cluster (ARCHITECTURE §2.2): build a [`Snapshot`],
 //! execute [`Action`]s, apply the desired CRs from Git, and wait for changes.
 //!
-//! Adapters: the simulated cluster (`crate::sim`) and kube-rs (`kube`, later).
+//! Adapters: the simulated cluster (`sim`) and kube-rs (`kube`), with leader election on a
+//! Lease (`lease`) for the latter.
 
 pub mod kube;
+pub mod lease;
 pub mod sim;
 
 use std::future::Future;

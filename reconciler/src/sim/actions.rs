@@ -10,7 +10,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeStatus, Pod};
 use nodewright_schema::keys;
 use nodewright_schema::node_state::NodeState;
-use nodewright_schema::{NodeWright, Status};
+use nodewright_schema::{DeploymentPolicy, NodeWright, Status};
 
 use super::nodes::taints;
 use super::util;
@@ -545,53 +545,7 @@ impl SimCluster {
             .map(|n| n.metadata.name.clone().unwrap_or_default())
             .collect();
         for nw in &desired.nodewrights {
-            let name = nw.metadata.name.clone().unwrap_or_default();
-            let declared: BTreeMap<String, String> =
-                nw.metadata.annotations.clone().unwrap_or_default();
-            let previous = self
-                .git_annotations
-                .insert(name.clone(), declared.keys().cloned().collect())
-                .unwrap_or_default();
-            let rv = self.next_rv();
-            match self.nodewrights.get_mut(&name) {
-                Some(live) if live.metadata.deletion_timestamp.is_none() => {
-                    let annotations = live.metadata.annotations.get_or_insert_with(BTreeMap::new);
-                    let before = annotations.clone();
-                    for k in previous.difference(&declared.keys().cloned().collect()) {
-                        annotations.remove(k);
-                    }
-                    annotations.extend(declared.clone());
-                    annotations.insert(keys::SOURCE_COMMIT.into(), desired.commit.clone());
-                    let mut changed = *annotations != before;
-                    if live.metadata.labels != nw.metadata.labels && nw.metadata.labels.is_some() {
-                        live.metadata.labels = nw.metadata.labels.clone();
-                        changed = true;
-                    }
-                    if live.spec != nw.spec {
-                        live.spec = nw.spec.clone();
-                        live.metadata.generation = Some(live.metadata.generation.unwrap_or(1) + 1);
-                        changed = true;
-                    }
-                    if changed {
-                        live.metadata.resource_version = Some(rv);
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    let mut meta = self.new_meta(&name, None);
-                    meta.generation = Some(1);
-                    meta.labels = nw.metadata.labels.clone();
-                    let mut annotations = declared;
-                    annotations.insert(keys::SOURCE_COMMIT.into(), desired.commit.clone());
-                    meta.annotations = Some(annotations);
-                    let created = NodeWright {
-                        metadata: meta,
-                        spec: nw.spec.clone(),
-                        status: None,
-                    };
-                    self.nodewrights.insert(name, created);
-                }
-            }
+            self.apply_nodewright(nw, Some(&desired.commit));
         }
         let gone: Vec<String> = self
             .nodewrights
@@ -608,28 +562,101 @@ impl SimCluster {
             .map(|p| p.metadata.name.clone().unwrap_or_default())
             .collect();
         for policy in &desired.policies {
-            let name = policy.metadata.name.clone().unwrap_or_default();
-            let rv = self.next_rv();
-            match self.policies.get_mut(&name) {
-                Some(live) => {
-                    if live.spec != policy.spec {
-                        live.spec = policy.spec.clone();
-                        live.metadata.generation = Some(live.metadata.generation.unwrap_or(1) + 1);
-                        live.metadata.resource_version = Some(rv);
-                    }
-                }
-                None => {
-                    let mut meta = self.new_meta(&name, None);
-                    meta.generation = Some(1);
-                    meta.labels = policy.metadata.labels.clone();
-                    meta.annotations = policy.metadata.annotations.clone();
-                    let mut created = policy.clone();
-                    created.metadata = meta;
-                    self.policies.insert(name, created);
-                }
-            }
+            self.apply_policy(policy);
         }
         self.policies.retain(|n, _| wanted.contains(n));
+    }
+
+    /// Server-side apply of one declared NodeWright (the in-process materialization and the
+    /// `application/apply-patch+yaml` requests of `sim serve` share it): spec and labels are
+    /// replaced, declared annotations set and those declared last time but not now removed,
+    /// and `commit`, when given, recorded as the source commit. A NodeWright being deleted is
+    /// left alone. Returns whether the object changed.
+    pub fn apply_nodewright(&mut self, nw: &NodeWright, commit: Option<&str>) -> bool {
+        let name = nw.metadata.name.clone().unwrap_or_default();
+        let declared: BTreeMap<String, String> =
+            nw.metadata.annotations.clone().unwrap_or_default();
+        let previous = self
+            .git_annotations
+            .insert(name.clone(), declared.keys().cloned().collect())
+            .unwrap_or_default();
+        let rv = self.next_rv();
+        match self.nodewrights.get_mut(&name) {
+            Some(live) if live.metadata.deletion_timestamp.is_none() => {
+                let annotations = live.metadata.annotations.get_or_insert_with(BTreeMap::new);
+                let before = annotations.clone();
+                for k in previous.difference(&declared.keys().cloned().collect()) {
+                    annotations.remove(k);
+                }
+                annotations.extend(declared.clone());
+                if let Some(commit) = commit {
+                    annotations.insert(keys::SOURCE_COMMIT.into(), commit.to_string());
+                }
+                let mut changed = *annotations != before;
+                if live.metadata.labels != nw.metadata.labels && nw.metadata.labels.is_some() {
+                    live.metadata.labels = nw.metadata.labels.clone();
+                    changed = true;
+                }
+                if live.spec != nw.spec {
+                    live.spec = nw.spec.clone();
+                    live.metadata.generation = Some(live.metadata.generation.unwrap_or(1) + 1);
+                    changed = true;
+                }
+                if changed {
+                    live.metadata.resource_version = Some(rv);
+                }
+                changed
+            }
+            Some(_) => false,
+            None => {
+                let mut meta = self.new_meta(&name, None);
+                meta.generation = Some(1);
+                meta.labels = nw.metadata.labels.clone();
+                meta.finalizers = nw.metadata.finalizers.clone();
+                let mut annotations = declared;
+                if let Some(commit) = commit {
+                    annotations.insert(keys::SOURCE_COMMIT.into(), commit.to_string());
+                }
+                meta.annotations = Some(annotations);
+                let created = NodeWright {
+                    metadata: meta,
+                    spec: nw.spec.clone(),
+                    status: None,
+                };
+                self.nodewrights.insert(name, created);
+                true
+            }
+        }
+    }
+
+    /// Server-side apply of one declared DeploymentPolicy: the spec is replaced (the
+    /// generation bumps when it changes); a new policy keeps its labels and annotations.
+    /// Returns whether the object changed.
+    pub fn apply_policy(&mut self, policy: &DeploymentPolicy) -> bool {
+        let name = policy.metadata.name.clone().unwrap_or_default();
+        let rv = self.next_rv();
+        match self.policies.get_mut(&name) {
+            Some(live) => {
+                if live.spec != policy.spec {
+                    live.spec = policy.spec.clone();
+                    live.metadata.generation = Some(live.metadata.generation.unwrap_or(1) + 1);
+                    live.metadata.resource_version = Some(rv);
+                    true
+                } else {
+                    false
+                }
+            }
+            None => {
+                let mut meta = self.new_meta(&name, None);
+                meta.generation = Some(1);
+                meta.labels = policy.metadata.labels.clone();
+                meta.annotations = policy.metadata.annotations.clone();
+                let mut created = policy.clone();
+                created.metadata = meta;
+                self.policies.insert(name, created);
+                true
+            }
+        }
     }
 
     /// Deletes a NodeWright: a deletionTimestamp while finalizers remain, else gone.

@@ -546,7 +546,7 @@ impl SimCluster {
         }
     }
 
-    fn job_sync_at(&mut self, name: &str, uid: &str, at: Timestamp) {
+    pub(super) fn job_sync_at(&mut self, name: &str, uid: &str, at: Timestamp) {
         let rt = self.job_rt.entry(name.to_string()).or_default();
         if rt.sync_at == Some(at) {
             return;

@@ -12,6 +12,7 @@
 
 mod actions;
 pub mod history;
+pub mod http;
 mod jobs;
 mod nodes;
 pub mod packages;

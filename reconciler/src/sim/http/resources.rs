@@ -1,0 +1,285 @@
+//! The resources `sim serve` speaks, and the discovery documents built from them.
+
+use serde_json::{Value, json};
+
+/// One served resource (a group/version/plural triple).
+#[derive(Debug)]
+pub struct ResourceDef {
+    /// API group (`""` for core).
+    pub group: &'static str,
+    /// Version.
+    pub version: &'static str,
+    /// Plural name (the URL segment).
+    pub plural: &'static str,
+    /// Singular name.
+    pub singular: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Whether objects live in a namespace.
+    pub namespaced: bool,
+    /// Short names (`no`, `po`, …) for kubectl.
+    pub short_names: &'static [&'static str],
+    /// Whether a `status` subresource exists.
+    pub status: bool,
+}
+
+impl ResourceDef {
+    /// `v1` or `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+/// Index of a resource in [`RESOURCES`].
+pub type Rid = usize;
+
+// One positional constructor keeps the table below readable as a table.
+#[allow(clippy::too_many_arguments)]
+const fn def(
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    status: bool,
+) -> ResourceDef {
+    ResourceDef {
+        group,
+        version,
+        plural,
+        singular,
+        kind,
+        namespaced,
+        short_names,
+        status,
+    }
+}
+
+/// Every served resource. The order of the first seven matches the simulator's collections
+/// (see `Rid` constants below).
+pub static RESOURCES: &[ResourceDef] = &[
+    def("", "v1", "nodes", "node", "Node", false, &["no"], true),
+    def("", "v1", "pods", "pod", "Pod", true, &["po"], true),
+    def("batch", "v1", "jobs", "job", "Job", true, &[], true),
+    def(
+        "",
+        "v1",
+        "configmaps",
+        "configmap",
+        "ConfigMap",
+        true,
+        &["cm"],
+        false,
+    ),
+    def(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"],
+        true,
+    ),
+    def(
+        "nodewright.nvidia.com",
+        "v1alpha1",
+        "nodewrights",
+        "nodewright",
+        "NodeWright",
+        false,
+        &[],
+        true,
+    ),
+    def(
+        "nodewright.nvidia.com",
+        "v1alpha1",
+        "deploymentpolicies",
+        "deploymentpolicy",
+        "DeploymentPolicy",
+        false,
+        &[],
+        false,
+    ),
+    def(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "lease",
+        "Lease",
+        true,
+        &[],
+        false,
+    ),
+    def("", "v1", "events", "event", "Event", true, &["ev"], false),
+    def(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "event",
+        "Event",
+        true,
+        &["ev"],
+        false,
+    ),
+    def(
+        "",
+        "v1",
+        "namespaces",
+        "namespace",
+        "Namespace",
+        false,
+        &["ns"],
+        true,
+    ),
+    def(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        "CustomResourceDefinition",
+        false,
+        &["crd", "crds"],
+        true,
+    ),
+];
+
+/// Nodes.
+pub const NODES: Rid = 0;
+/// Pods.
+pub const PODS: Rid = 1;
+/// Jobs.
+pub const JOBS: Rid = 2;
+/// ConfigMaps.
+pub const CONFIG_MAPS: Rid = 3;
+/// PodDisruptionBudgets.
+pub const PDBS: Rid = 4;
+/// NodeWrights.
+pub const NODEWRIGHTS: Rid = 5;
+/// DeploymentPolicies.
+pub const POLICIES: Rid = 6;
+/// Leases.
+pub const LEASES: Rid = 7;
+/// Core v1 Events.
+pub const CORE_EVENTS: Rid = 8;
+/// events.k8s.io/v1 Events.
+pub const EVENTS: Rid = 9;
+/// Namespaces.
+pub const NAMESPACES: Rid = 10;
+/// CustomResourceDefinitions.
+pub const CRDS: Rid = 11;
+
+/// The resource for a group, version and plural.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<Rid> {
+    RESOURCES
+        .iter()
+        .position(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The groups other than core, in order of first appearance.
+fn groups() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+    for r in RESOURCES {
+        if !r.group.is_empty() && !out.iter().any(|(g, _)| *g == r.group) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
+
+/// `GET /api`.
+pub fn api_versions(address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
+    })
+}
+
+fn group_doc(group: &str, version: &str) -> Value {
+    let gv = json!({"groupVersion": format!("{group}/{version}"), "version": version});
+    json!({"name": group, "versions": [gv], "preferredVersion": gv})
+}
+
+/// `GET /apis`.
+pub fn api_group_list() -> Value {
+    let groups: Vec<Value> = groups().into_iter().map(|(g, v)| group_doc(g, v)).collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `GET /apis/<group>`, when served.
+pub fn api_group(group: &str) -> Option<Value> {
+    let (g, v) = groups().into_iter().find(|(g, _)| *g == group)?;
+    let mut doc = group_doc(g, v);
+    doc["kind"] = json!("APIGroup");
+    doc["apiVersion"] = json!("v1");
+    Some(doc)
+}
+
+/// `GET /api/v1` or `GET /apis/<group>/<version>`, when served.
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let mut resources = Vec::new();
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let verbs = [
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ];
+        resources.push(json!({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": verbs,
+            "shortNames": r.short_names,
+        }));
+        if r.status {
+            resources.push(json!({
+                "name": format!("{}/status", r.plural),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if r.plural == "pods" {
+            resources.push(json!({
+                "name": "pods/eviction",
+                "singularName": "",
+                "namespaced": true,
+                "group": "policy",
+                "version": "v1",
+                "kind": "Eviction",
+                "verbs": ["create"],
+            }));
+        }
+    }
+    if resources.is_empty() {
+        return None;
+    }
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": resources,
+    }))
+}

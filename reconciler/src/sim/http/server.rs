@@ -1,0 +1,590 @@
+//! HTTP routing: the Kubernetes URL layout, verbs, content types and watch streams.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{Method, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::error::{ApiError, json_response};
+use super::resources::{self, RESOURCES, Rid};
+use super::select::{FieldSelector, LabelSelector, Selectors};
+use super::world::{DeleteOpts, LogEntry, ObjKey, World};
+
+/// Largest request body accepted.
+const BODY_LIMIT: usize = 16 << 20;
+/// How often an idle watch sends a bookmark (when the client allows them).
+const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
+/// Watch length when the client names none.
+const DEFAULT_WATCH: Duration = Duration::from_secs(1800);
+
+/// What the handlers share.
+pub struct Shared {
+    /// The world.
+    pub world: Arc<World>,
+    /// `127.0.0.1:PORT`, for `/api`'s server address.
+    pub address: String,
+}
+
+enum Route {
+    Root,
+    Version,
+    Api,
+    Apis,
+    Group(String),
+    ResourceList(String, String),
+    Resource {
+        rid: Rid,
+        namespace: Option<String>,
+        name: Option<String>,
+        sub: Option<String>,
+    },
+    Unknown,
+}
+
+fn route(path: &str) -> Route {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segments.as_slice() {
+        [] => return Route::Root,
+        ["version"] => return Route::Version,
+        ["api"] => return Route::Api,
+        ["apis"] => return Route::Apis,
+        ["apis", g] => return Route::Group(g.to_string()),
+        ["api", v] => return Route::ResourceList(String::new(), v.to_string()),
+        ["apis", g, v] => return Route::ResourceList(g.to_string(), v.to_string()),
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Route::Unknown,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, plural, tail @ ..]
+            if resources::find(group, version, plural).is_some_and(|r| RESOURCES[r].namespaced) =>
+        {
+            (Some(ns.to_string()), [&[*plural][..], tail].concat())
+        }
+        _ => (None, rest.to_vec()),
+    };
+    let Some(rid) = rest
+        .first()
+        .and_then(|plural| resources::find(group, version, plural))
+    else {
+        return Route::Unknown;
+    };
+    if rest.len() > 3 {
+        return Route::Unknown;
+    }
+    Route::Resource {
+        rid,
+        namespace,
+        name: rest.get(1).map(|s| s.to_string()),
+        sub: rest.get(2).map(|s| s.to_string()),
+    }
+}
+
+fn query_map(query: Option<&str>) -> HashMap<String, String> {
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+fn flag(query: &HashMap<String, String>, key: &str) -> bool {
+    matches!(query.get(key).map(String::as_str), Some("true" | "1"))
+}
+
+fn selectors(query: &HashMap<String, String>) -> Result<Selectors, ApiError> {
+    let labels = match query.get("labelSelector") {
+        Some(text) => LabelSelector::parse(text).map_err(ApiError::bad_request)?,
+        None => LabelSelector::default(),
+    };
+    let fields = match query.get("fieldSelector") {
+        Some(text) => FieldSelector::parse(text).map_err(ApiError::bad_request)?,
+        None => FieldSelector::default(),
+    };
+    Ok(Selectors { labels, fields })
+}
+
+fn parse_body(content_type: &str, body: &Bytes) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    if content_type.contains("yaml") {
+        serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
+    }
+}
+
+/// The one handler: every request goes through here.
+pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let query = query_map(request.uri().query());
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
+    let body = match axum::body::to_bytes(request.into_body(), BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError::bad_request(format!("cannot read the body: {e}")).into_response();
+        }
+    };
+    tracing::debug!(%method, %path, ?query, "sim serve request");
+    match dispatch(&shared, &method, &path, &query, &content_type, &body) {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn dispatch(
+    shared: &Shared,
+    method: &Method,
+    path: &str,
+    query: &HashMap<String, String>,
+    content_type: &str,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let not_found = || {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+    };
+    match route(path) {
+        Route::Root => Ok(json_response(
+            200,
+            &json!({"paths": ["/api", "/api/v1", "/apis", "/version"]}),
+        )),
+        Route::Version => Ok(json_response(
+            200,
+            &json!({
+                "major": "1", "minor": "33", "gitVersion": "v1.33.0-nodewright-sim",
+                "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": "", "compiler": "rustc", "platform": "linux/amd64",
+            }),
+        )),
+        Route::Api => Ok(json_response(
+            200,
+            &resources::api_versions(&shared.address),
+        )),
+        Route::Apis => Ok(json_response(200, &resources::api_group_list())),
+        Route::Group(g) => resources::api_group(&g)
+            .map(|doc| json_response(200, &doc))
+            .ok_or_else(not_found),
+        Route::ResourceList(g, v) => resources::resource_list(&g, &v)
+            .map(|doc| json_response(200, &doc))
+            .ok_or_else(not_found),
+        Route::Unknown => Err(not_found()),
+        Route::Resource {
+            rid,
+            namespace,
+            name,
+            sub,
+        } => {
+            let def = &RESOURCES[rid];
+            if def.namespaced && name.is_some() && namespace.is_none() {
+                return Err(not_found());
+            }
+            let ns = namespace.clone().unwrap_or_default();
+            let key: Option<ObjKey> = name.clone().map(|n| {
+                (
+                    if def.namespaced {
+                        ns.clone()
+                    } else {
+                        String::new()
+                    },
+                    n,
+                )
+            });
+            let sub = sub.as_deref();
+            match (method, key, sub) {
+                (&Method::GET, None, None) => {
+                    let sel = selectors(query)?;
+                    let scope = namespace.as_deref().filter(|_| def.namespaced);
+                    if flag(query, "watch") {
+                        Ok(watch(shared, rid, scope.map(str::to_string), sel, query))
+                    } else {
+                        Ok(list(shared, rid, scope, &sel))
+                    }
+                }
+                (&Method::GET, Some(key), None | Some("status")) => shared
+                    .world
+                    .read(|inner| inner.get(rid, &key))
+                    .map(|v| json_response(200, &v))
+                    .ok_or_else(|| ApiError::not_found(rid, &key.1)),
+                (&Method::POST, None, None) => {
+                    let value = parse_body(content_type, body)?;
+                    check_kind(rid, &value)?;
+                    shared.world.with(|inner| {
+                        let key = inner.create(rid, &ns, value)?;
+                        inner.publish();
+                        inner
+                            .get(rid, &key)
+                            .map(|v| json_response(201, &v))
+                            .ok_or_else(|| ApiError::not_found(rid, &key.1))
+                    })
+                }
+                (&Method::POST, Some(key), Some("eviction")) if rid == resources::PODS => {
+                    let value = parse_body(content_type, body)?;
+                    let grace = value
+                        .pointer("/deleteOptions/gracePeriodSeconds")
+                        .and_then(Value::as_i64);
+                    shared
+                        .world
+                        .with(|inner| inner.evict(&key.0, &key.1, grace))?;
+                    Ok(json_response(
+                        201,
+                        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                "status": "Success", "code": 201}),
+                    ))
+                }
+                (&Method::PUT, Some(key), sub @ (None | Some("status"))) => {
+                    let value = parse_body(content_type, body)?;
+                    check_kind(rid, &value)?;
+                    let status = sub.is_some();
+                    shared.world.with(|inner| {
+                        let old = inner
+                            .get(rid, &key)
+                            .ok_or_else(|| ApiError::not_found(rid, &key.1))?;
+                        let new = if status {
+                            let mut merged = (*old).clone();
+                            merged["status"] = value.get("status").cloned().unwrap_or(Value::Null);
+                            if let Some(rv) = value.pointer("/metadata/resourceVersion") {
+                                merged["metadata"]["resourceVersion"] = rv.clone();
+                            }
+                            merged
+                        } else {
+                            value
+                        };
+                        inner.update(rid, &key, status, new.clone())?;
+                        Ok(respond_or(inner, rid, &key, &new))
+                    })
+                }
+                (&Method::PATCH, Some(key), sub @ (None | Some("status"))) => {
+                    let patch = parse_body(content_type, body)?;
+                    let status = sub.is_some();
+                    shared.world.with(|inner| {
+                        if content_type.starts_with("application/apply-patch") && !status {
+                            inner.apply(rid, &key, patch)?;
+                            return respond_with(inner, rid, &key, 200);
+                        }
+                        let old = inner
+                            .get(rid, &key)
+                            .ok_or_else(|| ApiError::not_found(rid, &key.1))?;
+                        let mut new = (*old).clone();
+                        if content_type.starts_with("application/json-patch") {
+                            super::patch::json_patch(&mut new, &patch)
+                                .map_err(|e| ApiError::invalid(rid, &key.1, e.to_string()))?;
+                        } else {
+                            super::patch::merge(&mut new, &patch);
+                        }
+                        inner.update(rid, &key, status, new.clone())?;
+                        Ok(respond_or(inner, rid, &key, &new))
+                    })
+                }
+                (&Method::DELETE, Some(key), None) => {
+                    let opts = delete_opts(content_type, body, query)?;
+                    shared.world.with(|inner| {
+                        let before = inner.get(rid, &key);
+                        if inner.delete(rid, &key, &opts)? {
+                            respond_with(inner, rid, &key, 200)
+                        } else {
+                            Ok(deleted_status(rid, &key, before.as_deref()))
+                        }
+                    })
+                }
+                (&Method::DELETE, None, None) => {
+                    let sel = selectors(query)?;
+                    let opts = delete_opts(content_type, body, query)?;
+                    let scope = namespace.as_deref().filter(|_| def.namespaced);
+                    shared.world.with(|inner| {
+                        let keys: Vec<ObjKey> = inner
+                            .list(rid, scope, &sel)
+                            .iter()
+                            .map(|v| super::world::key_of(v))
+                            .collect();
+                        for key in keys {
+                            inner.delete(rid, &key, &opts)?;
+                        }
+                        Ok(json_response(
+                            200,
+                            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+                        ))
+                    })
+                }
+                _ => Err(ApiError::new(
+                    405,
+                    "MethodNotAllowed",
+                    format!("{method} is not supported on {path}"),
+                )),
+            }
+        }
+    }
+}
+
+/// A body of the wrong kind is a 400, as on the apiserver.
+fn check_kind(rid: Rid, value: &Value) -> Result<(), ApiError> {
+    match value.get("kind").and_then(Value::as_str) {
+        Some(kind) if kind != RESOURCES[rid].kind => Err(ApiError::bad_request(format!(
+            "the body is a {kind}, expected a {}",
+            RESOURCES[rid].kind
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn respond_with(
+    inner: &mut super::world::Inner,
+    rid: Rid,
+    key: &ObjKey,
+    code: u16,
+) -> Result<Response, ApiError> {
+    inner.publish();
+    inner
+        .get(rid, key)
+        .map(|v| json_response(code, &v))
+        .ok_or_else(|| ApiError::not_found(rid, &key.1))
+}
+
+/// The object after a write, or — when the write removed it (the last finalizer of an object
+/// being deleted) — the object as written, as the apiserver answers.
+fn respond_or(
+    inner: &mut super::world::Inner,
+    rid: Rid,
+    key: &ObjKey,
+    written: &Value,
+) -> Response {
+    inner.publish();
+    match inner.get(rid, key) {
+        Some(v) => json_response(200, &v),
+        None => json_response(200, written),
+    }
+}
+
+fn deleted_status(rid: Rid, key: &ObjKey, before: Option<&Value>) -> Response {
+    let def = &RESOURCES[rid];
+    let uid = before
+        .and_then(|b| b.pointer("/metadata/uid"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    json_response(
+        200,
+        &json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": key.1, "group": def.group, "kind": def.plural, "uid": uid},
+        }),
+    )
+}
+
+fn delete_opts(
+    content_type: &str,
+    body: &Bytes,
+    query: &HashMap<String, String>,
+) -> Result<DeleteOpts, ApiError> {
+    let value = parse_body(content_type, body)?;
+    let text = |p: &str| value.pointer(p).and_then(Value::as_str).map(str::to_string);
+    Ok(DeleteOpts {
+        grace: value
+            .get("gracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok())),
+        uid: text("/preconditions/uid"),
+        resource_version: text("/preconditions/resourceVersion"),
+    })
+}
+
+fn list(shared: &Shared, rid: Rid, namespace: Option<&str>, sel: &Selectors) -> Response {
+    let def = &RESOURCES[rid];
+    let (items, rv) = shared
+        .world
+        .read(|inner| (inner.list(rid, namespace, sel), inner.resource_version()));
+    let body = json!({
+        "kind": format!("{}List", def.kind),
+        "apiVersion": def.api_version(),
+        "metadata": {"resourceVersion": rv.to_string()},
+        "items": items.iter().map(|v| (**v).clone()).collect::<Vec<_>>(),
+    });
+    json_response(200, &body)
+}
+
+fn event_line(type_: &str, object: &Value) -> Bytes {
+    let mut line = json!({"type": type_, "object": object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+fn bookmark(rid: Rid, rv: u64, initial_end: bool) -> Bytes {
+    let def = &RESOURCES[rid];
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    event_line(
+        "BOOKMARK",
+        &json!({"kind": def.kind, "apiVersion": def.api_version(), "metadata": metadata}),
+    )
+}
+
+/// What a watch over `(namespace, selectors)` reports for one log entry, if anything: a
+/// MODIFIED that moves an object into or out of the selection is reported as ADDED or
+/// DELETED, as the apiserver does.
+fn filtered(entry: &LogEntry, namespace: Option<&str>, sel: &Selectors) -> Option<Bytes> {
+    if let Some(ns) = namespace {
+        let object_ns = entry
+            .object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if object_ns != ns {
+            return None;
+        }
+    }
+    let now = sel.matches(&entry.object);
+    let type_ = match entry.type_ {
+        "MODIFIED" => {
+            let before = entry.prev.as_ref().is_none_or(|p| sel.matches(p));
+            match (before, now) {
+                (true, true) => "MODIFIED",
+                (false, true) => "ADDED",
+                (true, false) => "DELETED",
+                (false, false) => return None,
+            }
+        }
+        other if now => other,
+        _ => return None,
+    };
+    Some(event_line(type_, &entry.object))
+}
+
+struct WatchState {
+    world: Arc<World>,
+    rx: tokio::sync::watch::Receiver<u64>,
+    rid: Rid,
+    namespace: Option<String>,
+    sel: Selectors,
+    cursor: u64,
+    queue: VecDeque<Bytes>,
+    deadline: tokio::time::Instant,
+    bookmarks: bool,
+    done: bool,
+}
+
+fn watch(
+    shared: &Shared,
+    rid: Rid,
+    namespace: Option<String>,
+    sel: Selectors,
+    query: &HashMap<String, String>,
+) -> Response {
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_WATCH);
+    let bookmarks = flag(query, "allowWatchBookmarks");
+    let send_initial = flag(query, "sendInitialEvents");
+    let from: Option<u64> = query
+        .get("resourceVersion")
+        .filter(|rv| !rv.is_empty() && rv.as_str() != "0")
+        .map(|rv| rv.parse().unwrap_or(0));
+    let mut queue = VecDeque::new();
+    let mut rx = shared.world.subscribe();
+    rx.borrow_and_update();
+    let cursor = shared.world.read(|inner| {
+        if from.is_none() || send_initial {
+            for object in inner.list(rid, namespace.as_deref(), &sel) {
+                queue.push_back(event_line("ADDED", &object));
+            }
+            let rv = inner.resource_version();
+            if send_initial {
+                queue.push_back(bookmark(rid, rv, true));
+            }
+            rv
+        } else {
+            from.unwrap_or(0)
+        }
+    });
+    let state = WatchState {
+        world: shared.world.clone(),
+        rx,
+        rid,
+        namespace,
+        sel,
+        cursor,
+        queue,
+        deadline: tokio::time::Instant::now() + timeout,
+        bookmarks,
+        done: false,
+    };
+    let stream = futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(line) = st.queue.pop_front() {
+                return Some((Ok::<Bytes, Infallible>(line), st));
+            }
+            if st.done {
+                return None;
+            }
+            st.rx.borrow_and_update();
+            let gone = st.world.read(|inner| {
+                if st.cursor < inner.floor() {
+                    return true;
+                }
+                for entry in inner.entries_after(st.cursor) {
+                    if entry.rid == st.rid
+                        && let Some(line) = filtered(entry, st.namespace.as_deref(), &st.sel)
+                    {
+                        st.queue.push_back(line);
+                    }
+                }
+                st.cursor = st.cursor.max(inner.resource_version());
+                false
+            });
+            if gone {
+                let status = ApiError::new(
+                    410,
+                    "Expired",
+                    format!("too old resource version: {}", st.cursor),
+                )
+                .status();
+                st.queue.push_back(event_line("ERROR", &status));
+                st.done = true;
+                continue;
+            }
+            if !st.queue.is_empty() {
+                continue;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= st.deadline {
+                return None;
+            }
+            let wait = (st.deadline - now).min(BOOKMARK_EVERY);
+            tokio::select! {
+                changed = st.rx.changed() => {
+                    if changed.is_err() {
+                        st.done = true;
+                    }
+                }
+                _ = tokio::time::sleep(wait) => {
+                    if st.bookmarks && tokio::time::Instant::now() < st.deadline {
+                        st.queue.push_back(bookmark(st.rid, st.cursor, false));
+                    }
+                }
+            }
+        }
+    });
+    Response::builder()
+        .status(200)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| ApiError::new(500, "InternalError", "watch".into()).into_response())
+}

@@ -1,0 +1,1145 @@
+//! The served world: the [`SimCluster`] plus the objects only the API server keeps (Leases,
+//! Events, Namespaces, CRDs), a published JSON view of every object, and the watch log.
+//!
+//! Every write through HTTP becomes a simulator operation (the same `execute`, `apply_*`,
+//! `evict`, `delete_*` the in-process adapter uses), so there is one world and one set of
+//! rules. After each operation, and after each clock tick, [`Inner::publish`] compares the
+//! simulator's objects with what was last published and appends ADDED/MODIFIED/DELETED
+//! entries to the log watches read from. An object the simulator changed without bumping its
+//! resourceVersion (the kubelet writing pod status) gets a fresh one here, so every change a
+//! client can observe carries a new resourceVersion.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Resource;
+use nodewright_schema::validate::{validate_nodewright_value, validate_policy_value};
+use nodewright_schema::{DeploymentPolicy, NodeWright, keys};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::resources::{self, RESOURCES, Rid};
+use super::select::Selectors;
+use crate::cluster::ClusterError;
+use crate::plan::{Action, NodePatch, Outcome};
+use crate::sim::{EvictionError, NodeInput, PdbInput, SimCluster, util};
+
+/// `(namespace or "", name)`.
+pub type ObjKey = (String, String);
+
+/// Watch log entries kept for resuming watches; older resourceVersions get 410 Gone.
+const LOG_CAPACITY: usize = 50_000;
+
+/// One change, as a watch reports it.
+#[derive(Clone, Debug)]
+pub struct LogEntry {
+    /// The resourceVersion of the change.
+    pub rv: u64,
+    /// Which resource.
+    pub rid: Rid,
+    /// `ADDED`, `MODIFIED` or `DELETED`.
+    pub type_: &'static str,
+    /// The object after the change (before it, for DELETED).
+    pub object: Arc<Value>,
+    /// The object before a MODIFIED change (for selector transitions).
+    pub prev: Option<Arc<Value>>,
+}
+
+/// Typed copies of the simulator's objects as last published.
+#[derive(Default)]
+struct Seen {
+    nodes: BTreeMap<String, Node>,
+    pods: BTreeMap<(String, String), Pod>,
+    jobs: BTreeMap<String, Job>,
+    config_maps: BTreeMap<(String, String), ConfigMap>,
+    pdbs: BTreeMap<(String, String), PodDisruptionBudget>,
+    nodewrights: BTreeMap<String, NodeWright>,
+    policies: BTreeMap<String, DeploymentPolicy>,
+    events: usize,
+}
+
+/// The state behind the lock.
+pub struct Inner {
+    /// The simulated cluster.
+    pub sim: SimCluster,
+    objects: Vec<BTreeMap<ObjKey, Arc<Value>>>,
+    seen: Seen,
+    log: VecDeque<LogEntry>,
+    floor: u64,
+    fail_updates: u32,
+    conflicts: u64,
+}
+
+/// The served world: one lock, plus a channel that wakes watches after every change.
+pub struct World {
+    inner: Mutex<Inner>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+fn to_value<T: Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// The `(namespace, name)` of an object.
+pub fn key_of(value: &Value) -> ObjKey {
+    let meta = value.get("metadata");
+    let text = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (text("namespace"), text("name"))
+}
+
+/// The object's resourceVersion as a number (0 when absent or not numeric).
+pub fn rv_of(value: &Value) -> u64 {
+    value
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn sim_error(e: ClusterError) -> ApiError {
+    match e {
+        ClusterError::Api {
+            status, message, ..
+        } => ApiError::new(status, "InternalError", message),
+        other => ApiError::new(500, "InternalError", other.to_string()),
+    }
+}
+
+fn outcome_error(outcome: Outcome, rid: Rid, name: &str) -> Result<(), ApiError> {
+    match outcome {
+        Outcome::Done => Ok(()),
+        Outcome::NotFound => Err(ApiError::not_found(rid, name)),
+        Outcome::AlreadyExists => Err(ApiError::already_exists(rid, name)),
+        Outcome::Conflict => Err(ApiError::conflict(
+            rid,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )),
+        Outcome::EvictionRefused { message } => Err(ApiError::new(429, "TooManyRequests", message)),
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(value: &Value, rid: Rid) -> Result<T, ApiError> {
+    serde_json::from_value(value.clone()).map_err(|e| {
+        ApiError::invalid(
+            rid,
+            &key_of(value).1,
+            format!("cannot decode {}: {e}", RESOURCES[rid].kind),
+        )
+    })
+}
+
+/// Diffs one simulator collection against its published copies.
+fn sync_kind<K: Ord + Clone, T>(
+    rid: Rid,
+    current: &mut BTreeMap<K, T>,
+    seen: &mut BTreeMap<K, T>,
+    counter: &mut u64,
+    objects: &mut BTreeMap<ObjKey, Arc<Value>>,
+    out: &mut Vec<LogEntry>,
+) where
+    T: Resource + Clone + PartialEq + Serialize,
+{
+    for (k, obj) in current.iter_mut() {
+        let type_ = match seen.get(k) {
+            Some(s) if s == obj => continue,
+            Some(s) => {
+                if s.meta().resource_version == obj.meta().resource_version {
+                    *counter += 1;
+                    obj.meta_mut().resource_version = Some(counter.to_string());
+                }
+                "MODIFIED"
+            }
+            None => {
+                if obj.meta().resource_version.is_none() {
+                    *counter += 1;
+                    obj.meta_mut().resource_version = Some(counter.to_string());
+                }
+                "ADDED"
+            }
+        };
+        let value = Arc::new(to_value(obj));
+        let prev = objects.insert(key_of(&value), value.clone());
+        out.push(LogEntry {
+            rv: rv_of(&value),
+            rid,
+            type_,
+            object: value,
+            prev,
+        });
+        seen.insert(k.clone(), obj.clone());
+    }
+    let gone: Vec<K> = seen
+        .keys()
+        .filter(|k| !current.contains_key(*k))
+        .cloned()
+        .collect();
+    for k in gone {
+        let Some(obj) = seen.remove(&k) else { continue };
+        *counter += 1;
+        let mut value = to_value(&obj);
+        let key = key_of(&value);
+        value["metadata"]["resourceVersion"] = json!(counter.to_string());
+        objects.remove(&key);
+        out.push(LogEntry {
+            rv: *counter,
+            rid,
+            type_: "DELETED",
+            object: Arc::new(value),
+            prev: None,
+        });
+    }
+}
+
+/// The NodePatch turning `old` into `new` (annotations, labels, taints, unschedulable): how
+/// an HTTP write to a Node reaches the simulator's node-patch semantics.
+fn node_patch(old: &Node, new: &Node) -> NodePatch {
+    let mut patch = NodePatch::new(old.metadata.name.clone().unwrap_or_default());
+    let empty = BTreeMap::new();
+    let diff = |a: Option<&BTreeMap<String, String>>, b: Option<&BTreeMap<String, String>>| {
+        let (a, b) = (a.unwrap_or(&empty), b.unwrap_or(&empty));
+        let mut out = BTreeMap::new();
+        for (k, v) in b {
+            if a.get(k) != Some(v) {
+                out.insert(k.clone(), Some(v.clone()));
+            }
+        }
+        for k in a.keys() {
+            if !b.contains_key(k) {
+                out.insert(k.clone(), None);
+            }
+        }
+        out
+    };
+    patch.annotations = diff(
+        old.metadata.annotations.as_ref(),
+        new.metadata.annotations.as_ref(),
+    );
+    patch.labels = diff(old.metadata.labels.as_ref(), new.metadata.labels.as_ref());
+    let taints = |n: &Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+    };
+    let (before, after) = (taints(old), taints(new));
+    if before != after {
+        patch.remove_taints = before.iter().map(|t| t.key.clone()).collect();
+        patch.add_taints = after;
+    }
+    let unschedulable = |n: &Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+    };
+    if unschedulable(old) != unschedulable(new) {
+        patch.unschedulable = Some(unschedulable(new));
+    }
+    patch
+}
+
+fn conditions(node: &Node) -> Vec<NodeCondition> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+}
+
+fn first_error(violations: &[nodewright_schema::validate::Violation]) -> Option<String> {
+    let errors: Vec<String> = violations
+        .iter()
+        .filter(|v| v.is_error())
+        .map(|v| v.to_string())
+        .collect();
+    (!errors.is_empty()).then(|| errors.join("; "))
+}
+
+/// A NodeWright as admission would accept it (422 otherwise).
+fn admit_nodewright(value: &Value, old: Option<&NodeWright>) -> Result<NodeWright, ApiError> {
+    let (typed, violations) = validate_nodewright_value(value, old, None);
+    if let Some(message) = first_error(&violations) {
+        return Err(ApiError::invalid(
+            resources::NODEWRIGHTS,
+            &key_of(value).1,
+            message,
+        ));
+    }
+    typed.ok_or_else(|| {
+        ApiError::invalid(
+            resources::NODEWRIGHTS,
+            &key_of(value).1,
+            "the object does not decode as a NodeWright".into(),
+        )
+    })
+}
+
+/// A DeploymentPolicy as admission would store it, defaulted (422 otherwise).
+fn admit_policy(value: &Value) -> Result<DeploymentPolicy, ApiError> {
+    let (typed, violations) = validate_policy_value(value);
+    if let Some(message) = first_error(&violations) {
+        return Err(ApiError::invalid(
+            resources::POLICIES,
+            &key_of(value).1,
+            message,
+        ));
+    }
+    typed.ok_or_else(|| {
+        ApiError::invalid(
+            resources::POLICIES,
+            &key_of(value).1,
+            "the object does not decode as a DeploymentPolicy".into(),
+        )
+    })
+}
+
+/// Options of a DELETE.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOpts {
+    /// `gracePeriodSeconds`.
+    pub grace: Option<i64>,
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+}
+
+impl World {
+    /// Wraps a simulated cluster and publishes its objects.
+    pub fn new(sim: SimCluster) -> Self {
+        let mut inner = Inner {
+            sim,
+            objects: vec![BTreeMap::new(); RESOURCES.len()],
+            seen: Seen::default(),
+            log: VecDeque::new(),
+            floor: 0,
+            fail_updates: 0,
+            conflicts: 0,
+        };
+        inner.seed();
+        inner.publish();
+        inner.log.clear();
+        inner.floor = inner.sim.resource_version;
+        let (changed, _) = tokio::sync::watch::channel(inner.sim.resource_version);
+        World {
+            inner: Mutex::new(inner),
+            changed,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A handler that panicked mid-write left the world as it was at that point; the
+        // simulator keeps its own invariants per operation, so serving on is the best choice.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the world, then publishes its changes and wakes the watches.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        let mut inner = self.lock();
+        let out = f(&mut inner);
+        inner.publish();
+        let rv = inner.sim.resource_version;
+        drop(inner);
+        self.changed.send_if_modified(|seen| {
+            let moved = *seen != rv;
+            *seen = rv;
+            moved
+        });
+        out
+    }
+
+    /// Reads the world without changing it.
+    pub fn read<R>(&self, f: impl FnOnce(&Inner) -> R) -> R {
+        f(&self.lock())
+    }
+
+    /// Runs `f` on the simulated cluster (tests, scenario steps), then publishes.
+    pub fn with_sim<R>(&self, f: impl FnOnce(&mut SimCluster) -> R) -> R {
+        self.with(|inner| f(&mut inner.sim))
+    }
+
+    /// Makes the next `n` updates (PUT/PATCH) answer 409 Conflict, as a concurrent writer
+    /// would cause: a fault to test optimistic-concurrency retries against.
+    pub fn fail_next_updates(&self, n: u32) {
+        self.lock().fail_updates = n;
+    }
+
+    /// How many updates were refused with 409 Conflict so far (stale resourceVersion or
+    /// UID precondition, or injected).
+    pub fn conflicts(&self) -> u64 {
+        self.lock().conflicts
+    }
+
+    /// A receiver that changes whenever the world does.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+impl Inner {
+    /// The current resourceVersion (of the whole world, as lists report it).
+    pub fn resource_version(&self) -> u64 {
+        self.sim.resource_version
+    }
+
+    /// The oldest resourceVersion a watch can resume from.
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// Log entries after `rv`, in order.
+    pub fn entries_after(&self, rv: u64) -> impl Iterator<Item = &LogEntry> {
+        let start = self.log.partition_point(|e| e.rv <= rv);
+        self.log.range(start..)
+    }
+
+    /// One object.
+    pub fn get(&self, rid: Rid, key: &ObjKey) -> Option<Arc<Value>> {
+        self.objects[rid].get(key).cloned()
+    }
+
+    /// Objects of a resource in a namespace (or all), selected.
+    pub fn list(&self, rid: Rid, namespace: Option<&str>, sel: &Selectors) -> Vec<Arc<Value>> {
+        self.objects[rid]
+            .iter()
+            .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+            .filter(|(_, v)| sel.matches(v))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.sim.resource_version += 1;
+        self.sim.resource_version
+    }
+
+    fn append(&mut self, entry: LogEntry) {
+        self.log.push_back(entry);
+        while self.log.len() > LOG_CAPACITY {
+            if let Some(old) = self.log.pop_front() {
+                self.floor = old.rv;
+            }
+        }
+    }
+
+    /// Namespaces and CRDs a fresh server has.
+    fn seed(&mut self) {
+        let mut namespaces: Vec<String> = vec![
+            "default".into(),
+            "kube-system".into(),
+            self.sim.namespace().to_string(),
+        ];
+        for (ns, _) in self.sim.pods.keys() {
+            namespaces.push(ns.clone());
+        }
+        namespaces.sort();
+        namespaces.dedup();
+        for ns in namespaces {
+            let value = json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            });
+            self.put_generic(resources::NAMESPACES, value, None);
+        }
+        for (_, crd) in nodewright_schema::crd::all() {
+            let mut value = to_value(&crd);
+            value["status"] = json!({
+                "acceptedNames": value["spec"]["names"].clone(),
+                "conditions": [{"type": "Established", "status": "True"}],
+                "storedVersions": ["v1alpha1"],
+            });
+            self.put_generic(resources::CRDS, value, None);
+        }
+    }
+
+    /// Stores an object the server itself keeps, with a new resourceVersion; `old` is the
+    /// previous value (identity fields are kept from it).
+    fn put_generic(&mut self, rid: Rid, mut value: Value, old: Option<&Value>) -> Arc<Value> {
+        let rv = self.next_rv();
+        let now = util::time(self.sim.now());
+        if !value["metadata"].is_object() {
+            value["metadata"] = json!({});
+        }
+        let meta = &mut value["metadata"];
+        match old {
+            Some(old) => {
+                for k in ["uid", "creationTimestamp", "deletionTimestamp"] {
+                    if let Some(v) = old.pointer(&format!("/metadata/{k}")) {
+                        meta[k] = v.clone();
+                    }
+                }
+            }
+            None => {
+                meta["uid"] = json!(self.sim.rng.uid());
+                meta["creationTimestamp"] = to_value(&now);
+            }
+        }
+        meta["resourceVersion"] = json!(rv.to_string());
+        let def = &RESOURCES[rid];
+        value["apiVersion"] = json!(def.api_version());
+        value["kind"] = json!(def.kind);
+        let value = Arc::new(value);
+        let prev = self.objects[rid].insert(key_of(&value), value.clone());
+        self.append(LogEntry {
+            rv,
+            rid,
+            type_: if prev.is_some() { "MODIFIED" } else { "ADDED" },
+            object: value.clone(),
+            prev,
+        });
+        value
+    }
+
+    fn remove_generic(&mut self, rid: Rid, key: &ObjKey) {
+        if let Some(old) = self.objects[rid].remove(key) {
+            let rv = self.next_rv();
+            let mut value = (*old).clone();
+            value["metadata"]["resourceVersion"] = json!(rv.to_string());
+            self.append(LogEntry {
+                rv,
+                rid,
+                type_: "DELETED",
+                object: Arc::new(value),
+                prev: None,
+            });
+        }
+    }
+
+    /// Publishes every change of the simulator's objects since the last call.
+    pub fn publish(&mut self) {
+        let mut out = Vec::new();
+        let Inner {
+            sim, objects, seen, ..
+        } = self;
+        let counter = &mut sim.resource_version;
+        sync_kind(
+            resources::NODES,
+            &mut sim.nodes,
+            &mut seen.nodes,
+            counter,
+            &mut objects[resources::NODES],
+            &mut out,
+        );
+        sync_kind(
+            resources::PODS,
+            &mut sim.pods,
+            &mut seen.pods,
+            counter,
+            &mut objects[resources::PODS],
+            &mut out,
+        );
+        sync_kind(
+            resources::JOBS,
+            &mut sim.jobs,
+            &mut seen.jobs,
+            counter,
+            &mut objects[resources::JOBS],
+            &mut out,
+        );
+        sync_kind(
+            resources::CONFIG_MAPS,
+            &mut sim.config_maps,
+            &mut seen.config_maps,
+            counter,
+            &mut objects[resources::CONFIG_MAPS],
+            &mut out,
+        );
+        sync_kind(
+            resources::PDBS,
+            &mut sim.pdbs,
+            &mut seen.pdbs,
+            counter,
+            &mut objects[resources::PDBS],
+            &mut out,
+        );
+        sync_kind(
+            resources::NODEWRIGHTS,
+            &mut sim.nodewrights,
+            &mut seen.nodewrights,
+            counter,
+            &mut objects[resources::NODEWRIGHTS],
+            &mut out,
+        );
+        sync_kind(
+            resources::POLICIES,
+            &mut sim.policies,
+            &mut seen.policies,
+            counter,
+            &mut objects[resources::POLICIES],
+            &mut out,
+        );
+        out.sort_by_key(|e| e.rv);
+        for entry in out {
+            self.append(entry);
+        }
+        // Events the simulator recorded (in-process, or through events.k8s.io) appear as core
+        // v1 Events, the way the apiserver serves one store under both groups.
+        let fresh: Vec<_> = self.sim.events[self.seen.events..].to_vec();
+        self.seen.events = self.sim.events.len();
+        for (i, ev) in fresh.into_iter().enumerate() {
+            let (api_version, kind) = if ev.object_kind == "Node" {
+                ("v1".to_string(), "Node".to_string())
+            } else {
+                (keys::API_VERSION.to_string(), ev.object_kind.clone())
+            };
+            let at = to_value(&util::time(ev.at));
+            let value = json!({
+                "metadata": {
+                    "name": format!("{}.{:x}", ev.object, self.seen.events - i),
+                    "namespace": "default",
+                },
+                "involvedObject": {"apiVersion": api_version, "kind": kind, "name": ev.object},
+                "type": ev.type_,
+                "reason": ev.reason,
+                "message": ev.message,
+                "firstTimestamp": at,
+                "lastTimestamp": at,
+                "count": 1,
+                "source": {"component": "nodewright-gitops"},
+            });
+            self.put_generic(resources::CORE_EVENTS, value, None);
+        }
+    }
+
+    fn require(&self, rid: Rid, key: &ObjKey) -> Result<Arc<Value>, ApiError> {
+        self.get(rid, key)
+            .ok_or_else(|| ApiError::not_found(rid, &key.1))
+    }
+
+    /// POST: creates an object.
+    pub fn create(
+        &mut self,
+        rid: Rid,
+        namespace: &str,
+        mut value: Value,
+    ) -> Result<ObjKey, ApiError> {
+        if !value["metadata"].is_object() {
+            value["metadata"] = json!({});
+        }
+        if RESOURCES[rid].namespaced {
+            value["metadata"]["namespace"] = json!(namespace);
+        }
+        let name = match value.pointer("/metadata/name").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => match value
+                .pointer("/metadata/generateName")
+                .and_then(Value::as_str)
+            {
+                Some(prefix) => {
+                    let suffix = self.sim.rng.uid();
+                    format!("{prefix}{}", &suffix[..5.min(suffix.len())])
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        rid,
+                        "",
+                        "metadata.name: Required value: name or generateName is required".into(),
+                    ));
+                }
+            },
+        };
+        value["metadata"]["name"] = json!(name);
+        let key: ObjKey = (
+            if RESOURCES[rid].namespaced {
+                namespace.to_string()
+            } else {
+                String::new()
+            },
+            name.clone(),
+        );
+        if self.get(rid, &key).is_some() {
+            return Err(ApiError::already_exists(rid, &name));
+        }
+        match rid {
+            resources::NODES => {
+                let node: Node = decode(&value, rid)?;
+                let spec = node.spec.clone().unwrap_or_default();
+                self.sim.add_node(NodeInput {
+                    name: name.clone(),
+                    labels: node.metadata.labels.clone().unwrap_or_default(),
+                    annotations: node.metadata.annotations.clone().unwrap_or_default(),
+                    taints: spec.taints.unwrap_or_default(),
+                    unschedulable: spec.unschedulable.unwrap_or(false),
+                });
+            }
+            resources::JOBS => {
+                let job: Job = decode(&value, rid)?;
+                let outcome = self
+                    .sim
+                    .execute(&Action::CreateJob(Box::new(job)))
+                    .map_err(sim_error)?;
+                outcome_error(outcome, rid, &name)?;
+            }
+            resources::CONFIG_MAPS => {
+                let cm: ConfigMap = decode(&value, rid)?;
+                let outcome = self
+                    .sim
+                    .execute(&Action::UpsertConfigMap(Box::new(cm)))
+                    .map_err(sim_error)?;
+                outcome_error(outcome, rid, &name)?;
+            }
+            resources::PDBS => {
+                let pdb: PodDisruptionBudget = decode(&value, rid)?;
+                let spec = pdb.spec.unwrap_or_default();
+                self.sim.add_pdb(PdbInput {
+                    name: name.clone(),
+                    namespace: namespace.to_string(),
+                    selector: spec
+                        .selector
+                        .and_then(|s| s.match_labels)
+                        .unwrap_or_default(),
+                    min_available: spec.min_available,
+                    max_unavailable: spec.max_unavailable,
+                });
+            }
+            resources::NODEWRIGHTS => {
+                let nw = admit_nodewright(&value, None)?;
+                self.sim.apply_nodewright(&nw, None);
+            }
+            resources::POLICIES => {
+                let policy = admit_policy(&value)?;
+                self.sim.apply_policy(&policy);
+            }
+            resources::PODS => {
+                return Err(ApiError::new(
+                    405,
+                    "MethodNotAllowed",
+                    "the simulator creates pods through Jobs and scenario workloads only".into(),
+                ));
+            }
+            resources::EVENTS => {
+                let regarding = value.get("regarding").cloned().unwrap_or(Value::Null);
+                let text = |v: &Value, k: &str| {
+                    v.get(k)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                let kind = text(&regarding, "kind");
+                let object = text(&regarding, "name");
+                let type_ = text(&value, "type");
+                let reason = text(&value, "reason");
+                let note = text(&value, "note");
+                self.sim
+                    .record_event(&kind, &object, &type_, &reason, &note);
+                self.put_generic(rid, value, None);
+            }
+            _ => {
+                self.put_generic(rid, value, None);
+            }
+        }
+        Ok(key)
+    }
+
+    /// PUT or PATCH after the new value was computed: checks the preconditions the body
+    /// carries (resourceVersion, uid) and commits through the simulator.
+    pub fn update(
+        &mut self,
+        rid: Rid,
+        key: &ObjKey,
+        status: bool,
+        new: Value,
+    ) -> Result<(), ApiError> {
+        let result = self.update_checked(rid, key, status, new);
+        if matches!(&result, Err(e) if e.code == 409) {
+            self.conflicts += 1;
+        }
+        result
+    }
+
+    fn update_checked(
+        &mut self,
+        rid: Rid,
+        key: &ObjKey,
+        status: bool,
+        new: Value,
+    ) -> Result<(), ApiError> {
+        let old = self.require(rid, key)?;
+        let name = key.1.as_str();
+        if self.fail_updates > 0 {
+            self.fail_updates -= 1;
+            return Err(ApiError::conflict(rid, name, "injected conflict"));
+        }
+        let wanted_rv = new
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        let current_rv = old
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        if wanted_rv.is_some() && wanted_rv != current_rv {
+            return Err(ApiError::conflict(
+                rid,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        let wanted_uid = new.pointer("/metadata/uid").and_then(Value::as_str);
+        let current_uid = old.pointer("/metadata/uid").and_then(Value::as_str);
+        if wanted_uid.is_some() && wanted_uid != current_uid {
+            return Err(ApiError::conflict(
+                rid,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                    wanted_uid.unwrap_or_default(),
+                    current_uid.unwrap_or_default()
+                ),
+            ));
+        }
+        match (rid, status) {
+            (resources::NODES, false) => {
+                let (before, after): (Node, Node) = (decode(&old, rid)?, decode(&new, rid)?);
+                let patch = node_patch(&before, &after);
+                if patch.is_empty() {
+                    return Ok(());
+                }
+                let outcome = self
+                    .sim
+                    .execute(&Action::PatchNode(patch))
+                    .map_err(sim_error)?;
+                outcome_error(outcome, rid, name)
+            }
+            (resources::NODES, true) => {
+                let (before, after): (Node, Node) = (decode(&old, rid)?, decode(&new, rid)?);
+                let (was, now) = (conditions(&before), conditions(&after));
+                let set: Vec<NodeCondition> =
+                    now.iter().filter(|c| !was.contains(c)).cloned().collect();
+                let remove: Vec<String> = was
+                    .iter()
+                    .filter(|c| !now.iter().any(|n| n.type_ == c.type_))
+                    .map(|c| c.type_.clone())
+                    .collect();
+                if set.is_empty() && remove.is_empty() {
+                    return Ok(());
+                }
+                let outcome = self
+                    .sim
+                    .execute(&Action::PatchNodeConditions {
+                        node: name.to_string(),
+                        set,
+                        remove,
+                    })
+                    .map_err(sim_error)?;
+                outcome_error(outcome, rid, name)
+            }
+            (resources::JOBS, false) => {
+                let after: Job = decode(&new, rid)?;
+                self.update_job(name, &after);
+                Ok(())
+            }
+            (resources::PODS, false) => {
+                let after: Pod = decode(&new, rid)?;
+                let rv = self.next_rv();
+                if let Some(pod) = self.sim.pods.get_mut(key) {
+                    pod.metadata.labels = after.metadata.labels;
+                    pod.metadata.annotations = after.metadata.annotations;
+                    pod.metadata.resource_version = Some(rv.to_string());
+                }
+                Ok(())
+            }
+            (resources::CONFIG_MAPS, _) => {
+                let cm: ConfigMap = decode(&new, rid)?;
+                let outcome = self
+                    .sim
+                    .execute(&Action::UpsertConfigMap(Box::new(cm)))
+                    .map_err(sim_error)?;
+                outcome_error(outcome, rid, name)
+            }
+            (resources::NODEWRIGHTS, false) => {
+                let before: NodeWright = decode(&old, rid)?;
+                let after = admit_nodewright(&new, Some(&before))?;
+                self.update_nodewright(name, after);
+                Ok(())
+            }
+            (resources::NODEWRIGHTS, true) => {
+                let after: NodeWright = decode(&new, rid)?;
+                let outcome = self
+                    .sim
+                    .execute(&Action::PatchNodeWrightStatus {
+                        name: name.to_string(),
+                        status: Box::new(after.status.unwrap_or_default()),
+                    })
+                    .map_err(sim_error)?;
+                outcome_error(outcome, rid, name)
+            }
+            (resources::POLICIES, _) => {
+                let after = admit_policy(&new)?;
+                let rv = self.next_rv();
+                if let Some(live) = self.sim.policies.get_mut(name) {
+                    if live.spec != after.spec {
+                        live.spec = after.spec;
+                        live.metadata.generation = Some(live.metadata.generation.unwrap_or(1) + 1);
+                    }
+                    live.metadata.labels = after.metadata.labels;
+                    live.metadata.annotations = after.metadata.annotations;
+                    live.metadata.resource_version = Some(rv.to_string());
+                }
+                Ok(())
+            }
+            (resources::PODS | resources::JOBS | resources::PDBS, _) => Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                format!(
+                    "{} of {} are written by the simulated controllers, not through the API",
+                    if status { "status" } else { "objects" },
+                    RESOURCES[rid].plural
+                ),
+            )),
+            _ => {
+                let finished = new.pointer("/metadata/deletionTimestamp").is_some()
+                    && new
+                        .pointer("/metadata/finalizers")
+                        .and_then(Value::as_array)
+                        .is_none_or(|f| f.is_empty());
+                if finished {
+                    self.remove_generic(rid, key);
+                } else {
+                    self.put_generic(rid, new, Some(&old));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A Job write: suspend through the simulator's suspend, the other mutable fields set
+    /// with a generation bump, then the Job controller looks at it again.
+    fn update_job(&mut self, name: &str, after: &Job) {
+        let Some(before) = self.sim.jobs.get(name).cloned() else {
+            return;
+        };
+        let spec_of = |j: &Job| j.spec.clone().unwrap_or_default();
+        let (old_spec, new_spec) = (spec_of(&before), spec_of(after));
+        if old_spec.suspend.unwrap_or(false) != new_spec.suspend.unwrap_or(false) {
+            self.sim
+                .suspend_job(name, new_spec.suspend.unwrap_or(false));
+        }
+        let rv = self.next_rv();
+        let mut deadline = None;
+        if let Some(job) = self.sim.jobs.get_mut(name) {
+            let spec = job.spec.get_or_insert_with(Default::default);
+            let mut spec_changed = false;
+            if spec.ttl_seconds_after_finished != new_spec.ttl_seconds_after_finished {
+                spec.ttl_seconds_after_finished = new_spec.ttl_seconds_after_finished;
+                spec_changed = true;
+            }
+            if spec.active_deadline_seconds != new_spec.active_deadline_seconds {
+                spec.active_deadline_seconds = new_spec.active_deadline_seconds;
+                spec_changed = true;
+                // The Job controller requeues a Job at its new deadline.
+                let start = job.status.as_ref().and_then(|s| s.start_time.clone());
+                let uid = job.metadata.uid.clone().unwrap_or_default();
+                if let (Some(start), Some(ads)) = (start, new_spec.active_deadline_seconds) {
+                    deadline = Some((
+                        uid,
+                        util::add(start.0, Duration::from_secs(ads.max(0) as u64)),
+                    ));
+                }
+            }
+            if spec_changed {
+                job.metadata.generation = Some(job.metadata.generation.unwrap_or(1) + 1);
+            }
+            job.metadata.labels = after.metadata.labels.clone();
+            job.metadata.annotations = after.metadata.annotations.clone();
+            job.metadata.resource_version = Some(rv.to_string());
+        }
+        if let Some((uid, at)) = deadline {
+            self.sim.job_sync_at(name, &uid, at);
+        }
+        self.sim.dirty_jobs.insert(name.to_string());
+        self.sim.settle();
+    }
+
+    /// A NodeWright write: labels, annotations, finalizers and spec (generation bump); a
+    /// NodeWright being deleted goes away once its last finalizer does.
+    fn update_nodewright(&mut self, name: &str, after: NodeWright) {
+        let rv = self.next_rv();
+        let Some(live) = self.sim.nodewrights.get_mut(name) else {
+            return;
+        };
+        if live.spec != after.spec {
+            live.spec = after.spec;
+            live.metadata.generation = Some(live.metadata.generation.unwrap_or(1) + 1);
+        }
+        live.metadata.labels = after.metadata.labels;
+        live.metadata.annotations = after.metadata.annotations;
+        live.metadata.finalizers = after.metadata.finalizers;
+        live.metadata.resource_version = Some(rv.to_string());
+        if live.metadata.deletion_timestamp.is_some()
+            && live
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_none_or(|f| f.is_empty())
+        {
+            self.sim.nodewrights.remove(name);
+        }
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`): NodeWrights, policies and
+    /// ConfigMaps through the simulator's apply; other kinds as a merge onto the live object.
+    /// Creates the object when absent.
+    pub fn apply(&mut self, rid: Rid, key: &ObjKey, mut applied: Value) -> Result<(), ApiError> {
+        if !applied["metadata"].is_object() {
+            applied["metadata"] = json!({});
+        }
+        applied["metadata"]["name"] = json!(key.1);
+        if RESOURCES[rid].namespaced {
+            applied["metadata"]["namespace"] = json!(key.0);
+        }
+        let old = self.get(rid, key);
+        let mut candidate = old.as_deref().cloned().unwrap_or_else(|| json!({}));
+        super::patch::merge(&mut candidate, &applied);
+        match rid {
+            resources::NODEWRIGHTS => {
+                let before = match &old {
+                    Some(o) => Some(decode::<NodeWright>(o, rid)?),
+                    None => None,
+                };
+                admit_nodewright(&candidate, before.as_ref())?;
+                let declared: NodeWright = decode(&applied, rid)?;
+                self.sim.apply_nodewright(&declared, None);
+                Ok(())
+            }
+            resources::POLICIES => {
+                admit_policy(&candidate)?;
+                let declared = admit_policy(&applied)?;
+                self.sim.apply_policy(&declared);
+                Ok(())
+            }
+            resources::CONFIG_MAPS => {
+                // The applier owns the whole data map: keys it no longer declares go away.
+                candidate["data"] = applied.get("data").cloned().unwrap_or(Value::Null);
+                let cm: ConfigMap = decode(&candidate, rid)?;
+                let outcome = self
+                    .sim
+                    .execute(&Action::UpsertConfigMap(Box::new(cm)))
+                    .map_err(sim_error)?;
+                outcome_error(outcome, rid, &key.1)
+            }
+            _ => match old {
+                Some(_) => {
+                    candidate["metadata"]
+                        .as_object_mut()
+                        .map(|m| m.remove("resourceVersion"));
+                    self.update(rid, key, false, candidate)
+                }
+                None => self.create(rid, &key.0, candidate).map(|_| ()),
+            },
+        }
+    }
+
+    /// DELETE. Returns whether the object still exists (finalizers, foreground deletion).
+    pub fn delete(&mut self, rid: Rid, key: &ObjKey, opts: &DeleteOpts) -> Result<bool, ApiError> {
+        let old = self.require(rid, key)?;
+        let name = key.1.as_str();
+        let uid = old.pointer("/metadata/uid").and_then(Value::as_str);
+        if opts.uid.is_some() && opts.uid.as_deref() != uid {
+            return Err(ApiError::conflict(
+                rid,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                    opts.uid.clone().unwrap_or_default(),
+                    uid.unwrap_or_default()
+                ),
+            ));
+        }
+        let rv = old
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        if opts.resource_version.is_some() && opts.resource_version.as_deref() != rv {
+            return Err(ApiError::conflict(
+                rid,
+                name,
+                "Precondition failed: the resourceVersion in the precondition does not match",
+            ));
+        }
+        match rid {
+            resources::NODES => {
+                self.sim.delete_node(name);
+            }
+            resources::PODS => {
+                self.sim.delete_pod(&key.0, name, opts.grace);
+            }
+            resources::JOBS => {
+                self.sim.delete_job(name, uid);
+            }
+            resources::CONFIG_MAPS => {
+                if key.0 == self.sim.namespace() {
+                    self.sim
+                        .execute(&Action::DeleteConfigMap {
+                            name: name.to_string(),
+                        })
+                        .map_err(sim_error)?;
+                } else {
+                    self.sim.config_maps.remove(key);
+                }
+            }
+            resources::PDBS => {
+                self.sim.delete_pdb(&key.0, name);
+            }
+            resources::NODEWRIGHTS => {
+                self.sim.delete_nodewright(name);
+            }
+            resources::POLICIES => {
+                self.sim.policies.remove(name);
+            }
+            _ => {
+                let has_finalizers = old
+                    .pointer("/metadata/finalizers")
+                    .and_then(Value::as_array)
+                    .is_some_and(|f| !f.is_empty());
+                if has_finalizers {
+                    if old.pointer("/metadata/deletionTimestamp").is_none() {
+                        let mut value = (*old).clone();
+                        value["metadata"]["deletionTimestamp"] =
+                            to_value(&util::time(self.sim.now()));
+                        self.put_generic(rid, value, Some(&old));
+                    }
+                } else {
+                    self.remove_generic(rid, key);
+                }
+            }
+        }
+        self.publish();
+        Ok(self.get(rid, key).is_some())
+    }
+
+    /// The Eviction subresource: 201, 404, or 429 with the DisruptionBudget cause.
+    pub fn evict(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        grace: Option<i64>,
+    ) -> Result<(), ApiError> {
+        match self.sim.evict(namespace, name, grace) {
+            Ok(()) => {
+                self.sim.record_history(format!("evict {namespace}/{name}"));
+                Ok(())
+            }
+            Err(EvictionError::NotFound(_)) => Err(ApiError::not_found(resources::PODS, name)),
+            Err(EvictionError::Refused { message, cause }) => {
+                Err(
+                    ApiError::new(429, "TooManyRequests", message).with_details(json!({
+                        "causes": [{"reason": "DisruptionBudget", "message": cause}],
+                    })),
+                )
+            }
+            Err(e @ EvictionError::MultiplePdbs(_)) => {
+                Err(ApiError::new(500, "InternalError", e.to_string()))
+            }
+        }
+    }
+}

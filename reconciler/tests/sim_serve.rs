@@ -1,0 +1,976 @@
+//! The kube adapter against `sim serve` over loopback (issue 8): every action observed through
+//! the API, 409 handling, PDB refusals, a full rollout compared with the in-process simulator,
+//! leader election between two replicas, and kubectl when it is installed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use nodewright_reconciler::cluster::kube::{KubeCluster, KubeOptions};
+use nodewright_reconciler::cluster::lease::{LeaderElector, LeaseConfig};
+use nodewright_reconciler::cluster::sim::{SimAdapter, block_on};
+use nodewright_reconciler::cluster::{Cluster, Desired};
+use nodewright_reconciler::controller::Controller;
+use nodewright_reconciler::plan::{
+    Action, Event, EventObject, EventType, NodePatch, NodeStateDelta, Outcome, PodRef,
+};
+use nodewright_reconciler::settings::Settings;
+use nodewright_reconciler::sim::http::{ServeOptions, SimServer};
+use nodewright_reconciler::sim::{
+    ModelRunner, NodeInput, OwnerKind, PackageModels, PdbInput, SimCluster, WorkloadPodInput,
+};
+use nodewright_schema::{
+    DeploymentPolicy, NodeWright, NodeWrightStatus, PackageStatus, Stage, State, Status, keys,
+};
+use serde_json::json;
+
+const NS: &str = "nodewright";
+
+fn models() -> PackageModels {
+    PackageModels(
+        serde_yaml::from_str(
+            "example/r: {default: {duration: 2s}, rebootTakes: 20s}\nexample/slow: {default: {duration: 1h}}\n",
+        )
+        .unwrap(),
+    )
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Two GPU nodes; on n0 a batch pod protected by a PDB (finishes after 90 s) and a web pod.
+fn world() -> SimCluster {
+    let mut sim = SimCluster::new(NS, Box::new(ModelRunner::new(models())), 7);
+    for i in 0..2 {
+        sim.add_node(NodeInput {
+            name: format!("n{i}"),
+            labels: labels(&[("gpu", "true")]),
+            ..NodeInput::default()
+        });
+    }
+    let pod = |name: &str, app: &str, run_for: Option<Duration>| WorkloadPodInput {
+        name: name.into(),
+        namespace: "apps".into(),
+        node: Some("n0".into()),
+        labels: labels(&[("app", app)]),
+        owner: OwnerKind::ReplicaSet,
+        tolerations: vec![],
+        empty_dir: false,
+        run_for,
+        grace_seconds: Some(5),
+    };
+    sim.add_workload_pod(pod("batch-0", "batch", Some(Duration::from_secs(90))));
+    sim.add_workload_pod(pod("web-0", "web", None));
+    sim.add_pdb(PdbInput {
+        name: "batch".into(),
+        namespace: "apps".into(),
+        selector: labels(&[("app", "batch")]),
+        min_available: Some(IntOrString::Int(1)),
+        max_unavailable: None,
+    });
+    sim
+}
+
+fn rollout_nodewright() -> NodeWright {
+    serde_yaml::from_str(
+        r#"
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: rollout
+spec:
+  nodeSelectors:
+    matchLabels:
+      gpu: "true"
+  interruptionBudget:
+    count: 1
+  packages:
+    driver:
+      version: 1.0.0
+      image: example/r
+      interrupt:
+        type: reboot
+      configMap:
+        a.conf: "x=1"
+"#,
+    )
+    .unwrap()
+}
+
+fn policy() -> DeploymentPolicy {
+    serde_yaml::from_str(
+        r#"
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: DeploymentPolicy
+metadata:
+  name: canary
+spec:
+  default:
+    budget:
+      count: 1
+    strategy:
+      fixed:
+        initialBatch: 1
+"#,
+    )
+    .unwrap()
+}
+
+async fn serve(sim: SimCluster, speed: f64) -> SimServer {
+    SimServer::start(
+        sim,
+        ServeOptions {
+            port: 0,
+            speed,
+            tick: Duration::from_millis(20),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+async fn connect(server: &SimServer, instance: &str) -> KubeCluster {
+    KubeCluster::connect(
+        server.client().await.unwrap(),
+        KubeOptions {
+            namespace: NS.into(),
+            instance: instance.into(),
+            clock: server.clock(),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Polls `check` every 50 ms for up to `limit` of wall time.
+async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < end {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+fn job(name: &str, node: &str) -> Job {
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": NS, "labels": {
+            keys::JOB_LABEL_NAME: "tuning", keys::JOB_LABEL_NODE: node}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"spec": {
+                "nodeName": node, "restartPolicy": "Never",
+                "initContainers": [{"name": "apply", "image": "example/slow:1.0.0", "args": ["apply"]}],
+                "containers": [{"name": "done", "image": "busybox"}]
+            }}
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapter_connects_and_snapshots_through_the_api() {
+    let server = serve(world(), 1.0).await;
+    let cluster = connect(&server, "a").await;
+    let snap = cluster.snapshot().await.unwrap();
+    let mut names: Vec<_> = snap
+        .nodes
+        .iter()
+        .map(|n| n.metadata.name.clone().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["n0", "n1"]);
+    // Workload pods are only watched on nodes under drain.
+    assert!(snap.pods.is_empty());
+    cluster
+        .execute(&Action::PatchNode(NodePatch {
+            unschedulable: Some(true),
+            ..NodePatch::new("n0")
+        }))
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "n0's pods in the snapshot",
+        || async {
+            let snap = cluster.snapshot().await.unwrap();
+            snap.pods.len() == 2
+                && snap
+                    .nodes
+                    .iter()
+                    .any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_action_kind_has_its_effect_through_the_api() {
+    let server = serve(world(), 5.0).await;
+    let cluster = connect(&server, "a").await;
+    let client = server.client().await.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "apps");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let nws: Api<NodeWright> = Api::all(client.clone());
+
+    // Node delta: annotation, label, node state, taint, cordon.
+    let mut patch = NodePatch::new("n1");
+    patch
+        .annotations
+        .insert("example.com/a".into(), Some("1".into()));
+    patch
+        .labels
+        .insert("example.com/l".into(), Some("x".into()));
+    patch.node_state.push(NodeStateDelta::Entries {
+        nodewright: "tuning".into(),
+        upsert: BTreeMap::from([(
+            "p|1.0.0".into(),
+            PackageStatus::new("p", "1.0.0", "example/p", Stage::Apply, State::InProgress),
+        )]),
+        remove: vec![],
+    });
+    patch.add_taints.push(k8s_openapi::api::core::v1::Taint {
+        key: "example.com/t".into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    });
+    patch.unschedulable = Some(true);
+    assert_eq!(
+        cluster.execute(&Action::PatchNode(patch)).await.unwrap(),
+        Outcome::Done
+    );
+    let n1 = nodes.get("n1").await.unwrap();
+    let ann = n1.metadata.annotations.clone().unwrap();
+    assert_eq!(ann["example.com/a"], "1");
+    assert!(ann[&keys::node_state("tuning")].contains("\"p|1.0.0\""));
+    assert_eq!(n1.metadata.labels.clone().unwrap()["example.com/l"], "x");
+    let spec = n1.spec.clone().unwrap();
+    assert_eq!(spec.unschedulable, Some(true));
+    assert!(
+        spec.taints
+            .unwrap()
+            .iter()
+            .any(|t| t.key == "example.com/t")
+    );
+    assert_eq!(
+        cluster
+            .execute(&Action::PatchNode(NodePatch::new("ghost")))
+            .await
+            .unwrap(),
+        Outcome::NotFound
+    );
+
+    // Node conditions through the status subresource.
+    let condition = k8s_openapi::api::core::v1::NodeCondition {
+        type_: "nodewright.nvidia.com/tuning/Erroring".into(),
+        status: "True".into(),
+        reason: Some("Erroring".into()),
+        ..Default::default()
+    };
+    cluster
+        .execute(&Action::PatchNodeConditions {
+            node: "n1".into(),
+            set: vec![condition.clone()],
+            remove: vec![],
+        })
+        .await
+        .unwrap();
+    let types: Vec<String> = nodes
+        .get_status("n1")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .map(|c| c.type_)
+        .collect();
+    assert_eq!(types[0], condition.type_);
+    assert!(types.contains(&"Ready".to_string()));
+
+    // Eviction: refused by the PDB with its message; allowed for the unprotected pod.
+    let evict = |name: &str| {
+        Action::EvictPod(PodRef {
+            namespace: "apps".into(),
+            name: name.into(),
+            node: "n0".into(),
+            nodewright: Some("tuning".into()),
+            grace_period_seconds: Some(0),
+        })
+    };
+    match cluster.execute(&evict("batch-0")).await.unwrap() {
+        Outcome::EvictionRefused { message } => {
+            assert!(message.contains("batch"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(
+        cluster.execute(&evict("web-0")).await.unwrap(),
+        Outcome::Done
+    );
+    eventually(Duration::from_secs(20), "web-0 gone", || async {
+        pods.get_opt("web-0").await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(
+        cluster.execute(&evict("web-0")).await.unwrap(),
+        Outcome::NotFound
+    );
+    assert_eq!(
+        cluster
+            .execute(&Action::DeletePod(PodRef {
+                namespace: "apps".into(),
+                name: "batch-0".into(),
+                node: "n0".into(),
+                nodewright: None,
+                grace_period_seconds: Some(0),
+            }))
+            .await
+            .unwrap(),
+        Outcome::Done
+    );
+
+    // Jobs: create (then AlreadyExists), suspend, annotate with a UID precondition, fail,
+    // foreground delete.
+    let create = Action::CreateJob(Box::new(job("j1", "n1")));
+    assert_eq!(cluster.execute(&create).await.unwrap(), Outcome::Done);
+    assert_eq!(
+        cluster.execute(&create).await.unwrap(),
+        Outcome::AlreadyExists
+    );
+    let uid = jobs.get("j1").await.unwrap().metadata.uid.unwrap();
+    cluster
+        .execute(&Action::SuspendJob {
+            name: "j1".into(),
+            suspend: true,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        jobs.get("j1").await.unwrap().spec.unwrap().suspend,
+        Some(true)
+    );
+    let annotate = |uid: &str| Action::AnnotateJob {
+        name: "j1".into(),
+        uid: Some(uid.into()),
+        annotations: BTreeMap::from([("example.com/seen".into(), "yes".into())]),
+        ttl_seconds_after_finished: Some(600),
+    };
+    assert_eq!(
+        cluster.execute(&annotate("not-the-uid")).await.unwrap(),
+        Outcome::NotFound
+    );
+    assert_eq!(
+        cluster.execute(&annotate(&uid)).await.unwrap(),
+        Outcome::Done
+    );
+    let j1 = jobs.get("j1").await.unwrap();
+    assert_eq!(j1.metadata.annotations.unwrap()["example.com/seen"], "yes");
+    assert_eq!(j1.spec.unwrap().ttl_seconds_after_finished, Some(600));
+    cluster
+        .execute(&Action::SuspendJob {
+            name: "j1".into(),
+            suspend: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        cluster
+            .execute(&Action::FailJob {
+                name: "j1".into(),
+                reason: "over the restart budget".into(),
+            })
+            .await
+            .unwrap(),
+        Outcome::Done
+    );
+    eventually(Duration::from_secs(20), "j1 failed", || async {
+        jobs.get("j1")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Failed" && c.status == "True")
+    })
+    .await;
+    assert_eq!(
+        cluster
+            .execute(&Action::DeleteJob {
+                name: "j1".into(),
+                uid: Some("someone-else".into()),
+                reason: "test".into(),
+            })
+            .await
+            .unwrap(),
+        Outcome::NotFound
+    );
+    assert!(jobs.get_opt("j1").await.unwrap().is_some());
+    cluster
+        .execute(&Action::DeleteJob {
+            name: "j1".into(),
+            uid: Some(uid),
+            reason: "test".into(),
+        })
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "j1 deleted", || async {
+        jobs.get_opt("j1").await.unwrap().is_none()
+    })
+    .await;
+
+    // ConfigMaps: server-side apply owns the whole data map.
+    let cm = |data: &[(&str, &str)]| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "tuning-p-1.0.0", "namespace": NS,
+                         "labels": {keys::JOB_LABEL_NAME: "tuning"}},
+            "data": labels(data),
+        }))
+        .unwrap()
+    };
+    cluster
+        .execute(&Action::UpsertConfigMap(Box::new(cm(&[
+            ("a", "1"),
+            ("b", "2"),
+        ]))))
+        .await
+        .unwrap();
+    cluster
+        .execute(&Action::UpsertConfigMap(Box::new(cm(&[("a", "3")]))))
+        .await
+        .unwrap();
+    assert_eq!(
+        cms.get("tuning-p-1.0.0").await.unwrap().data.unwrap(),
+        labels(&[("a", "3")])
+    );
+    cluster
+        .execute(&Action::DeleteConfigMap {
+            name: "tuning-p-1.0.0".into(),
+        })
+        .await
+        .unwrap();
+    assert!(cms.get_opt("tuning-p-1.0.0").await.unwrap().is_none());
+
+    // CRs: server-side apply, status, annotations, finalizer, deletion.
+    let mut nw = rollout_nodewright();
+    nw.metadata.annotations = Some(labels(&[("team", "gpu")]));
+    let desired = Desired {
+        nodewrights: vec![nw],
+        policies: vec![policy()],
+        commit: "c0ffee".into(),
+    };
+    cluster.apply_desired(&desired).await.unwrap();
+    let live = nws.get("rollout").await.unwrap();
+    assert_eq!(
+        live.metadata.annotations.as_ref().unwrap()[keys::SOURCE_COMMIT],
+        "c0ffee"
+    );
+    assert_eq!(live.metadata.generation, Some(1));
+    let policies: Api<DeploymentPolicy> = Api::all(client.clone());
+    assert!(policies.get_opt("canary").await.unwrap().is_some());
+    let status = NodeWrightStatus {
+        status: Some(Status::InProgress),
+        ..NodeWrightStatus::default()
+    };
+    cluster
+        .execute(&Action::PatchNodeWrightStatus {
+            name: "rollout".into(),
+            status: Box::new(status.clone()),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        nws.get_status("rollout")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .status,
+        Some(Status::InProgress)
+    );
+    cluster
+        .execute(&Action::PatchNodeWrightAnnotations {
+            name: "rollout".into(),
+            annotations: BTreeMap::from([(keys::PAUSE.to_string(), Some("true".to_string()))]),
+        })
+        .await
+        .unwrap();
+    cluster
+        .execute(&Action::SetFinalizer {
+            name: "rollout".into(),
+            present: true,
+        })
+        .await
+        .unwrap();
+    // Re-applying keeps others' annotations, status and the finalizer; no generation bump.
+    cluster.apply_desired(&desired).await.unwrap();
+    let live = nws.get("rollout").await.unwrap();
+    assert_eq!(
+        live.metadata.annotations.as_ref().unwrap()[keys::PAUSE],
+        "true"
+    );
+    assert_eq!(live.metadata.finalizers.clone().unwrap(), [keys::FINALIZER]);
+    assert_eq!(live.metadata.generation, Some(1));
+    assert_eq!(live.status.unwrap().status, Some(Status::InProgress));
+    // Removed from Git: the finalizer holds it until released.
+    cluster.apply_desired(&Desired::default()).await.unwrap();
+    assert!(
+        nws.get("rollout")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    cluster
+        .execute(&Action::SetFinalizer {
+            name: "rollout".into(),
+            present: false,
+        })
+        .await
+        .unwrap();
+    assert!(nws.get_opt("rollout").await.unwrap().is_none());
+
+    // Events reach both the API and the simulator's record.
+    cluster
+        .execute(&Action::RecordEvent(Event {
+            object: EventObject::Node("n1".into()),
+            kind: EventType::Warning,
+            reason: "Erroring".into(),
+            message: "[nodewright:tuning] p failed".into(),
+        }))
+        .await
+        .unwrap();
+    assert!(server.world().read(|w| {
+        w.sim
+            .events()
+            .iter()
+            .any(|e| e.object == "n1" && e.reason == "Erroring")
+    }));
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    assert!(
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| e.note.as_deref() == Some("[nodewright:tuning] p failed"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_crs_are_rejected_with_422() {
+    let server = serve(world(), 1.0).await;
+    let cluster = connect(&server, "a").await;
+    let mut nw = rollout_nodewright();
+    nw.spec.interruption_budget =
+        Some(serde_json::from_value(json!({"percent": 10, "count": 1})).unwrap());
+    let err = cluster
+        .apply_desired(&Desired {
+            nodewrights: vec![nw],
+            policies: vec![],
+            commit: "c1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("422"), "{err}");
+    assert!(server.world().read(|w| w.sim.nodewrights().is_empty()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_resource_version_is_a_409_and_the_adapter_retries_from_fresh_state() {
+    let server = serve(world(), 1.0).await;
+    let cluster = connect(&server, "a").await;
+    let client = server.client().await.unwrap();
+    let nodes: Api<Node> = Api::all(client);
+    let stale = nodes.get("n0").await.unwrap().metadata.resource_version;
+    nodes
+        .patch(
+            "n0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"other/writer": "1"}}})),
+        )
+        .await
+        .unwrap();
+    let err = nodes
+        .patch(
+            "n0",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"resourceVersion": stale, "annotations": {"x": "y"}}}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "Conflict"),
+        "{err}"
+    );
+
+    // Another writer keeps changing the node while the adapter writes node-state deltas: every
+    // write of both survives (a conflict is retried from a fresh read, never overwritten).
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let nodes = nodes.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let body = json!({"metadata": {"annotations": {format!("other/w{i}"): "1"}}});
+                nodes
+                    .patch("n0", &PatchParams::default(), &Patch::Merge(body))
+                    .await
+                    .unwrap();
+                i += 1;
+            }
+            i
+        })
+    };
+    for k in 0..15 {
+        let mut patch = NodePatch::new("n0");
+        patch.node_state.push(NodeStateDelta::Entries {
+            nodewright: "tuning".into(),
+            upsert: BTreeMap::from([(
+                format!("p{k}|1.0.0"),
+                PackageStatus::new(
+                    &format!("p{k}"),
+                    "1.0.0",
+                    "example/p",
+                    Stage::Apply,
+                    State::Complete,
+                ),
+            )]),
+            remove: vec![],
+        });
+        let outcome = cluster.execute(&Action::PatchNode(patch)).await.unwrap();
+        assert!(
+            matches!(outcome, Outcome::Done | Outcome::Conflict),
+            "{outcome:?}"
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    let written = writer.await.unwrap();
+    let ann = nodes.get("n0").await.unwrap().metadata.annotations.unwrap();
+    for i in 0..written {
+        assert!(ann.contains_key(&format!("other/w{i}")), "lost other/w{i}");
+    }
+    let state = nodewright_schema::NodeState::parse(&ann[&keys::node_state("tuning")]).unwrap();
+    // Conflicts exhausted are reported, never silently dropped: every Done entry is there.
+    assert!(state.0.len() >= 10, "{state:?}");
+
+    // Conflicts injected by the server: retried until they stop, reported when they do not.
+    let before = server.world().conflicts();
+    server.world().fail_next_updates(2);
+    let mut patch = NodePatch::new("n1");
+    patch.annotations.insert("a/b".into(), Some("c".into()));
+    assert_eq!(
+        cluster
+            .execute(&Action::PatchNode(patch.clone()))
+            .await
+            .unwrap(),
+        Outcome::Done
+    );
+    assert_eq!(server.world().conflicts() - before, 2);
+    server.world().fail_next_updates(50);
+    patch.annotations.insert("a/b".into(), Some("d".into()));
+    assert_eq!(
+        cluster.execute(&Action::PatchNode(patch)).await.unwrap(),
+        Outcome::Conflict
+    );
+    server.world().fail_next_updates(0);
+    assert_eq!(
+        nodes.get("n1").await.unwrap().metadata.annotations.unwrap()["a/b"],
+        "c"
+    );
+}
+
+/// The prefixed node annotations, for comparing two runs.
+fn node_annotations(nodes: &[Node]) -> BTreeMap<String, BTreeMap<String, String>> {
+    nodes
+        .iter()
+        .map(|n| {
+            let ann = n
+                .metadata
+                .annotations
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _)| k.starts_with(keys::PREFIX))
+                .collect();
+            (n.metadata.name.clone().unwrap_or_default(), ann)
+        })
+        .collect()
+}
+
+fn complete(nw: Option<&NodeWright>) -> bool {
+    nw.and_then(|n| n.status.as_ref()).and_then(|s| s.status) == Some(Status::Complete)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_rollout_over_http_ends_like_the_in_process_simulator() {
+    let desired = Desired {
+        nodewrights: vec![rollout_nodewright()],
+        policies: vec![],
+        commit: "c1".into(),
+    };
+    let engine = nodewright_reconciler::engine::reconcile;
+
+    // In process, virtual time.
+    let mut local = Controller::new(SimAdapter::new(world()), engine, Settings::default());
+    let mut passes = 0;
+    loop {
+        block_on(local.apply_desired(&desired)).unwrap();
+        block_on(local.pass()).unwrap();
+        passes += 1;
+        let done = complete(local.cluster().world().nodewrights().get("rollout"));
+        if done || passes > 2000 {
+            break;
+        }
+        local.cluster().world().advance(Duration::from_secs(2));
+    }
+    let expected = node_annotations(
+        &local
+            .cluster()
+            .world()
+            .nodes()
+            .values()
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    assert!(complete(
+        local.cluster().world().nodewrights().get("rollout")
+    ));
+
+    // Over HTTP, real time x40.
+    let server = serve(world(), 40.0).await;
+    let cluster = connect(&server, "a").await;
+    let mut remote = Controller::new(cluster, engine, Settings::default());
+    let mut refused = false;
+    let end = tokio::time::Instant::now() + Duration::from_secs(150);
+    loop {
+        remote.apply_desired(&desired).await.unwrap();
+        let report = remote.pass().await.unwrap();
+        refused |= report
+            .writes
+            .iter()
+            .any(|(_, o)| matches!(o, Outcome::EvictionRefused { .. }));
+        let snap = remote.cluster().snapshot().await.unwrap();
+        if complete(snap.nodewrights.first()) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the rollout did not complete"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused, "the PDB refused an eviction during the drain");
+    let client = server.client().await.unwrap();
+    let nodes = Api::<Node>::all(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(node_annotations(&nodes.items), expected);
+    for node in &nodes.items {
+        assert_ne!(
+            node.spec.as_ref().and_then(|s| s.unschedulable),
+            Some(true),
+            "uncordoned"
+        );
+    }
+    let history = server.world().read(|w| {
+        w.sim
+            .history()
+            .entries()
+            .iter()
+            .map(|e| e.line.clone())
+            .collect::<Vec<_>>()
+    });
+    for step in ["cordon n0", "evict apps/web-0", "uncordon n0", "cordon n1"] {
+        assert!(
+            history.iter().any(|l| l == step),
+            "{step} missing from {history:?}"
+        );
+    }
+    assert!(
+        server
+            .world()
+            .read(|w| nodewright_reconciler::scenario::invariants::duplicate_jobs(&w.sim))
+            .is_empty()
+    );
+}
+
+fn short_lease(identity: &str) -> LeaseConfig {
+    LeaseConfig {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(200),
+        ..LeaseConfig::new(NS, "nodewright-leader", identity)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_only_the_leader_writes() {
+    let server = serve(world(), 10.0).await;
+    let desired = Desired {
+        nodewrights: vec![rollout_nodewright()],
+        policies: vec![],
+        commit: "c1".into(),
+    };
+    let engine = nodewright_reconciler::engine::reconcile;
+    let a = connect(&server, "a").await;
+    let b = connect(&server, "b").await;
+    let lead_a = LeaderElector::new(server.client().await.unwrap(), short_lease("a"))
+        .spawn(a.writes_allowed());
+    eventually(Duration::from_secs(10), "a leads", || async {
+        lead_a.is_leader()
+    })
+    .await;
+    let lead_b = LeaderElector::new(server.client().await.unwrap(), short_lease("b"))
+        .spawn(b.writes_allowed());
+    let mut ca = Controller::new(a, engine, Settings::default());
+    let mut cb = Controller::new(b, engine, Settings::default());
+    let (mut wrote_a, mut wrote_b) = (0, 0);
+    for _ in 0..40 {
+        if ca.apply_desired(&desired).await.is_ok() {
+            wrote_a += ca.pass().await.unwrap().writes.len();
+        }
+        assert!(cb.apply_desired(&desired).await.is_err());
+        let report = cb.pass().await.unwrap();
+        assert!(report.writes.is_empty());
+        wrote_b += report.writes.len();
+        assert!(!lead_b.is_leader());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(wrote_a > 0);
+    assert_eq!(wrote_b, 0);
+
+    // The lease is taken by someone else: a stops writing at its next renewal.
+    let leases: Api<Lease> = Api::namespaced(server.client().await.unwrap(), NS);
+    let mut lease = leases.get("nodewright-leader").await.unwrap();
+    lease.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
+    leases
+        .replace("nodewright-leader", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(2), "a stops leading", || async {
+        !lead_a.is_leader()
+    })
+    .await;
+    assert!(ca.apply_desired(&Desired::default()).await.is_err());
+    // The intruder never renews: after a lease duration one replica takes over.
+    eventually(Duration::from_secs(10), "a new leader", || async {
+        lead_a.is_leader() || lead_b.is_leader()
+    })
+    .await;
+    assert!(!(lead_a.is_leader() && lead_b.is_leader()));
+
+    // A crashed leader (no release) is replaced after the lease duration.
+    let (crashed, survivor) = if lead_a.is_leader() {
+        (lead_a, lead_b)
+    } else {
+        (lead_b, lead_a)
+    };
+    crashed.abandon();
+    eventually(Duration::from_secs(10), "the survivor leads", || async {
+        survivor.is_leader()
+    })
+    .await;
+    survivor.step_down().await;
+    let lease = leases.get("nodewright-leader").await.unwrap();
+    assert_eq!(lease.spec.unwrap().holder_identity, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_and_cordons_through_sim_serve() {
+    if which("kubectl").is_none() {
+        println!("kubectl is not on PATH; skipping the kubectl test");
+        return;
+    }
+    let server = serve(world(), 1.0).await;
+    let cluster = connect(&server, "a").await;
+    cluster
+        .apply_desired(&Desired {
+            nodewrights: vec![rollout_nodewright()],
+            policies: vec![],
+            commit: "c1".into(),
+        })
+        .await
+        .unwrap();
+    cluster
+        .execute(&Action::CreateJob(Box::new(job("j1", "n1"))))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let kubectl = move |args: &[&str]| {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let listing = tokio::task::spawn_blocking({
+        let kubectl = kubectl.clone();
+        move || kubectl(&["get", "nodes,nodewrights,jobs", "-A"])
+    })
+    .await
+    .unwrap();
+    for name in ["n0", "n1", "rollout", "j1"] {
+        assert!(listing.contains(name), "{name} missing from:\n{listing}");
+    }
+    let out = tokio::task::spawn_blocking(move || kubectl(&["cordon", "n1"]))
+        .await
+        .unwrap();
+    assert!(out.contains("cordoned"), "{out}");
+    eventually(
+        Duration::from_secs(10),
+        "the adapter sees the cordon",
+        || async {
+            cluster.snapshot().await.unwrap().nodes.iter().any(|n| {
+                n.metadata.name.as_deref() == Some("n1")
+                    && n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+            })
+        },
+    )
+    .await;
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
