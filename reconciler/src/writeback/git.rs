@@ -202,10 +202,7 @@ pub fn read_status_documents(repo_path: &Path, branch: &str) -> Vec<(String, Str
     let Ok(Some(dir)) = tree.lookup_entry_by_path(STATUS_DIR) else {
         return Vec::new();
     };
-    let Ok(dir) = dir
-        .object()
-        .and_then(|o| o.peel_to_tree().map_err(Into::into))
-    else {
+    let Ok(dir) = dir.object().and_then(|o| o.peel_to_tree()) else {
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -214,10 +211,12 @@ pub fn read_status_documents(repo_path: &Path, branch: &str) -> Vec<(String, Str
         if !name.ends_with(".yaml") {
             continue;
         }
-        if let Ok(blob) = repo.find_object(entry.oid()) {
-            if let Ok(text) = String::from_utf8(blob.data.clone()) {
-                out.push((name, text));
-            }
+        if let Some(text) = repo
+            .find_object(entry.oid())
+            .ok()
+            .and_then(|blob| String::from_utf8(blob.data.clone()).ok())
+        {
+            out.push((name, text));
         }
     }
     out.sort();
