@@ -335,3 +335,52 @@ async fn with_two_nodewright_run_replicas_only_the_leader_writes() {
     assert!(holder().await.is_none(), "b released the lease on exit");
     assert_converged(&setup).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sim_serve_command_writes_a_working_kubeconfig() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("nested").join("kubeconfig.yaml");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["sim", "serve", "--nodes", "4", "--speed", "5"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let path = kubeconfig.clone();
+    wait_for(Duration::from_secs(30), "the kubeconfig", move || {
+        path.is_file()
+    })
+    .await;
+    let (client, clock) = nodewright_reconciler::cluster::kube::client(Some(&kubeconfig))
+        .await
+        .unwrap();
+    assert!(matches!(
+        clock,
+        nodewright_reconciler::cluster::kube::Clock::Scaled { speed, .. } if speed == 5.0
+    ));
+    let nodes = Api::<Node>::all(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let mut names: Vec<String> = nodes
+        .items
+        .iter()
+        .map(|n| n.metadata.name.clone().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["node-1", "node-2", "node-3", "node-4"]);
+    assert!(
+        nodes
+            .items
+            .iter()
+            .all(|n| { n.metadata.labels.as_ref().unwrap()["nvidia.com/gpu.present"] == "true" })
+    );
+    serve.kill().unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(serve.stdout.as_mut().unwrap(), &mut out).unwrap();
+    serve.wait().unwrap();
+    assert!(out.contains("kubectl --kubeconfig"), "{out}");
+    assert!(out.contains("nodewright node status --sim"), "{out}");
+}

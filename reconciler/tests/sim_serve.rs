@@ -974,3 +974,171 @@ fn which(program: &str) -> Option<std::path::PathBuf> {
             .find(|p| p.is_file())
     })
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_subset_behaves_like_an_apiserver() {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{DeleteParams, WatchEvent, WatchParams};
+
+    let server = serve(world(), 1.0).await;
+    let client = server.client().await.unwrap();
+
+    // Discovery finds our CRDs and the built-in groups the adapter uses.
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    let groups: Vec<String> = discovery.groups().map(|g| g.name().to_string()).collect();
+    for group in [
+        "",
+        "batch",
+        "policy",
+        "coordination.k8s.io",
+        "events.k8s.io",
+        "nodewright.nvidia.com",
+    ] {
+        assert!(groups.iter().any(|g| g == group), "{group} in {groups:?}");
+    }
+    let nw_group = discovery.get("nodewright.nvidia.com").unwrap();
+    let kinds: Vec<String> = nw_group
+        .recommended_resources()
+        .into_iter()
+        .map(|(r, _)| r.kind)
+        .collect();
+    assert!(
+        kinds.contains(&"NodeWright".to_string())
+            && kinds.contains(&"DeploymentPolicy".to_string())
+    );
+
+    // Errors are Status objects with the apiserver's reasons.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let missing = cms.get("nope").await.unwrap_err();
+    assert!(matches!(missing, kube::Error::Api(ref s) if s.code == 404 && s.reason == "NotFound"));
+    let cm = |name: &str, app: &str| -> ConfigMap {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {"app": app}}, "data": {"k": "v"}}),
+        )
+        .unwrap()
+    };
+
+    // A watch from a resourceVersion reports what happened after it, through the selector:
+    // an object leaving the selection is reported as DELETED.
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let stream = cms
+        .watch(&WatchParams::default().labels("app=a").timeout(5), &rv)
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("one", "a"))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("two", "b"))
+        .await
+        .unwrap();
+    let again = cms
+        .create(&PostParams::default(), &cm("one", "a"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(again, kube::Error::Api(ref s) if s.code == 409 && s.reason == "AlreadyExists")
+    );
+    cms.patch(
+        "one",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "c"}}})),
+    )
+    .await
+    .unwrap();
+    let events: Vec<String> = stream
+        .take(2)
+        .map_ok(|e| match e {
+            WatchEvent::Added(o) => format!("ADDED {}", o.metadata.name.unwrap()),
+            WatchEvent::Modified(o) => format!("MODIFIED {}", o.metadata.name.unwrap()),
+            WatchEvent::Deleted(o) => format!("DELETED {}", o.metadata.name.unwrap()),
+            WatchEvent::Bookmark(_) => "BOOKMARK".into(),
+            WatchEvent::Error(e) => format!("ERROR {e:?}"),
+        })
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(events, ["ADDED one", "DELETED one"]);
+
+    // Field selectors: pods by node.
+    let pods: Api<Pod> = Api::all(client.clone());
+    let on_n0 = pods
+        .list(&ListParams::default().fields("spec.nodeName=n0"))
+        .await
+        .unwrap();
+    assert_eq!(on_n0.items.len(), 2);
+    assert!(
+        pods.list(&ListParams::default().fields("spec.nodeName=n1"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // JSON patch and strategic merge patch (kubectl's label/cordon) on nodes.
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "add", "path": "/metadata/labels/zone", "value": "a"}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    let n1 = nodes.get("n1").await.unwrap();
+    assert_eq!(n1.metadata.labels.unwrap()["zone"], "a");
+    assert_eq!(n1.spec.unwrap().unschedulable, Some(true));
+    assert!(server.world().read(|w| w.sim.history().count("cordon n1")) == 1);
+
+    // Finalizers hold a deleted object with a deletionTimestamp until they are removed.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "held", "finalizers": ["example.com/keep"]},
+        "spec": {"holderIdentity": "x"}
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+    leases
+        .delete("held", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        leases
+            .get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    leases
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    assert!(leases.get_opt("held").await.unwrap().is_none());
+}

@@ -206,7 +206,10 @@ impl SimServer {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(error)?;
         }
-        std::fs::write(path, self.kubeconfig_yaml()).map_err(error)
+        // Written aside and renamed, so a reader polling for the file never sees half of it.
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, self.kubeconfig_yaml()).map_err(error)?;
+        std::fs::rename(&partial, path).map_err(error)
     }
 
     /// A kube-rs client for this server, built as the adapter builds its clients
