@@ -91,6 +91,25 @@ fn run_converges_the_example_fleet_and_commits_status() {
     assert!(driver.contains("status: complete"), "{driver}");
     let log = git(repo.path(), &["log", "--format=%s", "nodewright/status"]);
     assert!(log.lines().count() >= 2, "status commits: {log}");
+    // `status --repo` reads the same documents back as a table.
+    let status = Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["status", "--repo"])
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(table.starts_with("NODEWRIGHT"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("gpu-tuning") && l.contains("complete") && l.contains("5/5")),
+        "{table}"
+    );
     // The desired-state branch is untouched by write-back.
     assert_eq!(
         git(repo.path(), &["log", "--format=%s", "main"]).trim(),

@@ -14,6 +14,7 @@ pub mod progress;
 pub mod run;
 pub mod serve;
 pub mod simulate;
+pub mod status;
 pub mod validate;
 pub mod verbs;
 
@@ -89,6 +90,9 @@ pub enum Command {
     /// Watch a Git repository and converge the cluster to it (the reconciler).
     #[command(long_about = run::LONG_ABOUT, after_long_help = run::EXAMPLES)]
     Run(run::Args),
+    /// A table of every NodeWright's rollout, from the cluster or a status branch.
+    #[command(long_about = status::LONG_ABOUT, after_long_help = status::EXAMPLES)]
+    Status(status::Args),
     /// Roll the example fleet out on an embedded simulated cluster, in accelerated time.
     #[command(long_about = demo::LONG_ABOUT, after_long_help = demo::EXAMPLES)]
     Demo(demo::Args),
@@ -109,6 +113,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Diff(args) => diff::run(args),
         Command::Sim(command) => serve::run(command, cli.common),
         Command::Demo(args) => demo::run(args),
+        Command::Status(args) => status::run(args, cli.common),
         Command::Run(args) => run::run(args, cli.common),
         Command::Simulate(args) => simulate::run(args),
     }

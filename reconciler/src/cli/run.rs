@@ -82,6 +82,27 @@ pub struct Args {
     /// How often remotes are fetched (jittered).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub poll_interval: Duration,
+    /// Receive GitHub/GitLab push webhooks on this address (an immediate fetch on a push).
+    #[arg(long, value_name = "ADDR")]
+    pub webhook_addr: Option<std::net::SocketAddr>,
+    /// GitHub webhook secret (HMAC key) file; enables /hooks/github.
+    #[arg(long, value_name = "FILE")]
+    pub webhook_github_secret_file: Option<PathBuf>,
+    /// GitLab webhook token file; enables /hooks/gitlab.
+    #[arg(long, value_name = "FILE")]
+    pub webhook_gitlab_token_file: Option<PathBuf>,
+    /// Refuse head commits not signed by one of these SSH public keys (one per line, as in
+    /// authorized_keys).
+    #[arg(long, value_name = "FILE")]
+    pub allowed_ssh_signers: Option<PathBuf>,
+    /// Refuse head commits not signed by one of these OpenPGP public keys (armored).
+    #[arg(long, value_name = "FILE")]
+    pub allowed_pgp_keys: Option<PathBuf>,
+    /// Post a commit status per NodeWright on the applied commit (pending while rolling out,
+    /// success when complete, failure when erroring). The token and repository come from the
+    /// forge's CI environment or NODEWRIGHT_FORGE_TOKEN(_FILE)/_REPOSITORY/_URL.
+    #[arg(long, value_name = "FORGE")]
+    pub forge: Option<crate::forge::ForgeKind>,
     /// Serve Prometheus metrics and health probes on this address (e.g. 0.0.0.0:8080).
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -111,6 +132,29 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     nodewright_schema::duration::parse_go_duration(text)
         .map(|d| d.non_negative())
         .map_err(|e| e.to_string())
+}
+
+fn signature_policy(
+    args: &Args,
+) -> Result<Option<crate::source::signature::SignaturePolicy>, String> {
+    use crate::source::signature::SignaturePolicy;
+    if args.allowed_ssh_signers.is_none() && args.allowed_pgp_keys.is_none() {
+        return Ok(None);
+    }
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    };
+    let ssh = match &args.allowed_ssh_signers {
+        Some(p) => read(p)?,
+        None => String::new(),
+    };
+    let mut policy = SignaturePolicy::from_openssh_keys(ssh.lines()).map_err(|e| e.to_string())?;
+    if let Some(p) = &args.allowed_pgp_keys {
+        policy = policy
+            .with_openpgp_keys(&read(p)?)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(Some(policy))
 }
 
 fn load_settings(path: Option<&PathBuf>) -> Result<Settings, String> {
@@ -239,6 +283,7 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
     let location = location(&args);
     let options = ReadOptions {
         root: args.path.clone(),
+        signatures: signature_policy(&args)?,
         ..ReadOptions::default()
     };
     let until = args.until_converged;
@@ -277,6 +322,33 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
                 .await;
         });
     }
+    let (statuses_tx, statuses_rx) =
+        tokio::sync::watch::channel(Vec::<nodewright_schema::NodeWright>::new());
+    let mut reporter_task = None;
+    if let Some(kind) = args.forge {
+        let config = crate::forge::ForgeConfig::from_env(kind)
+            .map_err(|e| format!("--forge {kind}: {e}"))?;
+        let client =
+            crate::forge::ForgeClient::new(config).map_err(|e| format!("--forge {kind}: {e}"))?;
+        let mut reporter = crate::forge::StatusReporter::new(client);
+        let mut rx = statuses_rx;
+        reporter_task = Some(tokio::spawn(async move {
+            loop {
+                // When the loop ends the sender is dropped: post the last state, then stop.
+                let closed = rx.changed().await.is_err();
+                let nodewrights = rx.borrow_and_update().clone();
+                let outcome = reporter.report(&nodewrights).await;
+                if !outcome.errors.is_empty() {
+                    tracing::warn!(errors = ?outcome.errors, "posting commit statuses failed; retrying on the next change");
+                }
+                if closed {
+                    break;
+                }
+                // At most one round of status posts every few seconds.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }));
+    }
     let mut progress = Progress::new(!args.no_progress);
     let metrics_settings = settings.clone();
     let mut started_at = None;
@@ -304,6 +376,13 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
         }
         metrics.set_lifecycle(lifecycle_samples(it.snapshot, &metrics_settings));
         metrics.set_ready(true);
+        statuses_tx.send_if_modified(|current| {
+            let changed = *current != it.snapshot.nodewrights;
+            if changed {
+                current.clone_from(&it.snapshot.nodewrights);
+            }
+            changed
+        });
         progress.update(
             &it.snapshot.nodewrights,
             &it.snapshot.now.strftime("%H:%M:%S").to_string(),
@@ -412,6 +491,9 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
             observe,
         )
         .await?;
+    }
+    if let Some(task) = reporter_task {
+        let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
     }
     if until.is_some() && !converged.load(std::sync::atomic::Ordering::SeqCst) {
         return Err("the rollout did not converge".into());

@@ -667,3 +667,89 @@ pub fn scenario_hook(
         output,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn snapshot() -> Snapshot {
+        use crate::verbs::testkit::{cordoned, node, nodewright};
+        let state = r#"{"pkg|1.0.0":{"name":"pkg","version":"1.0.0","image":"example/pkg","stage":"config","state":"erroring","restarts":2}}"#;
+        Snapshot {
+            nodes: vec![
+                cordoned(node(
+                    "n1",
+                    &[("pool", "gpu")],
+                    &[
+                        ("nodewright.nvidia.com/nodeState_gpu", state),
+                        ("nodewright.nvidia.com/status_gpu", "erroring"),
+                    ],
+                )),
+                node(
+                    "n2",
+                    &[("pool", "gpu")],
+                    &[("nodewright.nvidia.com/status_gpu", "complete")],
+                ),
+            ],
+            nodewrights: vec![nodewright("gpu", &[("pool", "gpu")], &[("pkg", "1.0.0")])],
+            ..Snapshot::default()
+        }
+    }
+
+    fn output(args: &[&str]) -> Prepared {
+        let cli =
+            VerbCli::try_parse_from(std::iter::once("nodewright").chain(args.iter().copied()))
+                .unwrap();
+        prepare(&cli.verb, &cli.common, &snapshot(), cli.common.confirm)
+    }
+
+    #[test]
+    fn json_output_parses_and_carries_the_facts_of_the_table() {
+        for verb in [
+            &["node", "status"][..],
+            &["node", "list", "--nodewright", "gpu"],
+            &["package", "status", "pkg", "--nodewright", "gpu"],
+        ] {
+            let table = output(verb).output;
+            let json_args: Vec<&str> = verb.iter().copied().chain(["-o", "json"]).collect();
+            let json: serde_json::Value = serde_json::from_str(&output(&json_args).output).unwrap();
+            let rows = json.as_array().unwrap();
+            assert!(!rows.is_empty(), "{verb:?}");
+            for row in rows {
+                let node = row["node"].as_str().unwrap();
+                let line = table
+                    .lines()
+                    .find(|l| l.starts_with(node))
+                    .unwrap_or_else(|| panic!("{node} missing from:\n{table}"));
+                for key in ["status", "stage", "state"] {
+                    if let Some(value) = row.get(key).and_then(|v| v.as_str()) {
+                        assert!(line.contains(value), "{key}={value} not in {line:?}");
+                    }
+                }
+            }
+            let yaml_args: Vec<&str> = verb.iter().copied().chain(["-o", "yaml"]).collect();
+            let yaml: serde_yaml::Value = serde_yaml::from_str(&output(&yaml_args).output).unwrap();
+            assert_eq!(serde_json::to_value(&yaml).unwrap(), json);
+        }
+    }
+
+    #[test]
+    fn destructive_verbs_without_confirm_only_describe_and_change_nothing() {
+        let p = output(&["reset", "gpu"]);
+        assert!(p.actions.is_empty() && p.awaiting_confirmation, "{p:?}");
+        assert!(
+            p.output.contains("would ") && p.output.contains("--confirm"),
+            "{}",
+            p.output
+        );
+        assert_eq!(p.exit, exit::OK);
+        let confirmed = output(&["reset", "gpu", "--confirm"]);
+        assert!(!confirmed.actions.is_empty());
+        let dry = output(&["reset", "gpu", "--confirm", "--dry-run"]);
+        assert!(dry.actions.is_empty());
+        // node ignore needs no confirmation.
+        assert!(!output(&["node", "ignore", "n2"]).actions.is_empty());
+        assert_eq!(output(&["pause", "nope"]).exit, exit::RUNTIME);
+    }
+}

@@ -79,6 +79,7 @@ impl Hooks {
         let mut hooks = Hooks::with_reconciler(crate::engine::reconcile, "engine");
         hooks.metrics = Some(crate::engine::metrics::samples);
         hooks.git_status = crate::writeback::render::scenario_git_status;
+        hooks.real_agent = Some(crate::sim::agent::scenario_real_agent);
         for verb in crate::cli::verbs::VERB_NAMES {
             hooks
                 .verbs

@@ -11,6 +11,7 @@
 //! with the kubelet, and the execution of plan actions.
 
 mod actions;
+pub mod agent;
 pub mod history;
 pub mod http;
 mod jobs;

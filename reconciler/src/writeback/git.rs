@@ -182,6 +182,47 @@ pub fn read_status_file(repo_path: &Path, branch: &str, file: &str) -> Option<St
     String::from_utf8(blob.data.clone()).ok()
 }
 
+/// Every `status/*.yaml` document on the tip of `branch`: (file name, content), by name.
+pub fn read_status_documents(repo_path: &Path, branch: &str) -> Vec<(String, String)> {
+    let Ok(repo) = gix::open(repo_path) else {
+        return Vec::new();
+    };
+    let Ok(Some(mut reference)) = repo.try_find_reference(format!("refs/heads/{branch}").as_str())
+    else {
+        return Vec::new();
+    };
+    let Some(tree) = reference
+        .peel_to_id()
+        .ok()
+        .and_then(|id| repo.find_commit(id).ok())
+        .and_then(|c| c.tree().ok())
+    else {
+        return Vec::new();
+    };
+    let Ok(Some(dir)) = tree.lookup_entry_by_path(STATUS_DIR) else {
+        return Vec::new();
+    };
+    let Ok(dir) = dir.object().and_then(|o| o.peel_to_tree()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in dir.iter().filter_map(Result::ok) {
+        let name = entry.filename().to_string();
+        if !name.ends_with(".yaml") {
+            continue;
+        }
+        if let Some(text) = repo
+            .find_object(entry.oid())
+            .ok()
+            .and_then(|blob| String::from_utf8(blob.data.clone()).ok())
+        {
+            out.push((name, text));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// How `git push` authenticates (kept out of argv where it is a secret).
 #[derive(Clone, Debug, Default)]
 pub struct PushAuth {

@@ -26,19 +26,19 @@ pub struct StatusFile {
 }
 
 /// The status document of one NodeWright.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct StatusDocument {
     /// NodeWright name.
     pub nodewright: String,
     /// The Git commit the applied spec came from.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_commit: Option<String>,
     /// `metadata.generation`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
     /// `status.observedGeneration`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Roll-up Status.
     pub status: String,
@@ -47,7 +47,7 @@ pub struct StatusDocument {
     /// Nodes in progress or erroring.
     pub nodes_in_progress: i32,
     /// Spec packages `name:version`.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub packages: String,
     /// Nodes per Status (non-zero buckets only).
     pub node_counts: BTreeMap<String, usize>,
@@ -56,12 +56,12 @@ pub struct StatusDocument {
     /// Conditions: type → `{status, reason, message}`.
     pub conditions: BTreeMap<String, ConditionSummary>,
     /// Batch progress per compartment.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub compartments: BTreeMap<String, CompartmentSummary>,
     /// Per-node detail: every incomplete node, and complete ones up to the limit.
     pub nodes: BTreeMap<String, NodeSummary>,
     /// Complete nodes left out of `nodes` because of the limit.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub nodes_omitted: usize,
 }
 
@@ -70,7 +70,8 @@ fn is_zero(v: &usize) -> bool {
 }
 
 /// A condition without its timestamps.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ConditionSummary {
     /// `True` / `False` / `Unknown`.
     pub status: String,
@@ -81,8 +82,8 @@ pub struct ConditionSummary {
 }
 
 /// One compartment's counters and batch.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct CompartmentSummary {
     /// Nodes in the compartment.
     pub matched: i32,
@@ -95,23 +96,24 @@ pub struct CompartmentSummary {
     /// Percent complete.
     pub progress_percent: i32,
     /// Current batch number, when the compartment has a strategy.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_batch: Option<i32>,
     /// Consecutive failing batches.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consecutive_failures: Option<i32>,
     /// The compartment stopped.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<bool>,
 }
 
 /// One node's detail.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct NodeSummary {
     /// The node's Status.
     pub status: String,
     /// `name|version` → `stage/state` (with ` (restarts N)` when any).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub packages: BTreeMap<String, String>,
 }
 

@@ -1,0 +1,200 @@
+//! `nodewright status`: a readable table of every NodeWright — its nodes by status, current
+//! batches, blocked reasons — from the cluster or from a repository's status branch.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::exit;
+use super::verbs::Common;
+use crate::cluster::Cluster;
+use crate::verbs::format_table;
+use crate::writeback::git::{DEFAULT_STATUS_BRANCH, read_status_documents};
+use crate::writeback::render::{DEFAULT_NODE_DETAIL_LIMIT, StatusDocument, document};
+
+/// Long help.
+pub const LONG_ABOUT: &str = "\
+Show every NodeWright: its Status, nodes complete out of selected, nodes in progress, erroring, \
+blocked or waiting, the current batch of each compartment, and why it is blocked (the Blocked, \
+DrainBlocked, TaintNotTolerable and NodesIgnored conditions). With --repo the table is read \
+from the repository's status branch (what the reconciler last committed); otherwise from the \
+cluster (--kubeconfig, in-cluster, $KUBECONFIG, or --sim for `nodewright sim serve`).";
+
+/// Examples.
+pub const EXAMPLES: &str = "\
+Examples:
+  nodewright status --repo ./fleet
+  nodewright status --kubeconfig ~/.kube/prod --watch
+  nodewright status --sim -o json";
+
+/// Arguments of `nodewright status`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Read the status branch of this local repository instead of a cluster.
+    #[arg(long, value_name = "R")]
+    pub repo: Option<PathBuf>,
+    /// The status branch (with --repo).
+    #[arg(long, default_value = DEFAULT_STATUS_BRANCH)]
+    pub status_branch: String,
+    /// Refresh every 2 seconds (cluster only).
+    #[arg(long, conflicts_with = "repo")]
+    pub watch: bool,
+}
+
+fn table(docs: &[StatusDocument]) -> String {
+    let mut rows = vec![
+        [
+            "NODEWRIGHT",
+            "STATUS",
+            "COMPLETE",
+            "IN-PROGRESS",
+            "ERRORING",
+            "BLOCKED",
+            "WAITING",
+            "BATCHES",
+            "REASONS",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for d in docs {
+        let count = |s: &str| d.node_counts.get(s).copied().unwrap_or(0).to_string();
+        let batches: Vec<String> = d
+            .compartments
+            .iter()
+            .filter_map(|(name, c)| {
+                c.current_batch.map(|b| {
+                    format!(
+                        "{name}:{b}{}",
+                        if c.stopped == Some(true) {
+                            "(stopped)"
+                        } else {
+                            ""
+                        }
+                    )
+                })
+            })
+            .collect();
+        let reasons: Vec<String> = [
+            "Blocked",
+            "DrainBlocked",
+            "TaintNotTolerable",
+            "NodesIgnored",
+            "DeploymentPolicyNotFound",
+        ]
+        .iter()
+        .filter_map(|t| {
+            d.conditions
+                .get(*t)
+                .filter(|c| c.status == "True")
+                .map(|c| format!("{t}: {}", c.message))
+        })
+        .collect();
+        rows.push(vec![
+            d.nodewright.clone(),
+            d.status.clone(),
+            d.complete_nodes.clone(),
+            count("in_progress"),
+            count("erroring"),
+            count("blocked"),
+            count("waiting"),
+            if batches.is_empty() {
+                "-".into()
+            } else {
+                batches.join(" ")
+            },
+            if reasons.is_empty() {
+                "-".into()
+            } else {
+                reasons.join("; ")
+            },
+        ]);
+    }
+    format_table(&rows)
+}
+
+fn print(docs: &[StatusDocument], common: &Common) {
+    match common.output {
+        crate::verbs::OutputFormat::Json => {
+            println!("{}", serde_json::to_string_pretty(docs).unwrap_or_default())
+        }
+        crate::verbs::OutputFormat::Yaml => {
+            print!("{}", serde_yaml::to_string(docs).unwrap_or_default())
+        }
+        _ => print!("{}", table(docs)),
+    }
+}
+
+/// Runs the command.
+pub fn run(args: Args, common: Common) -> ExitCode {
+    if let Some(repo) = &args.repo {
+        let docs: Vec<StatusDocument> = read_status_documents(repo, &args.status_branch)
+            .into_iter()
+            .filter_map(
+                |(name, text)| match serde_yaml::from_str::<StatusDocument>(&text) {
+                    Ok(doc) => Some(doc),
+                    Err(e) => {
+                        eprintln!(
+                            "warning: {}:status/{name} does not parse: {e}",
+                            args.status_branch
+                        );
+                        None
+                    }
+                },
+            )
+            .collect();
+        if docs.is_empty() {
+            eprintln!(
+                "error: no status documents on branch {} of {} (has `nodewright run` written status yet?)",
+                args.status_branch,
+                repo.display()
+            );
+            return ExitCode::from(exit::RUNTIME);
+        }
+        print(&docs, &common);
+        return ExitCode::from(exit::OK);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::RUNTIME);
+        }
+    };
+    runtime.block_on(async {
+        let cluster = match super::verbs::connect(&common).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(exit::RUNTIME);
+            }
+        };
+        loop {
+            match cluster.snapshot().await {
+                Ok(snapshot) => {
+                    let mut docs: Vec<StatusDocument> = snapshot
+                        .nodewrights
+                        .iter()
+                        .map(|nw| document(nw, DEFAULT_NODE_DETAIL_LIMIT))
+                        .collect();
+                    docs.sort_by(|a, b| a.nodewright.cmp(&b.nodewright));
+                    if args.watch {
+                        print!("\x1b[2J\x1b[H");
+                    }
+                    print(&docs, &common);
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(exit::RUNTIME);
+                }
+            }
+            if !args.watch {
+                return ExitCode::from(exit::OK);
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    })
+}
