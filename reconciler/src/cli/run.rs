@@ -354,7 +354,20 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
     let mut started_at = None;
     let converged = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let converged_flag = converged.clone();
+    let lifecycle = args.lifecycle;
+    let mut warned_foreign: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let observe = move |it: &crate::controller::daemon::Iteration<'_>| {
+        if lifecycle == LifecycleMode::SelfManaged {
+            for (nw, manager) in foreign_status_writers(&it.snapshot.nodewrights) {
+                if warned_foreign.insert(format!("{nw}/{manager}")) {
+                    let message = format!(
+                        "WARNING: NodeWright {nw} has status written by another controller ({manager}). Two controllers running the lifecycle of the same nodes is unsafe: stop the in-cluster operator, or run with --lifecycle upstream."
+                    );
+                    tracing::warn!("{message}");
+                    progress.println(&message);
+                }
+            }
+        }
         match it.change {
             SourceChange::Rejected { report, .. } => {
                 metrics.commit_seen();
@@ -501,6 +514,22 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
     Ok(())
 }
 
+/// NodeWrights whose status subresource was written by a field manager other than ours.
+fn foreign_status_writers(nodewrights: &[nodewright_schema::NodeWright]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for nw in nodewrights {
+        for entry in nw.metadata.managed_fields.iter().flatten() {
+            let manager = entry.manager.clone().unwrap_or_default();
+            if entry.subresource.as_deref() == Some("status")
+                && manager != crate::cluster::kube::FIELD_MANAGER
+            {
+                out.push((nw.name().to_string(), manager));
+            }
+        }
+    }
+    out
+}
+
 /// The §13.3 gauges of the engine, in the metrics module's sample type.
 fn lifecycle_samples(
     snapshot: &crate::snapshot::Snapshot,
@@ -550,5 +579,36 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    use nodewright_schema::{NodeWright, NodeWrightSpec};
+
+    #[test]
+    fn a_status_written_by_another_manager_is_reported() {
+        let mut nw = NodeWright::new("gpu", NodeWrightSpec::default());
+        let entry = |manager: &str, sub: Option<&str>| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            subresource: sub.map(str::to_string),
+            ..ManagedFieldsEntry::default()
+        };
+        nw.metadata.managed_fields = Some(vec![
+            entry(crate::cluster::kube::FIELD_MANAGER, Some("status")),
+            entry("kubectl", None),
+        ]);
+        assert!(foreign_status_writers(std::slice::from_ref(&nw)).is_empty());
+        nw.metadata
+            .managed_fields
+            .as_mut()
+            .unwrap()
+            .push(entry("manager", Some("status")));
+        assert_eq!(
+            foreign_status_writers(&[nw]),
+            vec![("gpu".to_string(), "manager".to_string())]
+        );
     }
 }

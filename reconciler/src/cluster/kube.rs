@@ -36,6 +36,15 @@ use crate::snapshot::Snapshot;
 
 /// Field manager for every write of this product.
 pub const FIELD_MANAGER: &str = "nodewright-gitops";
+/// Patch parameters of every non-apply write, under our field manager so `managedFields` shows
+/// who wrote what (and another controller writing the same status can be told apart).
+fn write_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
 /// Attempts of a read-modify-write before reporting a conflict.
 const CONFLICT_RETRIES: usize = 5;
 
@@ -407,7 +416,7 @@ impl KubeCluster {
             let mut body = merge_diff(&to_value(&current), &to_value(&desired));
             body["metadata"]["resourceVersion"] = json!(current.resource_version());
             match api
-                .patch(&patch.node, &PatchParams::default(), &Patch::Merge(&body))
+                .patch(&patch.node, &write_params(), &Patch::Merge(&body))
                 .await
             {
                 Ok(_) => return Ok(Outcome::Done),
@@ -448,7 +457,7 @@ impl KubeCluster {
                 "status": {"conditions": conditions},
             });
             match api
-                .patch_status(node, &PatchParams::default(), &Patch::Merge(&body))
+                .patch_status(node, &write_params(), &Patch::Merge(&body))
                 .await
             {
                 Ok(_) => return Ok(Outcome::Done),
@@ -632,7 +641,7 @@ impl Cluster for KubeCluster {
             Action::SuspendJob { name, suspend } => {
                 let body = json!({"spec": {"suspend": suspend}});
                 match jobs
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .patch(name, &write_params(), &Patch::Merge(&body))
                     .await
                 {
                     Ok(_) => Ok(Outcome::Done),
@@ -654,7 +663,7 @@ impl Cluster for KubeCluster {
                     body["spec"] = json!({"ttlSecondsAfterFinished": ttl});
                 }
                 match jobs
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .patch(name, &write_params(), &Patch::Merge(&body))
                     .await
                 {
                     Ok(_) => Ok(Outcome::Done),
@@ -669,7 +678,7 @@ impl Cluster for KubeCluster {
                 // (reason DeadlineExceeded), which §8.9 treats as genuine evidence.
                 let body = json!({"spec": {"activeDeadlineSeconds": 1}});
                 match jobs
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .patch(name, &write_params(), &Patch::Merge(&body))
                     .await
                 {
                     Ok(_) => Ok(Outcome::Done),
@@ -749,7 +758,7 @@ impl Cluster for KubeCluster {
                     }
                     let body = json!({"metadata": {"resourceVersion": current.resource_version()}, "status": diff});
                     match nodewrights
-                        .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+                        .patch_status(name, &write_params(), &Patch::Merge(&body))
                         .await
                     {
                         Ok(_) => return Ok(Outcome::Done),
@@ -762,7 +771,7 @@ impl Cluster for KubeCluster {
             Action::PatchNodeWrightAnnotations { name, annotations } => {
                 let body = json!({"metadata": {"annotations": annotations}});
                 match nodewrights
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .patch(name, &write_params(), &Patch::Merge(&body))
                     .await
                 {
                     Ok(_) => Ok(Outcome::Done),
@@ -789,7 +798,7 @@ impl Cluster for KubeCluster {
                     }
                     let body = json!({"metadata": {"resourceVersion": current.resource_version(), "finalizers": finalizers}});
                     match nodewrights
-                        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                        .patch(name, &write_params(), &Patch::Merge(&body))
                         .await
                     {
                         Ok(_) => return Ok(Outcome::Done),
