@@ -56,14 +56,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub keep_repo: Option<PathBuf>,
     /// Give up after this much virtual time.
-    #[arg(long, default_value = "4h", value_parser = parse_duration)]
+    #[arg(long, default_value = "4h", value_parser = super::parse_duration)]
     pub max_virtual_time: Duration,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    nodewright_schema::duration::parse_go_duration(text)
-        .map(|d| d.non_negative())
-        .map_err(|e| e.to_string())
 }
 
 /// The example fleet, compiled in so the demo runs from any directory.

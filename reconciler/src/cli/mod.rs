@@ -104,6 +104,13 @@ pub enum Command {
     Simulate(simulate::Args),
 }
 
+/// Parses a Go-style duration flag (`30s`, `1h30m`); negative values read as zero.
+pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    nodewright_schema::duration::parse_go_duration(text)
+        .map(|d| d.non_negative())
+        .map_err(|e| e.to_string())
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {

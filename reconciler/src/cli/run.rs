@@ -80,7 +80,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// How often remotes are fetched (jittered).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub poll_interval: Duration,
     /// Receive GitHub/GitLab push webhooks on this address (an immediate fetch on a push).
     #[arg(long, value_name = "ADDR")]
@@ -124,14 +124,8 @@ pub struct Args {
     /// Exit 0 once every NodeWright is complete and its status is committed (for CI and
     /// scripted rollouts); exit 1 if that has not happened after this much time of the
     /// cluster's clock.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = super::parse_duration)]
     pub until_converged: Option<Duration>,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    nodewright_schema::duration::parse_go_duration(text)
-        .map(|d| d.non_negative())
-        .map_err(|e| e.to_string())
 }
 
 fn signature_policy(
