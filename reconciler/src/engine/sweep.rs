@@ -155,7 +155,18 @@ fn rerun_due(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job) -> bool {
 pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let all = nw_jobs(ctx, nw);
     for job in all {
-        if jobs::is_invalid(job) && !jobs::is_unfinished(job) {
+        if jobs::is_invalid(job) {
+            // An invalid Job was marked for foreground deletion (§4.7); when that delete did
+            // not land (an API error between the two writes), it is issued again. Left alone it
+            // would shadow its stage forever: handlers skip invalid Jobs and no rule deletes them.
+            if job.metadata.deletion_timestamp.is_none() {
+                delete(
+                    ctx,
+                    job,
+                    "the Job was invalidated and its deletion did not land",
+                    false,
+                );
+            }
             continue;
         }
         let Some(node) = node_of(ctx, nw, job) else {
@@ -171,9 +182,6 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             continue;
         }
         if jobs::is_unfinished(job) {
-            if jobs::is_invalid(job) {
-                continue;
-            }
             if let Some(reason) = validation_failure(ctx, nw, node, job) {
                 delete(ctx, job, reason, true);
             }
@@ -365,6 +373,35 @@ mod tests {
             .job(unprocessed)
             .build();
         assert!(sweep_of(&snap).is_empty());
+    }
+
+    #[test]
+    fn an_invalidated_job_whose_deletion_failed_is_deleted_again() {
+        // Found under API faults: the invalidation landed, the delete did not, and the Job then
+        // finished; nothing else would ever remove it and its stage would never run again.
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let mut stale = finish(job(&obj, "tuning", Stage::Config, "n1"), "Complete", false);
+        let mut pkg = jobs::read_package_annotation(&stale).unwrap();
+        pkg.invalid = true;
+        stale
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(keys::JOB_ANNOTATION_PACKAGE.into(), pkg.to_json());
+        let name = stale.metadata.name.clone().unwrap();
+        let at = |j: Job| {
+            world()
+                .node(node("n1").state("nw", &[("tuning", "1.0.0", Stage::Apply, State::Complete)]))
+                .nw(nw("nw").package("tuning", "1.0.0"))
+                .job(j)
+                .build()
+        };
+        assert_eq!(sweep_of(&at(stale.clone())), [name]);
+        // Already being deleted (foreground, pods still terminating): nothing more to do.
+        stale.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert!(sweep_of(&at(stale)).is_empty());
     }
 
     #[test]
