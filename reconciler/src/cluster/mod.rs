@@ -69,4 +69,10 @@ pub trait Cluster {
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
     /// Resolves when something changed since the last snapshot (or a timeout elapsed).
     fn changed(&self) -> impl Future<Output = ()> + Send;
+    /// Whether this replica may write now. False on a follower while another replica holds
+    /// the leader Lease: the loop then materializes nothing, runs no pass and commits no
+    /// status, so only the leader speaks for the fleet (cluster::lease).
+    fn may_write(&self) -> bool {
+        true
+    }
 }
