@@ -92,12 +92,53 @@ pub enum VerbCommand {
     /// Reset DeploymentPolicy batch state of a NodeWright.
     #[command(subcommand, visible_alias = "dp")]
     DeploymentPolicy(PolicyCommand),
+    /// `lifecycle pause|resume|disable|enable <nw>`: the same verbs as the top-level ones,
+    /// under the grouping some upstream documentation uses (spec §14.5).
+    #[command(subcommand)]
+    Lifecycle(LifecycleCommand),
     /// Print the client version (and the version stamped on NodeWrights in the cluster).
     Version {
         /// Do not contact the cluster.
         #[arg(long)]
         client_only: bool,
     },
+}
+
+/// `lifecycle …`: pause, resume, disable and enable under one group.
+#[derive(Debug, Clone, Subcommand)]
+pub enum LifecycleCommand {
+    /// Pause a NodeWright (same as `nodewright pause`).
+    Pause {
+        /// NodeWright name.
+        nodewright: String,
+    },
+    /// Resume a paused NodeWright (same as `nodewright resume`).
+    Resume {
+        /// NodeWright name.
+        nodewright: String,
+    },
+    /// Disable a NodeWright (same as `nodewright disable`).
+    Disable {
+        /// NodeWright name.
+        nodewright: String,
+    },
+    /// Enable a disabled NodeWright (same as `nodewright enable`).
+    Enable {
+        /// NodeWright name.
+        nodewright: String,
+    },
+}
+
+impl LifecycleCommand {
+    /// The top-level verb this grouped spelling stands for.
+    pub fn as_verb(&self) -> VerbCommand {
+        match self.clone() {
+            LifecycleCommand::Pause { nodewright } => VerbCommand::Pause { nodewright },
+            LifecycleCommand::Resume { nodewright } => VerbCommand::Resume { nodewright },
+            LifecycleCommand::Disable { nodewright } => VerbCommand::Disable { nodewright },
+            LifecycleCommand::Enable { nodewright } => VerbCommand::Enable { nodewright },
+        }
+    }
 }
 
 /// `node …`.
@@ -348,6 +389,9 @@ pub fn prepare(
             verbs::policy::plan_reset(snapshot, nodewright).map(|p| (p, true))
         }
         VerbCommand::Version { .. } => return read(version_text(Some(snapshot))),
+        VerbCommand::Lifecycle(grouped) => {
+            return prepare(&grouped.as_verb(), common, snapshot, confirmed);
+        }
     };
     let (plan, needs_confirmation) = match planned {
         Ok(p) => p,
@@ -642,7 +686,7 @@ pub async fn connect(common: &Common) -> Result<crate::cluster::kube::KubeCluste
 }
 
 /// The first words of every verb (and alias), as the scenario runner looks them up.
-pub const VERB_NAMES: [&str; 10] = [
+pub const VERB_NAMES: [&str; 11] = [
     "reset",
     "node",
     "package",
@@ -652,6 +696,7 @@ pub const VERB_NAMES: [&str; 10] = [
     "enable",
     "deployment-policy",
     "dp",
+    "lifecycle",
     "version",
 ];
 
