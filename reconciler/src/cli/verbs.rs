@@ -209,6 +209,35 @@ pub enum PackageCommand {
         #[arg(long)]
         stage: Option<String>,
     },
+    /// Rewrite one node-state entry in place (UP+ `update-state`; no validation of the pair).
+    ///
+    /// Sets `<PACKAGE>|<VERSION>` of NODEWRIGHT's node state to STAGE/STATE on the nodes that
+    /// have the entry (restricted by --node and -l); --add also creates it where missing and
+    /// needs --node or -l. The reconciler writes the same annotation, so pause the NodeWright
+    /// first. Stages: apply, config, interrupt, post-interrupt, upgrade, uninstall,
+    /// uninstall-interrupt. States: complete, in_progress, skipped, erroring, unknown.
+    UpdateState {
+        /// NodeWright name.
+        nodewright: String,
+        /// Package name.
+        package: String,
+        /// Package version of the entry.
+        #[arg(value_name = "VERSION")]
+        package_version: String,
+        /// The stage to record.
+        stage: String,
+        /// The state to record.
+        state: String,
+        /// Node names or regular expressions.
+        #[arg(long = "node")]
+        nodes: Vec<String>,
+        /// Label selector of the nodes (`k=v,k2 in (a,b)`).
+        #[arg(short = 'l', long = "selector")]
+        selector: Option<String>,
+        /// Create the entry on the selected nodes where it is missing.
+        #[arg(long)]
+        add: bool,
+    },
     /// Logs of a package's stage pods (running attempts, retained Jobs and archives).
     Logs {
         /// Package name.
@@ -261,6 +290,24 @@ pub struct Prepared {
     pub exit: u8,
     /// A destructive verb described its changes and waits for confirmation.
     pub awaiting_confirmation: bool,
+}
+
+fn update_state_targets(
+    nodes: &[String],
+    selector: Option<&str>,
+    add: bool,
+) -> Result<verbs::package::UpdateTargets, VerbError> {
+    let selector = selector
+        .map(|text| {
+            nodewright_schema::selector::Selector::parse_text(text)
+                .map_err(|e| VerbError::InvalidArgument(format!("-l {text:?}: {e}")))
+        })
+        .transpose()?;
+    Ok(verbs::package::UpdateTargets {
+        nodes: NodePatterns::new(nodes)?,
+        selector,
+        add,
+    })
 }
 
 fn failed(e: VerbError) -> Prepared {
@@ -355,6 +402,34 @@ pub fn prepare(
                 patterns(nodes).and_then(|p| {
                     verbs::package::plan_rerun(snapshot, nodewright, package, &p, stage)
                 })
+            })
+            .map(|p| (p, true)),
+        VerbCommand::Package(PackageCommand::UpdateState {
+            nodewright,
+            package,
+            package_version: version,
+            stage,
+            state,
+            nodes,
+            selector,
+            add,
+        }) => update_state_targets(nodes, selector.as_deref(), *add)
+            .and_then(|targets| {
+                let stage = stage.parse::<nodewright_schema::Stage>().map_err(|_| {
+                    VerbError::InvalidArgument(format!(
+                        "invalid stage {stage:?}: must be one of {}",
+                        nodewright_schema::Stage::ALL.map(|s| s.as_str()).join(", ")
+                    ))
+                })?;
+                let state = state.parse::<nodewright_schema::State>().map_err(|_| {
+                    VerbError::InvalidArgument(format!(
+                        "invalid state {state:?}: must be one of {}",
+                        nodewright_schema::State::ALL.map(|s| s.as_str()).join(", ")
+                    ))
+                })?;
+                verbs::package::plan_update_state(
+                    snapshot, nodewright, package, version, stage, state, &targets,
+                )
             })
             .map(|p| (p, true)),
         VerbCommand::Package(PackageCommand::Logs {
