@@ -315,10 +315,16 @@ pub fn commit_message(before: &[StatusDocument], after: &[StatusDocument]) -> St
         before.iter().map(|d| (d.nodewright.as_str(), d)).collect();
     let mut parts = Vec::new();
     for d in after {
-        if previous.get(d.nodewright.as_str()).is_some_and(|p| *p == d) {
+        let before = previous.get(d.nodewright.as_str());
+        if before.is_some_and(|p| *p == d) {
             continue;
         }
-        parts.push(summary(d));
+        let line = summary(d);
+        // Same counts as before: say which nodes moved, so the log does not repeat a subject.
+        match before.filter(|p| summary(p) == line) {
+            Some(p) => parts.push(format!("{line} ({})", node_moves(p, d))),
+            None => parts.push(line),
+        }
     }
     for d in before {
         if !after.iter().any(|a| a.nodewright == d.nodewright) {
@@ -329,6 +335,54 @@ pub fn commit_message(before: &[StatusDocument], after: &[StatusDocument]) -> St
         "status: no change".to_string()
     } else {
         format!("status: {}", parts.join("; "))
+    }
+}
+
+/// What changed in the per-node detail between two documents with the same counts: at most
+/// three nodes, each with its packages' new `stage/state`.
+fn node_moves(before: &StatusDocument, after: &StatusDocument) -> String {
+    const SHOWN: usize = 3;
+    let mut moves = Vec::new();
+    for (node, summary) in &after.nodes {
+        let old = before.nodes.get(node);
+        if old == Some(summary) {
+            continue;
+        }
+        let changed: Vec<String> = summary
+            .packages
+            .iter()
+            .filter(|(pkg, state)| old.and_then(|o| o.packages.get(*pkg)) != Some(*state))
+            .map(|(pkg, state)| {
+                let name = pkg.split('|').next().unwrap_or(pkg);
+                format!("{name} {state}")
+            })
+            .collect();
+        moves.push(if changed.is_empty() {
+            format!("{node} {}", summary.status.replace('_', " "))
+        } else {
+            format!("{node}: {}", changed.join(", "))
+        });
+    }
+    let gone = before
+        .nodes
+        .keys()
+        .filter(|n| !after.nodes.contains_key(*n))
+        .count();
+    let total = moves.len();
+    let mut text = moves.into_iter().take(SHOWN).collect::<Vec<_>>().join("; ");
+    if total > SHOWN {
+        text.push_str(&format!("; {} more nodes", total - SHOWN));
+    }
+    if gone > 0 {
+        if !text.is_empty() {
+            text.push_str("; ");
+        }
+        text.push_str(&format!("{gone} nodes settled"));
+    }
+    if text.is_empty() {
+        "conditions or batches updated".to_string()
+    } else {
+        text
     }
 }
 
@@ -420,6 +474,28 @@ mod tests {
             files[1]
                 .content
                 .contains("| [tuning](tuning.yaml) | in_progress | 1/3 |")
+        );
+    }
+
+    #[test]
+    fn commit_subject_names_the_nodes_that_moved_when_counts_did_not() {
+        let before = document(&nw("tuning", &[("a", Status::InProgress)]), 10);
+        let mut after = before.clone();
+        after
+            .nodes
+            .get_mut("a")
+            .unwrap()
+            .packages
+            .insert("tuning|1.0.0".into(), "interrupt/in_progress".into());
+        assert_eq!(
+            commit_message(std::slice::from_ref(&before), std::slice::from_ref(&after)),
+            "status: tuning: 1/3 complete, 1 in progress (a: tuning interrupt/in_progress)"
+        );
+        // Counts that changed speak for themselves.
+        let done = document(&nw("tuning", &[("a", Status::Erroring)]), 10);
+        assert_eq!(
+            commit_message(&[before], &[done]),
+            "status: tuning: 1/3 complete, 1 erroring"
         );
     }
 }
