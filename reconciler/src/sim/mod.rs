@@ -70,6 +70,9 @@ enum Timer {
     JobTtl { job: String, uid: String },
     /// A rebooting node comes back.
     NodeBack { node: String, epoch: u64 },
+    /// A node has been NotReady for the default toleration time (300 s): the taint manager
+    /// evicts the pods that do not tolerate `not-ready:NoExecute` without a time limit.
+    NotReadyEviction { node: String, epoch: u64 },
 }
 
 /// An Event recorded by the reconciler (or by the simulator).
@@ -340,6 +343,7 @@ impl SimCluster {
             }
             Timer::JobTtl { job, uid } => self.job_ttl(&job, &uid),
             Timer::NodeBack { node, epoch } => self.node_back(&node, epoch),
+            Timer::NotReadyEviction { node, epoch } => self.not_ready_eviction(&node, epoch),
         }
     }
 

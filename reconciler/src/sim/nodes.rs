@@ -37,6 +37,10 @@ pub(super) struct NodeRt {
     pub rebooting: bool,
 }
 
+/// How long a pod without its own `not-ready:NoExecute` toleration survives a NotReady node
+/// (the DefaultTolerationSeconds admission plugin's 300 s).
+const DEFAULT_NOT_READY_TOLERATION: Duration = Duration::from_secs(300);
+
 fn boot_id(node: &str, boots: u64) -> String {
     let h = util::seed_from(&format!("{node}/{boots}"));
     format!(
@@ -210,6 +214,74 @@ impl SimCluster {
                 epoch,
             },
         );
+        self.schedule(
+            util::add(self.now, DEFAULT_NOT_READY_TOLERATION),
+            Timer::NotReadyEviction {
+                node: name.to_string(),
+                epoch,
+            },
+        );
+    }
+
+    /// The taint manager after a node stayed NotReady past the default toleration: the
+    /// DefaultTolerationSeconds admission plugin gives every pod without its own
+    /// `not-ready:NoExecute` toleration one of 300 s, so those pods (and pods whose own
+    /// toleration is at most that long) are deleted with a DisruptionTarget condition. Pods
+    /// tolerating it without `tolerationSeconds` (package pods, §8.3; DaemonSet pods) stay.
+    pub(super) fn not_ready_eviction(&mut self, name: &str, epoch: u64) {
+        if self
+            .node_rt
+            .get(name)
+            .is_none_or(|rt| rt.epoch != epoch || !rt.rebooting)
+        {
+            return;
+        }
+        let taint = Taint {
+            key: keys::TAINT_NOT_READY.to_string(),
+            value: None,
+            effect: "NoExecute".to_string(),
+            time_added: None,
+        };
+        let limit = i64::try_from(DEFAULT_NOT_READY_TOLERATION.as_secs()).unwrap_or(i64::MAX);
+        let keys_on: Vec<_> = self
+            .pods_by_node
+            .get(name)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        for key in keys_on {
+            let Some(pod) = self.pods.get(&key) else {
+                continue;
+            };
+            if super::workload::is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let tolerations = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.as_deref())
+                .unwrap_or_default();
+            let matching: Vec<_> = tolerations
+                .iter()
+                .filter(|t| util::tolerated(std::slice::from_ref(*t), &taint))
+                .collect();
+            let stays = matching
+                .iter()
+                .any(|t| t.toleration_seconds.is_none_or(|s| s > limit));
+            if !stays {
+                self.delete_pod_graceful(
+                    &key,
+                    None,
+                    Some((
+                        "DeletionByTaintManager",
+                        "Taint manager: deleting due to NoExecute taint",
+                    )),
+                    false,
+                );
+            }
+        }
+        self.settle();
     }
 
     pub(super) fn node_back(&mut self, name: &str, epoch: u64) {
