@@ -949,4 +949,131 @@ mod tests {
         assert!(!output(&["node", "ignore", "n2"]).actions.is_empty());
         assert_eq!(output(&["pause", "nope"]).exit, exit::RUNTIME);
     }
+
+    /// A world where package `tuning` failed its first apply attempt and succeeded on the
+    /// second, driven by the real engine.
+    fn world_after_a_retry() -> crate::sim::SimCluster {
+        use crate::sim::{ModelRunner, NodeInput, PackageModels, SimCluster};
+        let models = PackageModels(
+            serde_yaml::from_str("example/tuning: {stages: {apply: {duration: 3s, failures: 1}}}")
+                .unwrap(),
+        );
+        let mut world = SimCluster::new("nodewright", Box::new(ModelRunner::new(models)), 3);
+        world.add_node(NodeInput {
+            name: "n1".into(),
+            ..NodeInput::default()
+        });
+        world.apply_desired(&crate::cluster::Desired {
+            nodewrights: vec![
+                crate::engine::testkit::nw("tuning")
+                    .package("tuning", "1.0.0")
+                    .build(),
+            ],
+            policies: vec![],
+            commit: "c1".into(),
+        });
+        let settings = crate::settings::Settings::default();
+        for _ in 0..60 {
+            let snap = world.snapshot(crate::snapshot::Memory::default());
+            for action in crate::engine::reconcile(&snap, &settings).actions {
+                world.execute(&action).unwrap();
+            }
+            world.advance(std::time::Duration::from_secs(2));
+        }
+        world
+    }
+
+    fn logs(world: &mut crate::sim::SimCluster, extra: &[&str]) -> String {
+        let args: Vec<String> = [
+            "package",
+            "logs",
+            "tuning",
+            "--nodewright",
+            "tuning",
+            "--stage",
+            "apply",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+        let (code, out) = run_on_sim(world, &args);
+        assert_eq!(code, exit::OK, "{out}");
+        out
+    }
+
+    #[test]
+    fn package_logs_prints_every_retained_attempt_with_its_container_logs() {
+        let mut world = world_after_a_retry();
+        let text = logs(&mut world, &[]);
+        let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("==> ")).collect();
+        // Two attempts (the failed archive, then the success) x three containers.
+        assert_eq!(headers.len(), 6, "{text}");
+        assert!(
+            headers[1].contains("attempt 1/2 (failed) | container tuning-apply [exit 1 (Error)]"),
+            "{text}"
+        );
+        assert!(
+            headers[4]
+                .contains("attempt 2/2 (succeeded) | container tuning-apply [exit 0 (Completed)]"),
+            "{text}"
+        );
+        assert!(
+            headers[2].contains("container tuning-applycheck [waiting (PodInitializing)]"),
+            "{text}"
+        );
+        let section = |h: &str| {
+            let start = text.find(h).unwrap() + h.len() + 1;
+            let rest = &text[start..];
+            rest[..rest.find("==> ").unwrap_or(rest.len())].to_string()
+        };
+        let failed = section(headers[1]);
+        assert!(
+            failed.contains("attempt=1")
+                && failed.ends_with(
+                    "ERROR: apply exited 1 (behaviour model)\napply failed: exit code 1\n"
+                ),
+            "{failed}"
+        );
+        assert!(section(headers[2]).contains("is waiting to start"));
+        assert!(section(headers[4]).ends_with("apply succeeded: exit code 0\n"));
+
+        let tail = logs(&mut world, &["--tail", "1"]);
+        assert!(
+            tail.contains(&format!("{}\napply failed: exit code 1\n==> ", headers[1])),
+            "{tail}"
+        );
+
+        // -o json carries the same facts: one entry per header, with the log under it.
+        let json: serde_json::Value =
+            serde_json::from_str(&logs(&mut world, &["-o", "json"])).unwrap();
+        let entries = json.as_array().unwrap();
+        assert_eq!(entries.len(), headers.len());
+        for (entry, header) in entries.iter().zip(&headers) {
+            for key in [
+                "node",
+                "job",
+                "pod",
+                "container",
+                "attemptState",
+                "containerState",
+            ] {
+                let value = entry[key].as_str().unwrap();
+                assert!(header.contains(value), "{key}={value} not in {header}");
+            }
+            let attempt = format!("attempt {}/{}", entry["attempt"], entry["attempts"]);
+            assert!(header.contains(&attempt), "{attempt} not in {header}");
+            match entry["log"].as_str() {
+                Some(log) => assert_eq!(section(header), log),
+                None => assert!(section(header).contains(entry["error"].as_str().unwrap())),
+            }
+        }
+        // Unknown package: an error naming it.
+        let (code, out) = run_on_sim(
+            &mut world,
+            &["package", "logs", "nope", "--nodewright", "tuning"].map(String::from),
+        );
+        assert_eq!(code, exit::RUNTIME);
+        assert!(out.contains("\"nope\""), "{out}");
+    }
 }

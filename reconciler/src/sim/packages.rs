@@ -264,6 +264,20 @@ impl ContainerRunner for ModelRunner {
             Effect::None
         };
         let message = failed.then(|| format!("{} exited 1 (behaviour model)", run.mode));
+        if run.mode.starts_with('-') {
+            // The copy container of a stage pod is a shell (`sh -c "mkdir … && cp …"`), not
+            // the agent: it prints nothing unless it fails.
+            return ContainerResult {
+                duration,
+                exit_code,
+                effect,
+                log: message
+                    .as_ref()
+                    .map(|m| format!("cp: {m}\n"))
+                    .unwrap_or_default(),
+                message,
+            };
+        }
         let mut log = model_banner(run, Some(attempt));
         match &interrupt {
             Some(kind) => log.push_str(&format!("running interrupt {kind}\n")),
