@@ -269,10 +269,26 @@ fn attempt_state(pod: &Pod) -> String {
     if pod.metadata.deletion_timestamp.is_some() {
         return "terminating".into();
     }
-    match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-        Some("Running") => "running",
+    let status = pod.status.as_ref();
+    // A stage pod stays in phase Pending while its init containers (the package's steps) run.
+    let started = status
+        .into_iter()
+        .flat_map(|s| {
+            s.init_container_statuses
+                .iter()
+                .flatten()
+                .chain(s.container_statuses.iter().flatten())
+        })
+        .any(|c| {
+            c.state
+                .as_ref()
+                .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+        });
+    match status.and_then(|s| s.phase.as_deref()) {
         Some("Succeeded") => "succeeded",
         Some("Failed") => "failed",
+        Some("Running") => "running",
+        _ if started => "running",
         _ => "pending",
     }
     .into()
