@@ -953,12 +953,21 @@ mod tests {
     /// A world where package `tuning` failed its first apply attempt and succeeded on the
     /// second, driven by the real engine.
     fn world_after_a_retry() -> crate::sim::SimCluster {
+        world_running(
+            "example/tuning: {stages: {apply: {duration: 3s, failures: 1}}}",
+            "example/tuning",
+        )
+    }
+
+    /// Two minutes of rollout of package `tuning` (image `image`) on one node.
+    fn world_running(models: &str, image: &str) -> crate::sim::SimCluster {
         use crate::sim::{ModelRunner, NodeInput, PackageModels, SimCluster};
-        let models = PackageModels(
-            serde_yaml::from_str("example/tuning: {stages: {apply: {duration: 3s, failures: 1}}}")
-                .unwrap(),
-        );
-        let mut world = SimCluster::new("nodewright", Box::new(ModelRunner::new(models)), 3);
+        let models = PackageModels(serde_yaml::from_str(models).unwrap());
+        let mut runner = ModelRunner::new(models.clone());
+        if models.has_real_packages() {
+            runner = runner.with_real_agent(crate::sim::agent::scenario_real_agent(&models));
+        }
+        let mut world = SimCluster::new("nodewright", Box::new(runner), 3);
         world.add_node(NodeInput {
             name: "n1".into(),
             ..NodeInput::default()
@@ -966,7 +975,13 @@ mod tests {
         world.apply_desired(&crate::cluster::Desired {
             nodewrights: vec![
                 crate::engine::testkit::nw("tuning")
-                    .package("tuning", "1.0.0")
+                    .with_package(
+                        "tuning",
+                        nodewright_schema::Package {
+                            image: image.into(),
+                            ..crate::engine::testkit::package("tuning", "1.0.0")
+                        },
+                    )
                     .build(),
             ],
             policies: vec![],
@@ -1075,5 +1090,23 @@ mod tests {
         );
         assert_eq!(code, exit::RUNTIME);
         assert!(out.contains("\"nope\""), "{out}");
+    }
+
+    #[test]
+    fn package_logs_of_a_real_package_carry_the_agents_own_output() {
+        let mut world = world_running(
+            "example/tuning-real: {path: examples/packages/tuning}",
+            "example/tuning-real",
+        );
+        let text = logs(&mut world, &[]);
+        let apply = text
+            .split("==> ")
+            .find(|s| s.contains("container tuning-apply ["))
+            .unwrap_or_else(|| panic!("{text}"));
+        // The agent prints its configuration banner first (agent/src/lib.rs).
+        assert!(
+            apply.contains("-CLI CONFIGURATION--\nmode: apply\n"),
+            "{apply}"
+        );
     }
 }
