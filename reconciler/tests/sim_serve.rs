@@ -1143,7 +1143,7 @@ async fn the_api_subset_behaves_like_an_apiserver() {
     assert!(leases.get_opt("held").await.unwrap().is_none());
 }
 
-/// A stage-shaped Job of package `tuning` 1.0.0 whose one step runs 10 s (virtual).
+/// A stage-shaped Job of package `tuning` 1.0.0 whose two steps run 10 s each (virtual).
 fn step_job(name: &str, node: &str) -> Job {
     serde_json::from_value(json!({
         "apiVersion": "batch/v1", "kind": "Job",
@@ -1157,7 +1157,10 @@ fn step_job(name: &str, node: &str) -> Job {
                     keys::JOB_LABEL_PACKAGE: "tuning-1.0.0", keys::JOB_LABEL_STAGE: "apply"}},
                 "spec": {
                     "nodeName": node, "restartPolicy": "Never",
-                    "initContainers": [{"name": "tuning-apply", "image": "agent", "args": ["apply", "/root", "/x"]}],
+                    "initContainers": [
+                        {"name": "tuning-apply", "image": "agent", "args": ["apply", "/root", "/x"]},
+                        {"name": "tuning-applycheck", "image": "agent", "args": ["apply-check", "/root", "/x"]}
+                    ],
                     "containers": [{"name": "done", "image": "example/step:1.0.0"}]
                 }
             }
@@ -1267,8 +1270,22 @@ async fn container_logs_are_read_followed_and_snapshotted_over_http() {
         )),
         "{followed}"
     );
+    // Then the check step, followed once it starts, until the pod is done.
+    let check = followed
+        .split("==> ")
+        .nth(2)
+        .unwrap_or_else(|| panic!("{followed}"));
     assert!(
-        followed.ends_with("apply succeeded: exit code 0\n"),
+        check.starts_with(&format!(
+            "node n1 | job j1 | pod {pod_name} | attempt 1/1 (running) | container tuning-applycheck [waiting (PodInitializing)] <==\nnodewright-agent (behaviour model) mode=apply-check"
+        )) && check.ends_with("apply-check succeeded: exit code 0\n"),
+        "{followed}"
+    );
+    assert!(
+        followed
+            .split("==> ")
+            .nth(1)
+            .is_some_and(|a| a.ends_with("apply succeeded: exit code 0\n")),
         "{followed}"
     );
 

@@ -594,6 +594,8 @@ pub fn package_logs_on_sim(
 /// `package logs` through a [`Cluster`]: prints every retained attempt's containers; with
 /// `-f`, the containers of the running attempt are followed in run order until the pod
 /// finishes (a container that has not started yet is waited for, polling once a second).
+/// Following needs a cluster whose clock runs on its own (a real cluster, `sim serve`); the
+/// in-process simulator is read with [`package_logs_on_sim`].
 pub async fn package_logs<C: Cluster>(
     cluster: &C,
     snapshot: &Snapshot,
@@ -630,10 +632,13 @@ pub async fn package_logs<C: Cluster>(
                 .await
             {
                 Ok(()) => break,
-                // Not started yet (400 "waiting to start"): wait for it while the pod runs.
-                Err(crate::cluster::ClusterError::Api { status: 400, .. })
-                    if pod_running(cluster, t).await =>
-                {
+                // Not started yet (400 "… is waiting to start: …"): wait for it while the
+                // pod runs.
+                Err(crate::cluster::ClusterError::Api {
+                    status: 400,
+                    message,
+                    ..
+                }) if message.contains("waiting to start") && pod_running(cluster, t).await => {
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
                 Err(e) => {
