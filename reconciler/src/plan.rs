@@ -471,4 +471,21 @@ mod tests {
         let taints = node.spec.unwrap().taints.unwrap();
         assert_eq!(taints, vec![taint("a", "2")]);
     }
+
+    #[test]
+    fn last_logs_text_is_valid_utf8_and_keeps_the_tail_within_the_cap() {
+        assert_eq!(last_logs_text(b"ok \xff\n"), "ok \u{fffd}\n");
+        let cap = crate::settings::constants::LAST_LOGS_CAP_BYTES;
+        let mut raw = Vec::new();
+        for i in 0..2000 {
+            raw.extend_from_slice(format!("line {i} é\n").as_bytes());
+        }
+        let text = last_logs_text(&raw);
+        assert!(text.len() <= cap);
+        assert!(
+            text.starts_with("line ") && text.ends_with("line 1999 é\n"),
+            "{}",
+            &text[..20]
+        );
+    }
 }

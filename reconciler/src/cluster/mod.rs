@@ -139,3 +139,35 @@ pub trait Cluster {
         sink: &mut (dyn FnMut(&str) + Send),
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_logs_value_prefers_output_then_the_waiting_reason_then_says_why() {
+        let gone = || {
+            Err(ClusterError::Api {
+                action: "read log".into(),
+                status: 404,
+                message: "pods \"p\" not found".into(),
+            })
+        };
+        assert_eq!(
+            last_logs_value(Ok("boom\n".into()), "c", Some("c: CrashLoopBackOff: x")),
+            "boom\n"
+        );
+        assert_eq!(
+            last_logs_value(Ok(" \n".into()), "c", Some("c: CrashLoopBackOff: x")),
+            "c: CrashLoopBackOff: x"
+        );
+        assert_eq!(
+            last_logs_value(Ok(String::new()), "c", None),
+            "c: no log output"
+        );
+        assert_eq!(
+            last_logs_value(gone(), "c", None),
+            "c: log unavailable: read log failed: 404 pods \"p\" not found"
+        );
+    }
+}
