@@ -1,6 +1,8 @@
 //! Forge feedback against a local HTTP stub that records every request and answers from a
 //! script: what a GitHub or GitLab server would receive from the reconciler and `diff`.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -484,4 +486,83 @@ async fn status_reporter_posts_each_change_once_and_retries_failures() {
             ),
         ]
     );
+}
+
+/// End to end: `nodewright run --forge github` on examples/fleet with the embedded simulator
+/// posts commit statuses for each NodeWright on the commit it applied, pending while the
+/// rollout runs and success once complete, authenticated with the configured token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_forge_reports_the_rollout_on_the_applied_commit() {
+    let (url, seen) = stub(|_| (StatusCode::CREATED, vec![], json!({"id": 1}))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = common::WorkRepo::init(&dir.path().join("repo"));
+    repo.copy_from(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet"));
+    let sha = repo.commit("fleet");
+    let fleet = dir.path().join("fleet-sim.yaml");
+    std::fs::write(
+        &fleet,
+        r#"
+cluster:
+  nodes:
+    - generate: {count: 2, namePrefix: canary-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: canary}}
+    - generate: {count: 2, namePrefix: gpu-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: production}}
+packages:
+  example/driver: {default: {duration: 5s}, rebootTakes: 30s}
+"#,
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["run", "--repo"])
+        .arg(&repo.dir)
+        .arg("--sim-fleet")
+        .arg(&fleet)
+        .args(["--speed", "0", "--no-progress", "--until-converged", "6h"])
+        .args(["--forge", "github"])
+        .env("NODEWRIGHT_FORGE_URL", &url)
+        .env("NODEWRIGHT_FORGE_REPOSITORY", "fleet/os")
+        .env("NODEWRIGHT_FORGE_TOKEN", TOKEN)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("GITHUB_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "run failed:\n{stderr}");
+
+    let seen = seen.lock().unwrap();
+    assert!(!seen.is_empty(), "the forge received nothing:\n{stderr}");
+    let mut per_context: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for request in seen.iter() {
+        assert_eq!(request.method, Method::POST);
+        assert_eq!(request.uri, format!("/repos/fleet/os/statuses/{sha}"));
+        assert_eq!(header(request, "authorization"), format!("Bearer {TOKEN}"));
+        let body = request.body.as_ref().unwrap();
+        per_context
+            .entry(body["context"].as_str().unwrap().to_string())
+            .or_default()
+            .push(body["state"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        per_context.keys().collect::<Vec<_>>(),
+        ["nodewright/gpu-driver", "nodewright/gpu-tuning"],
+        "one status line per NodeWright of the commit"
+    );
+    for (context, states) in &per_context {
+        assert_eq!(
+            states.last().map(String::as_str),
+            Some("success"),
+            "{context}: {states:?}"
+        );
+        // Pending while rolling out (the first pass leaves every NodeWright in progress).
+        assert_eq!(
+            states.first().map(String::as_str),
+            Some("pending"),
+            "{context}: {states:?}"
+        );
+        assert!(
+            states.iter().all(|s| s == "pending" || s == "success"),
+            "{context}: {states:?}"
+        );
+    }
 }

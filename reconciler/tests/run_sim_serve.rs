@@ -362,6 +362,18 @@ async fn with_two_nodewright_run_replicas_only_the_leader_writes() {
         "b led while a held the lease:\n{}",
         setup.log("b")
     );
+    // The follower stands by: it says so and never even attempts a write (no refused writes,
+    // no status commits from it).
+    assert!(
+        setup.log("b").contains("standby:"),
+        "b did not say it stands by:\n{}",
+        setup.log("b")
+    );
+    assert!(
+        !setup.log("b").contains("not the leader"),
+        "b attempted writes as a follower:\n{}",
+        setup.log("b")
+    );
     a.kill().unwrap();
     a.wait().unwrap();
     // After the lease duration b takes over and finishes the rollout.

@@ -167,6 +167,12 @@ pub const DEFAULT_RUNTIME_REQUIRED_TAINT: &str =
 pub const LEGACY_RUNTIME_REQUIRED_TAINT: &str = "skyhook.nvidia.com=runtime-required:NoSchedule";
 /// Taint the node lifecycle controller sets while a node is cordoned.
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+/// Well-known node label the kubelet sets to the node's host name (selectors often use it).
+pub const NODE_LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+/// Well-known node label the kubelet sets to the operating system (`linux`).
+pub const NODE_LABEL_OS: &str = "kubernetes.io/os";
+/// Well-known node label the kubelet sets to the CPU architecture (`amd64`).
+pub const NODE_LABEL_ARCH: &str = "kubernetes.io/arch";
 /// Taint the node lifecycle controller sets while a node is NotReady.
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 /// Taint the node lifecycle controller sets while a node is unreachable.

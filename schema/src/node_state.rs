@@ -141,6 +141,27 @@ impl State {
     }
 }
 
+impl State {
+    /// Every State, in wire order.
+    pub const ALL: [State; 5] = [
+        State::Complete,
+        State::InProgress,
+        State::Skipped,
+        State::Erroring,
+        State::Unknown,
+    ];
+}
+
+impl FromStr for State {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        State::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| UnknownValue(s.to_string()))
+    }
+}
+
 impl fmt::Display for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

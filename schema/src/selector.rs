@@ -229,6 +229,52 @@ impl Selector {
         }
     }
 
+    /// Parses the text form `kubectl -l` and `?labelSelector=` use: comma-separated terms
+    /// `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`. `!=` and `notin`
+    /// also select objects without the label, as in Kubernetes. Keys and values are checked
+    /// like the structured form.
+    pub fn parse_text(text: &str) -> Result<Selector, String> {
+        let mut expressions = Vec::new();
+        let expr = |key: &str, operator: &str, values: Option<Vec<String>>| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                key: key.trim().to_string(),
+                operator: operator.to_string(),
+                values,
+            }
+        };
+        for term in split_top_level(text) {
+            let requirement = if let Some(key) = term.strip_prefix('!') {
+                expr(key, "DoesNotExist", None)
+            } else if let Some((k, v)) = term.split_once("!=") {
+                expr(k, "NotIn", Some(vec![v.trim().to_string()]))
+            } else if let Some((k, v)) = term.split_once("==") {
+                expr(k, "In", Some(vec![v.trim().to_string()]))
+            } else if let Some((k, v)) = term.split_once('=') {
+                expr(k, "In", Some(vec![v.trim().to_string()]))
+            } else if let Some((k, v)) = term.split_once(" notin ") {
+                expr(k, "NotIn", Some(set_values(v)?))
+            } else if let Some((k, v)) = term.split_once(" in ") {
+                expr(k, "In", Some(set_values(v)?))
+            } else if !term.contains(char::is_whitespace) && !term.contains(['(', ')']) {
+                expr(term, "Exists", None)
+            } else {
+                return Err(format!("unable to parse requirement: {term:?}"));
+            };
+            expressions.push(requirement);
+        }
+        let selector = LabelSelector {
+            match_labels: None,
+            match_expressions: Some(expressions),
+        };
+        Selector::parse(&selector).map_err(|errors| {
+            errors
+                .into_iter()
+                .map(|e| e.message)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+
     /// Whether this selector selects nothing-in-particular (no requirements = everything).
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
@@ -243,6 +289,42 @@ impl Selector {
             Requirement::DoesNotExist(k) => !labels.contains_key(k),
         })
     }
+}
+
+/// Splits a selector's text on the commas that are not inside a parenthesized set.
+fn split_top_level(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out.into_iter()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The values of `(a, b)`.
+fn set_values(text: &str) -> Result<Vec<String>, String> {
+    let inner = text
+        .trim()
+        .strip_prefix('(')
+        .and_then(|t| t.strip_suffix(')'))
+        .ok_or_else(|| format!("expected a parenthesized set, found {text:?}"))?;
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
 }
 
 fn key_errors(key: &str) -> Vec<String> {
@@ -391,5 +473,33 @@ mod tests {
         assert!(!is_qualified_name("a/b/c").is_empty());
         assert!(!is_qualified_name(&"x".repeat(64)).is_empty());
         assert!(is_valid_label_value("").is_empty());
+    }
+
+    #[test]
+    fn text_selectors_follow_kubectl_syntax() {
+        let sel =
+            Selector::parse_text("pool=gpu, zone in (a, b),tier!=web,!maintenance,rack").unwrap();
+        assert!(sel.matches(&labels(&[("pool", "gpu"), ("zone", "b"), ("rack", "r1")])));
+        // `!=` also selects objects without the label; `!k` refuses objects with it.
+        assert!(!sel.matches(&labels(&[
+            ("pool", "gpu"),
+            ("zone", "b"),
+            ("tier", "web"),
+            ("rack", "r1")
+        ])));
+        assert!(!sel.matches(&labels(&[
+            ("pool", "gpu"),
+            ("zone", "b"),
+            ("rack", "r1"),
+            ("maintenance", "")
+        ])));
+        assert!(!sel.matches(&labels(&[("pool", "gpu"), ("zone", "c"), ("rack", "r1")])));
+        assert!(Selector::parse_text("").unwrap().is_empty());
+        let err = Selector::parse_text("bad key=x").unwrap_err();
+        assert!(
+            err.contains("unable to parse") || err.contains("Invalid value"),
+            "{err}"
+        );
+        assert!(Selector::parse_text("k in a,b").is_err());
     }
 }

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod diff;
 pub mod fleet;
 pub mod progress;
+pub mod reference;
 pub mod run;
 pub mod serve;
 pub mod simulate;

@@ -350,6 +350,7 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
     let converged_flag = converged.clone();
     let lifecycle = args.lifecycle;
     let mut warned_foreign: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut leading_said = true;
     let observe = move |it: &crate::controller::daemon::Iteration<'_>| {
         if lifecycle == LifecycleMode::SelfManaged {
             for (nw, manager) in foreign_status_writers(&it.snapshot.nodewrights) {
@@ -383,8 +384,17 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
         }
         metrics.set_lifecycle(lifecycle_samples(it.snapshot, &metrics_settings));
         metrics.set_ready(true);
+        if it.leading != leading_said {
+            leading_said = it.leading;
+            progress.println(if it.leading {
+                "leading: this replica reconciles and writes status"
+            } else {
+                "standby: another replica holds the leader Lease; watching, writing nothing"
+            });
+        }
+        // Only the leader speaks for the fleet on the forge.
         statuses_tx.send_if_modified(|current| {
-            let changed = *current != it.snapshot.nodewrights;
+            let changed = it.leading && *current != it.snapshot.nodewrights;
             if changed {
                 current.clone_from(&it.snapshot.nodewrights);
             }

@@ -92,12 +92,53 @@ pub enum VerbCommand {
     /// Reset DeploymentPolicy batch state of a NodeWright.
     #[command(subcommand, visible_alias = "dp")]
     DeploymentPolicy(PolicyCommand),
+    /// `lifecycle pause|resume|disable|enable <nw>`: the same verbs as the top-level ones,
+    /// under the grouping some upstream documentation uses (spec §14.5).
+    #[command(subcommand)]
+    Lifecycle(LifecycleCommand),
     /// Print the client version (and the version stamped on NodeWrights in the cluster).
     Version {
         /// Do not contact the cluster.
         #[arg(long)]
         client_only: bool,
     },
+}
+
+/// `lifecycle …`: pause, resume, disable and enable under one group.
+#[derive(Debug, Clone, Subcommand)]
+pub enum LifecycleCommand {
+    /// Pause a NodeWright (same as `nodewright pause`).
+    Pause {
+        /// NodeWright name.
+        nodewright: String,
+    },
+    /// Resume a paused NodeWright (same as `nodewright resume`).
+    Resume {
+        /// NodeWright name.
+        nodewright: String,
+    },
+    /// Disable a NodeWright (same as `nodewright disable`).
+    Disable {
+        /// NodeWright name.
+        nodewright: String,
+    },
+    /// Enable a disabled NodeWright (same as `nodewright enable`).
+    Enable {
+        /// NodeWright name.
+        nodewright: String,
+    },
+}
+
+impl LifecycleCommand {
+    /// The top-level verb this grouped spelling stands for.
+    pub fn as_verb(&self) -> VerbCommand {
+        match self.clone() {
+            LifecycleCommand::Pause { nodewright } => VerbCommand::Pause { nodewright },
+            LifecycleCommand::Resume { nodewright } => VerbCommand::Resume { nodewright },
+            LifecycleCommand::Disable { nodewright } => VerbCommand::Disable { nodewright },
+            LifecycleCommand::Enable { nodewright } => VerbCommand::Enable { nodewright },
+        }
+    }
 }
 
 /// `node …`.
@@ -168,6 +209,35 @@ pub enum PackageCommand {
         #[arg(long)]
         stage: Option<String>,
     },
+    /// Rewrite one node-state entry in place (UP+ `update-state`; no validation of the pair).
+    ///
+    /// Sets `<PACKAGE>|<VERSION>` of NODEWRIGHT's node state to STAGE/STATE on the nodes that
+    /// have the entry (restricted by --node and -l); --add also creates it where missing and
+    /// needs --node or -l. The reconciler writes the same annotation, so pause the NodeWright
+    /// first. Stages: apply, config, interrupt, post-interrupt, upgrade, uninstall,
+    /// uninstall-interrupt. States: complete, in_progress, skipped, erroring, unknown.
+    UpdateState {
+        /// NodeWright name.
+        nodewright: String,
+        /// Package name.
+        package: String,
+        /// Package version of the entry.
+        #[arg(value_name = "VERSION")]
+        package_version: String,
+        /// The stage to record.
+        stage: String,
+        /// The state to record.
+        state: String,
+        /// Node names or regular expressions.
+        #[arg(long = "node")]
+        nodes: Vec<String>,
+        /// Label selector of the nodes (`k=v,k2 in (a,b)`).
+        #[arg(short = 'l', long = "selector")]
+        selector: Option<String>,
+        /// Create the entry on the selected nodes where it is missing.
+        #[arg(long)]
+        add: bool,
+    },
     /// Logs of a package's stage pods (running attempts, retained Jobs and archives).
     Logs {
         /// Package name.
@@ -223,6 +293,24 @@ pub struct Prepared {
     pub exit: u8,
     /// A destructive verb described its changes and waits for confirmation.
     pub awaiting_confirmation: bool,
+}
+
+fn update_state_targets(
+    nodes: &[String],
+    selector: Option<&str>,
+    add: bool,
+) -> Result<verbs::package::UpdateTargets, VerbError> {
+    let selector = selector
+        .map(|text| {
+            nodewright_schema::selector::Selector::parse_text(text)
+                .map_err(|e| VerbError::InvalidArgument(format!("-l {text:?}: {e}")))
+        })
+        .transpose()?;
+    Ok(verbs::package::UpdateTargets {
+        nodes: NodePatterns::new(nodes)?,
+        selector,
+        add,
+    })
 }
 
 fn failed(e: VerbError) -> Prepared {
@@ -319,6 +407,34 @@ pub fn prepare(
                 })
             })
             .map(|p| (p, true)),
+        VerbCommand::Package(PackageCommand::UpdateState {
+            nodewright,
+            package,
+            package_version: version,
+            stage,
+            state,
+            nodes,
+            selector,
+            add,
+        }) => update_state_targets(nodes, selector.as_deref(), *add)
+            .and_then(|targets| {
+                let stage = stage.parse::<nodewright_schema::Stage>().map_err(|_| {
+                    VerbError::InvalidArgument(format!(
+                        "invalid stage {stage:?}: must be one of {}",
+                        nodewright_schema::Stage::ALL.map(|s| s.as_str()).join(", ")
+                    ))
+                })?;
+                let state = state.parse::<nodewright_schema::State>().map_err(|_| {
+                    VerbError::InvalidArgument(format!(
+                        "invalid state {state:?}: must be one of {}",
+                        nodewright_schema::State::ALL.map(|s| s.as_str()).join(", ")
+                    ))
+                })?;
+                verbs::package::plan_update_state(
+                    snapshot, nodewright, package, version, stage, state, &targets,
+                )
+            })
+            .map(|p| (p, true)),
         VerbCommand::Package(PackageCommand::Logs { .. }) => {
             // Logs are read through the cluster, not planned: see [`package_logs`].
             return failed(VerbError::InvalidArgument(
@@ -341,6 +457,9 @@ pub fn prepare(
             verbs::policy::plan_reset(snapshot, nodewright).map(|p| (p, true))
         }
         VerbCommand::Version { .. } => return read(version_text(Some(snapshot))),
+        VerbCommand::Lifecycle(grouped) => {
+            return prepare(&grouped.as_verb(), common, snapshot, confirmed);
+        }
     };
     let (plan, needs_confirmation) = match planned {
         Ok(p) => p,
@@ -844,7 +963,7 @@ pub async fn connect(common: &Common) -> Result<crate::cluster::kube::KubeCluste
 }
 
 /// The first words of every verb (and alias), as the scenario runner looks them up.
-pub const VERB_NAMES: [&str; 10] = [
+pub const VERB_NAMES: [&str; 11] = [
     "reset",
     "node",
     "package",
@@ -854,6 +973,7 @@ pub const VERB_NAMES: [&str; 10] = [
     "enable",
     "deployment-policy",
     "dp",
+    "lifecycle",
     "version",
 ];
 

@@ -987,6 +987,11 @@ impl Cluster for KubeCluster {
     async fn changed(&self) {
         self.changed.notified().await;
     }
+
+    fn may_write(&self) -> bool {
+        self.writes_allowed
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// The fields Git declares for a CR, for server-side apply: identity, labels, annotations

@@ -138,6 +138,12 @@ pub trait Cluster {
         request: &LogRequest,
         sink: &mut (dyn FnMut(&str) + Send),
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// Whether this replica may write now. False on a follower while another replica holds
+    /// the leader Lease: the loop then materializes nothing, runs no pass and commits no
+    /// status, so only the leader speaks for the fleet (cluster::lease).
+    fn may_write(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -94,6 +94,8 @@ pub struct Iteration<'a> {
     pub snapshot: &'a Snapshot,
     /// What the status writer did.
     pub status: Option<&'a StatusWrite>,
+    /// Whether this replica led this iteration (false: a standby follower that only watched).
+    pub leading: bool,
 }
 
 /// A failure that stops the loop.
@@ -117,6 +119,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
     pacer: &mut P,
     mut observe: impl FnMut(&Iteration<'_>) -> ControlFlow<()>,
 ) -> Result<(), LoopError> {
+    let mut was_leading = true;
     loop {
         let change = match source.refresh() {
             Ok(change) => change,
@@ -135,14 +138,26 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             }
             SourceChange::None => {}
         }
+        // A follower keeps reading Git and the cluster (so it can take over at once) but
+        // writes nothing: no CRs, no pass, no status commits.
+        let leading = controller.cluster().may_write();
+        if !leading && was_leading {
+            tracing::warn!("lost the leader Lease: standing by, writing nothing");
+            // The next term starts like a restart: in-memory timers are not trusted across it.
+            controller.restart();
+        } else if leading && !was_leading {
+            tracing::info!("leading: materializing, reconciling and writing status");
+        }
+        was_leading = leading;
         let desired = source.desired().cloned();
         if let Some(Err(e)) = match &desired {
-            Some(d) => Some(controller.apply_desired(d).await),
-            None => None,
+            Some(d) if leading => Some(controller.apply_desired(d).await),
+            _ => None,
         } {
             tracing::warn!(error = %e, "materializing the desired CRs failed; retrying next pass");
         }
         let report = match lifecycle {
+            _ if !leading => None,
             LifecycleMode::SelfManaged => match controller.pass().await {
                 Ok(r) => Some(r),
                 Err(e) => {
@@ -154,20 +169,21 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
         };
         let snapshot = controller.cluster().snapshot().await?;
         let written = match status.as_deref_mut() {
-            Some(writer) => match writer.write(snapshot.now, &snapshot.nodewrights) {
+            Some(writer) if leading => match writer.write(snapshot.now, &snapshot.nodewrights) {
                 Ok(w) => Some(w),
                 Err(e) => {
                     tracing::warn!(error = %e, "status write-back failed; retrying later");
                     None
                 }
             },
-            None => None,
+            _ => None,
         };
         let iteration = Iteration {
             change: &change,
             pass: report.as_ref(),
             snapshot: &snapshot,
             status: written.as_ref(),
+            leading,
         };
         if observe(&iteration).is_break() {
             return Ok(());

@@ -404,27 +404,47 @@ impl<'h> Run<'h> {
             return Err(text);
         }
         let notes = std::mem::take(&mut self.notes);
-        result.map(|detail| {
-            let mut detail = detail;
-            let passes = self.passes - passes_before;
-            if passes > 0 {
-                detail.push_str(&format!(" ({passes} passes)"));
+        const SHOWN: usize = 3;
+        let summary = |shown: usize| {
+            let mut text = notes
+                .iter()
+                .take(shown)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" | ");
+            if notes.len() > shown {
+                text.push_str(&format!(" | … and {} more", notes.len() - shown));
             }
-            if !notes.is_empty() {
-                const SHOWN: usize = 3;
-                let mut text = notes
-                    .iter()
-                    .take(SHOWN)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(" | ");
-                if notes.len() > SHOWN {
-                    text.push_str(&format!(" | … and {} more", notes.len() - SHOWN));
+            text
+        };
+        match result {
+            Ok(mut detail) => {
+                let passes = self.passes - passes_before;
+                if passes > 0 {
+                    detail.push_str(&format!(" ({passes} passes)"));
                 }
-                detail.push_str(&format!(" [notes: {text}]"));
+                if !notes.is_empty() {
+                    detail.push_str(&format!(" [notes: {}]", summary(SHOWN)));
+                }
+                Ok(detail)
             }
-            detail
-        })
+            // A failing step shows what went wrong along the way (a rejected commit is the usual
+            // reason an expectation never holds), invalid commits first.
+            Err(detail) => {
+                let mut detail = detail.trim_end().to_string();
+                for rejected in notes
+                    .iter()
+                    .filter(|n| n.starts_with("commit "))
+                    .take(SHOWN)
+                {
+                    detail.push_str(&format!("\nnote: {rejected}"));
+                }
+                if notes.iter().any(|n| !n.starts_with("commit ")) {
+                    detail.push_str(&format!("\nnotes: {}", summary(SHOWN)));
+                }
+                Err(detail)
+            }
+        }
     }
 
     fn step_inner(&mut self, step: &Step) -> Result<String, String> {

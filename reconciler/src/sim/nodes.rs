@@ -89,7 +89,18 @@ impl SimCluster {
     /// Adds a node (Ready, with a boot id). Replaces a node with the same name.
     pub fn add_node(&mut self, input: NodeInput) {
         let mut meta = self.new_meta(&input.name, None);
-        meta.labels = Some(input.labels);
+        // The labels every kubelet registers its node with; the scenario's own labels win.
+        let mut labels = input.labels;
+        for (key, value) in [
+            (keys::NODE_LABEL_HOSTNAME, input.name.as_str()),
+            (keys::NODE_LABEL_OS, "linux"),
+            (keys::NODE_LABEL_ARCH, "amd64"),
+        ] {
+            labels
+                .entry(key.to_string())
+                .or_insert_with(|| value.to_string());
+        }
+        meta.labels = Some(labels);
         meta.annotations = Some(input.annotations);
         let rt = NodeRt {
             boots: 1,

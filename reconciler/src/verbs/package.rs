@@ -477,3 +477,123 @@ mod tests {
         );
     }
 }
+
+/// Which nodes `package update-state` rewrites.
+#[derive(Debug, Clone)]
+pub struct UpdateTargets {
+    /// `--node` patterns (empty: no name filter).
+    pub nodes: NodePatterns,
+    /// `-l` selector (none: no label filter).
+    pub selector: Option<nodewright_schema::selector::Selector>,
+    /// `--add`: create the entry where it is missing.
+    pub add: bool,
+}
+
+/// `package update-state <nw> <pkg> <version> <stage> <state>` (UP+, §14.4): rewrites the entry
+/// `<pkg>|<version>` to `(stage, state)` in place on the matching nodes, without validating the
+/// pair. Without `--add` only nodes that have the entry are touched; with it the entry is
+/// created (image from the spec when the package is there) and `--node` or `-l` is required.
+/// The reconciler may be racing for the same annotation: pause the NodeWright first.
+pub fn plan_update_state(
+    snapshot: &Snapshot,
+    nw_name: &str,
+    package: &str,
+    version: &str,
+    stage: Stage,
+    state: State,
+    targets: &UpdateTargets,
+) -> Result<VerbPlan, VerbError> {
+    let nw = find_nodewright(snapshot, nw_name)?;
+    if targets.add && targets.nodes.is_empty() && targets.selector.is_none() {
+        return Err(VerbError::InvalidArgument(
+            "--add creates entries: name the nodes with --node or -l".into(),
+        ));
+    }
+    let image = nw
+        .spec
+        .packages()
+        .get(package)
+        .map(|p| p.image.clone())
+        .unwrap_or_default();
+    let key = entry_key(package, version);
+    let mut plan = VerbPlan::default();
+    let paused = nw
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::PAUSE))
+        .is_some_and(|v| v == "true");
+    if !paused {
+        plan.warnings.push(format!(
+            "nodewright {nw_name} is not paused: the reconciler may overwrite this change (pause it first)"
+        ));
+    }
+    let mut matched = false;
+    for node in snapshot.nodes.iter().filter(|n| {
+        targets.nodes.matches(node_name(n))
+            && targets.selector.as_ref().is_none_or(|sel| {
+                sel.matches(n.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+            })
+    }) {
+        matched = true;
+        let name = node_name(node);
+        let current = match node_state_of(node, nw_name) {
+            Some(Ok(current)) => current,
+            Some(Err(reason)) => {
+                plan.warnings.push(format!(
+                    "{name}: {} does not parse ({reason}); skipped",
+                    keys::node_state(nw_name)
+                ));
+                continue;
+            }
+            None => Default::default(),
+        };
+        let updated = match current.0.get(&key) {
+            Some(entry) if entry.stage == Some(stage) && entry.state == Some(state) => {
+                plan.notes
+                    .push(format!("{name}: {key} is already {stage}/{state}"));
+                continue;
+            }
+            Some(entry) => PackageStatus {
+                stage: Some(stage),
+                state: Some(state),
+                ..entry.clone()
+            },
+            None if targets.add => PackageStatus {
+                name: package.to_string(),
+                version: version.to_string(),
+                image: image.clone(),
+                container_sha: String::new(),
+                stage: Some(stage),
+                state: Some(state),
+                restarts: 0,
+                extra: Default::default(),
+            },
+            None => {
+                plan.notes.push(format!(
+                    "{name}: no entry {key}; skipped (--add creates it)"
+                ));
+                continue;
+            }
+        };
+        plan.changes.push(format!(
+            "{name}: {} {key} as {stage}/{state}",
+            if current.0.contains_key(&key) {
+                "set"
+            } else {
+                "add"
+            }
+        ));
+        let mut patch = NodePatch::new(name);
+        patch.node_state.push(NodeStateDelta::Entries {
+            nodewright: nw_name.to_string(),
+            upsert: BTreeMap::from([(key.clone(), updated)]),
+            remove: Vec::new(),
+        });
+        plan.actions.push(Action::PatchNode(patch));
+    }
+    if !matched {
+        return Err(VerbError::NoNodeMatches(targets.nodes.describe()));
+    }
+    Ok(plan)
+}

@@ -56,6 +56,23 @@ impl WorkRepo {
         std::os::unix::fs::symlink(target, p).unwrap();
     }
 
+    /// Copies a directory tree (e.g. `examples/fleet`) into the work tree.
+    pub fn copy_from(&self, from: &Path) {
+        fn copy(from: &Path, to: &Path) {
+            std::fs::create_dir_all(to).unwrap();
+            for entry in std::fs::read_dir(from).unwrap() {
+                let entry = entry.unwrap();
+                let target = to.join(entry.file_name());
+                if entry.file_type().unwrap().is_dir() {
+                    copy(&entry.path(), &target);
+                } else {
+                    std::fs::copy(entry.path(), target).unwrap();
+                }
+            }
+        }
+        copy(from, &self.dir);
+    }
+
     /// Stage everything and commit; returns the commit id.
     pub fn commit(&self, message: &str) -> String {
         git(&self.dir, &["add", "-A"]);

@@ -1,103 +1,44 @@
 //! Label and field selectors of list and watch requests.
 
+use std::collections::BTreeMap;
+
+use nodewright_schema::selector::Selector;
 use serde_json::Value;
 
-/// One label requirement.
-#[derive(Clone, Debug, PartialEq)]
-enum LabelReq {
-    Eq(String, String),
-    NotEq(String, String),
-    Exists(String),
-    NotExists(String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-}
-
-/// A parsed `labelSelector`.
+/// A parsed `labelSelector` (the syntax lives in `schema::selector`).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct LabelSelector(Vec<LabelReq>);
+pub struct LabelSelector(Selector);
 
 /// A parsed `fieldSelector`: `path=value` and `path!=value` terms.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
-/// Splits on commas that are not inside parentheses.
+/// Splits on commas (field selectors have no sets).
 fn split_top(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    for (i, c) in text.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&text[start..]);
-    out.into_iter()
+    text.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .collect()
 }
 
-fn set_values(text: &str) -> Result<Vec<String>, String> {
-    let inner = text
-        .trim()
-        .strip_prefix('(')
-        .and_then(|t| t.strip_suffix(')'))
-        .ok_or_else(|| format!("expected a parenthesized set, found {text:?}"))?;
-    Ok(inner
-        .split(',')
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-        .collect())
-}
-
 impl LabelSelector {
     /// Parses the Kubernetes label selector syntax.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let mut reqs = Vec::new();
-        for term in split_top(text) {
-            let req = if let Some(key) = term.strip_prefix('!') {
-                LabelReq::NotExists(key.trim().to_string())
-            } else if let Some((k, v)) = term.split_once("!=") {
-                LabelReq::NotEq(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = term.split_once("==") {
-                LabelReq::Eq(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = term.split_once('=') {
-                LabelReq::Eq(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = term.split_once(" notin ") {
-                LabelReq::NotIn(k.trim().into(), set_values(v)?)
-            } else if let Some((k, v)) = term.split_once(" in ") {
-                LabelReq::In(k.trim().into(), set_values(v)?)
-            } else if term
-                .chars()
-                .all(|c| c.is_alphanumeric() || "-_./".contains(c))
-            {
-                LabelReq::Exists(term.to_string())
-            } else {
-                return Err(format!("unable to parse requirement: {term:?}"));
-            };
-            reqs.push(req);
-        }
-        Ok(LabelSelector(reqs))
+        Selector::parse_text(text).map(LabelSelector)
     }
 
     /// Whether an object's labels satisfy every requirement.
     pub fn matches(&self, object: &Value) -> bool {
-        let labels = object.pointer("/metadata/labels");
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        self.0.iter().all(|req| match req {
-            LabelReq::Eq(k, v) => get(k) == Some(v.as_str()),
-            LabelReq::NotEq(k, v) => get(k) != Some(v.as_str()),
-            LabelReq::Exists(k) => get(k).is_some(),
-            LabelReq::NotExists(k) => get(k).is_none(),
-            LabelReq::In(k, vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
-            LabelReq::NotIn(k, vs) => get(k).is_none_or(|x| !vs.iter().any(|v| v == x)),
-        })
+        let labels: BTreeMap<String, String> = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|l| {
+                l.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.0.matches(&labels)
     }
 }
 
