@@ -743,7 +743,13 @@ pub async fn package_logs<C: Cluster>(
     })
     .await;
     out(&render_logs(&entries, format));
+    // Several nodes' running attempts are followed one after the other (each from its start,
+    // so nothing is lost); a pod that finished skips its remaining containers.
+    let mut finished: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     for t in &live {
+        if finished.contains(t.pod.as_str()) {
+            continue;
+        }
         out(&log_header(t));
         loop {
             match cluster
@@ -768,7 +774,7 @@ pub async fn package_logs<C: Cluster>(
         }
         if !pod_running(cluster, t).await {
             // The pod finished (or is gone): its remaining containers will not run.
-            break;
+            finished.insert(t.pod.as_str());
         }
     }
     exit::OK
