@@ -1240,4 +1240,40 @@ mod tests {
             "{apply}"
         );
     }
+
+    #[test]
+    fn package_logs_through_the_port_matches_the_in_process_read_and_refuses_follow_as_json() {
+        use crate::cluster::sim::{SimAdapter, block_on};
+        let mut world = world_after_a_retry();
+        let direct = logs(&mut world, &[]);
+        let cluster = SimAdapter::new(world);
+        let snapshot = block_on(cluster.snapshot()).unwrap();
+        let mut args = LogsArgs {
+            nodewright: "tuning".into(),
+            package: "tuning".into(),
+            node: Some("n1".into()),
+            stage: Some("apply".into()),
+            tail: -1,
+            follow: false,
+        };
+        let mut out = String::new();
+        let code = block_on(package_logs(
+            &cluster,
+            &snapshot,
+            &args,
+            OutputFormat::Table,
+            &mut |t: &str| out.push_str(t),
+        ));
+        assert_eq!((code, out.as_str()), (exit::OK, direct.as_str()));
+        args.follow = true;
+        let mut out = String::new();
+        let code = block_on(package_logs(
+            &cluster,
+            &snapshot,
+            &args,
+            OutputFormat::Json,
+            &mut |t: &str| out.push_str(t),
+        ));
+        assert_eq!(code, exit::USAGE, "{out}");
+    }
 }
