@@ -78,6 +78,25 @@ pub enum Action {
         /// `spec.ttlSecondsAfterFinished`, when set.
         ttl_seconds_after_finished: Option<i32>,
     },
+    /// §8.12: snapshot the stuck container's log into the Job's `last-logs` annotation. The
+    /// executor tails the log server-side (≤ `LAST_LOGS_CAP_BYTES`, sanitized to valid UTF-8,
+    /// 10 s timeout) and annotates the Job; when the read fails or is empty it writes
+    /// `fallback` instead (the container's waiting reason and message), when there is one.
+    /// Best effort: a failed read is not an error of the pass.
+    SnapshotLastLogs {
+        /// Job name (operator namespace).
+        job: String,
+        /// Only if the Job still has this UID.
+        uid: Option<String>,
+        /// The pod's namespace.
+        namespace: String,
+        /// The stuck attempt's pod.
+        pod: String,
+        /// The stuck container.
+        container: String,
+        /// Text to record when no log can be read (`<container>: <reason>: <message>`).
+        fallback: Option<String>,
+    },
     /// Mark an interrupt Job failed over its restart budget (§8.16): the executor ends it so the
     /// Job controller reports `Failed`.
     FailJob {
@@ -133,6 +152,7 @@ impl Action {
             Action::DeleteJob { .. } => "delete-job",
             Action::SuspendJob { .. } => "suspend-job",
             Action::AnnotateJob { .. } => "annotate-job",
+            Action::SnapshotLastLogs { .. } => "snapshot-last-logs",
             Action::FailJob { .. } => "fail-job",
             Action::EvictPod(_) => "evict-pod",
             Action::DeletePod(_) => "delete-pod",
@@ -276,6 +296,26 @@ pub enum Outcome {
     },
     /// Optimistic-concurrency conflicts exhausted the retries; try again next pass.
     Conflict,
+}
+
+/// The `last-logs` text of §8.12 from raw log bytes: sanitized to valid UTF-8, and only the
+/// last [`crate::settings::constants::LAST_LOGS_CAP_BYTES`] kept (cut at a line start when
+/// one is near, never inside a character).
+pub fn last_logs_text(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    let cap = crate::settings::constants::LAST_LOGS_CAP_BYTES;
+    if text.len() <= cap {
+        return text.into_owned();
+    }
+    let mut cut = text.len() - cap;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    let rest = &text[cut..];
+    match rest.find('\n') {
+        Some(nl) if nl + 1 < rest.len() && nl < 1024 => rest[nl + 1..].to_string(),
+        _ => rest.to_string(),
+    }
 }
 
 /// Applies a [`NodePatch`] onto a Node object: the one place both adapters merge node deltas
@@ -430,5 +470,22 @@ mod tests {
         apply_node_patch(&mut node, &patch).unwrap();
         let taints = node.spec.unwrap().taints.unwrap();
         assert_eq!(taints, vec![taint("a", "2")]);
+    }
+
+    #[test]
+    fn last_logs_text_is_valid_utf8_and_keeps_the_tail_within_the_cap() {
+        assert_eq!(last_logs_text(b"ok \xff\n"), "ok \u{fffd}\n");
+        let cap = crate::settings::constants::LAST_LOGS_CAP_BYTES;
+        let mut raw = Vec::new();
+        for i in 0..2000 {
+            raw.extend_from_slice(format!("line {i} é\n").as_bytes());
+        }
+        let text = last_logs_text(&raw);
+        assert!(text.len() <= cap);
+        assert!(
+            text.starts_with("line ") && text.ends_with("line 1999 é\n"),
+            "{}",
+            &text[..20]
+        );
     }
 }

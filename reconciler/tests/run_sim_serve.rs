@@ -249,6 +249,41 @@ async fn nodewright_run_rolls_examples_fleet_out_through_sim_serve() {
         Some(value) => assert_eq!(value, "complete"),
         None => println!("kubectl is not available; read back with kube-rs only"),
     }
+
+    // `nodewright package logs` reads the retained stage pods' container logs through the
+    // same API; -o json carries one entry per header of the text.
+    let logs = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_nodewright"))
+            .args(["package", "logs", "tuning", "--nodewright", "gpu-tuning"])
+            .arg("--kubeconfig")
+            .arg(&setup.kubeconfig)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "package logs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let text = tokio::task::block_in_place(|| logs(&["--tail", "1"]));
+    let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("==> ")).collect();
+    assert!(!headers.is_empty(), "{text}");
+    let applied: Vec<&str> = text
+        .split("==> ")
+        .filter(|s| s.contains("container tuning-apply [exit 0"))
+        .collect();
+    assert!(!applied.is_empty(), "{text}");
+    for section in applied {
+        assert!(
+            section.ends_with("apply succeeded: exit code 0\n"),
+            "--tail 1 keeps the last line: {section}"
+        );
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&tokio::task::block_in_place(|| logs(&["-o", "json"]))).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), headers.len(), "{json}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

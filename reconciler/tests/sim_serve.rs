@@ -36,7 +36,7 @@ const NS: &str = "nodewright";
 fn models() -> PackageModels {
     PackageModels(
         serde_yaml::from_str(
-            "example/r: {default: {duration: 2s}, rebootTakes: 20s}\nexample/slow: {default: {duration: 1h}}\n",
+            "example/r: {default: {duration: 2s}, rebootTakes: 20s}\nexample/slow: {default: {duration: 1h}}\nexample/step: {default: {duration: 10s}}\n",
         )
         .unwrap(),
     )
@@ -1141,4 +1141,249 @@ async fn the_api_subset_behaves_like_an_apiserver() {
         .await
         .unwrap();
     assert!(leases.get_opt("held").await.unwrap().is_none());
+}
+
+/// A stage-shaped Job of package `tuning` 1.0.0 whose two steps run 10 s each (virtual).
+fn step_job(name: &str, node: &str) -> Job {
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": NS, "labels": {
+            keys::JOB_LABEL_NAME: "tuning", keys::JOB_LABEL_NODE: node}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {
+                    keys::JOB_LABEL_NAME: "tuning", keys::JOB_LABEL_NODE: node,
+                    keys::JOB_LABEL_PACKAGE: "tuning-1.0.0", keys::JOB_LABEL_STAGE: "apply"}},
+                "spec": {
+                    "nodeName": node, "restartPolicy": "Never",
+                    "initContainers": [
+                        {"name": "tuning-apply", "image": "agent", "args": ["apply", "/root", "/x"]},
+                        {"name": "tuning-applycheck", "image": "agent", "args": ["apply-check", "/root", "/x"]}
+                    ],
+                    "containers": [{"name": "done", "image": "example/step:1.0.0"}]
+                }
+            }
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_logs_are_read_followed_and_snapshotted_over_http() {
+    use kube::api::LogParams;
+    use nodewright_reconciler::cli::verbs::{LogsArgs, package_logs};
+    use nodewright_reconciler::cluster::LogRequest;
+    use nodewright_reconciler::verbs::OutputFormat;
+
+    let server = serve(world(), 5.0).await;
+    let cluster = connect(&server, "a").await;
+    let client = server.client().await.unwrap();
+    let mut nw = rollout_nodewright();
+    nw.metadata.name = Some("tuning".into());
+    nw.spec.packages =
+        serde_json::from_value(json!({"tuning": {"version": "1.0.0", "image": "example/step"}}))
+            .unwrap();
+    cluster
+        .apply_desired(&Desired {
+            nodewrights: vec![nw],
+            policies: vec![],
+            commit: "c1".into(),
+        })
+        .await
+        .unwrap();
+    cluster
+        .execute(&Action::CreateJob(Box::new(step_job("j1", "n1"))))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let running = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .and_then(|l| l.first())
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some())
+    };
+    let mut pod_name = None;
+    for _ in 0..200 {
+        let list = pods.list(&ListParams::default()).await.unwrap();
+        if let Some(p) = list.items.iter().find(|p| running(p)) {
+            pod_name = p.metadata.name.clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pod_name = pod_name.expect("the step runs");
+
+    // GET …/log while the step runs: its first line.
+    let params = LogParams {
+        container: Some("tuning-apply".into()),
+        ..LogParams::default()
+    };
+    let first = pods.logs(&pod_name, &params).await.unwrap();
+    assert_eq!(
+        first,
+        "nodewright-agent (behaviour model) mode=apply package=example/step:1.0.0 node=n1 attempt=1\n"
+    );
+
+    // `package logs -f` through the adapter: the header, then the step's lines as they come,
+    // until the pod finishes.
+    let mut snapshot = cluster.snapshot().await.unwrap();
+    for _ in 0..200 {
+        if !snapshot.nodewrights.is_empty()
+            && snapshot
+                .pods
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(pod_name.as_str()) && running(p))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        snapshot = cluster.snapshot().await.unwrap();
+    }
+    let args = LogsArgs {
+        nodewright: "tuning".into(),
+        package: "tuning".into(),
+        node: None,
+        stage: None,
+        tail: -1,
+        follow: true,
+    };
+    let mut followed = String::new();
+    let code = tokio::time::timeout(
+        Duration::from_secs(20),
+        package_logs(
+            &cluster,
+            &snapshot,
+            &args,
+            OutputFormat::Table,
+            &mut |t: &str| followed.push_str(t),
+        ),
+    )
+    .await
+    .expect("follow ends when the pod finishes");
+    assert_eq!(code, 0, "{followed}");
+    assert!(
+        followed.starts_with(&format!(
+            "==> node n1 | job j1 | pod {pod_name} | attempt 1/1 (running) | container tuning-apply [running] <==\n{first}"
+        )),
+        "{followed}"
+    );
+    // Then the check step, followed once it starts, until the pod is done.
+    let check = followed
+        .split("==> ")
+        .nth(2)
+        .unwrap_or_else(|| panic!("{followed}"));
+    assert!(
+        check.starts_with(&format!(
+            "node n1 | job j1 | pod {pod_name} | attempt 1/1 (running) | container tuning-applycheck [waiting (PodInitializing)] <==\nnodewright-agent (behaviour model) mode=apply-check"
+        )) && check.ends_with("apply-check succeeded: exit code 0\n"),
+        "{followed}"
+    );
+    assert!(
+        followed
+            .split("==> ")
+            .nth(1)
+            .is_some_and(|a| a.ends_with("apply succeeded: exit code 0\n")),
+        "{followed}"
+    );
+
+    // tailLines, limitBytes, the adapter's read, and errors as the apiserver answers them.
+    let tail = pods
+        .logs(
+            &pod_name,
+            &LogParams {
+                tail_lines: Some(1),
+                ..params.clone()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(tail, "apply succeeded: exit code 0\n");
+    let limited = pods
+        .logs(
+            &pod_name,
+            &LogParams {
+                limit_bytes: Some(16),
+                ..params.clone()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(limited, "nodewright-agent");
+    let request = LogRequest {
+        namespace: NS.into(),
+        pod: pod_name.clone(),
+        container: Some("tuning-apply".into()),
+        ..LogRequest::default()
+    };
+    let whole = cluster.pod_logs(&request).await.unwrap();
+    assert!(
+        whole.starts_with(&first) && whole.ends_with(&tail),
+        "{whole}"
+    );
+    let unknown = pods
+        .logs(
+            &pod_name,
+            &LogParams {
+                container: Some("nope".into()),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unknown, kube::Error::Api(ref s) if s.code == 400),
+        "{unknown:?}"
+    );
+    let gone = pods.logs("gone", &params).await.unwrap_err();
+    assert!(
+        matches!(gone, kube::Error::Api(ref s) if s.code == 404),
+        "{gone:?}"
+    );
+
+    // §8.12 through the API: the executor tails the log into the Job's last-logs.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let uid = jobs.get("j1").await.unwrap().metadata.uid;
+    assert_eq!(
+        cluster
+            .execute(&Action::SnapshotLastLogs {
+                job: "j1".into(),
+                uid,
+                namespace: NS.into(),
+                pod: pod_name.clone(),
+                container: "tuning-apply".into(),
+                fallback: None,
+            })
+            .await
+            .unwrap(),
+        Outcome::Done
+    );
+    let annotations = jobs.get("j1").await.unwrap().metadata.annotations.unwrap();
+    assert_eq!(annotations[keys::JOB_ANNOTATION_LAST_LOGS], whole);
+
+    // kubectl logs reads the same text.
+    if which("kubectl").is_some() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        let pod = pod_name.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["logs", "-n", NS, &pod, "-c", "tuning-apply"])
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl logs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), whole);
+    }
 }

@@ -372,6 +372,10 @@ fn action_needs(action: &Action) -> Vec<Need> {
         Action::SuspendJob { .. } | Action::AnnotateJob { .. } | Action::FailJob { .. } => {
             vec![("batch", "jobs", "patch", Ns)]
         }
+        // §8.12: tail the stuck package container's log, then annotate its Job.
+        Action::SnapshotLastLogs { .. } => {
+            vec![("", "pods/log", "get", Ns), ("batch", "jobs", "patch", Ns)]
+        }
         // Workload pods live in any namespace.
         Action::EvictPod(_) => vec![("", "pods/eviction", "create", Cluster)],
         Action::DeletePod(_) => vec![("", "pods", "delete", Cluster)],
@@ -431,6 +435,14 @@ fn one_of_each_action() -> Vec<Action> {
             uid: None,
             annotations: BTreeMap::new(),
             ttl_seconds_after_finished: None,
+        },
+        Action::SnapshotLastLogs {
+            job: "j".into(),
+            uid: None,
+            namespace: "nodewright".into(),
+            pod: "j-abcde".into(),
+            container: "interrupt".into(),
+            fallback: None,
         },
         Action::FailJob {
             name: "j".into(),

@@ -251,9 +251,12 @@ pub enum PackageCommand {
         /// Only this stage.
         #[arg(long)]
         stage: Option<String>,
-        /// Lines from the end (-1 = all).
+        /// Lines from the end of each container's log (-1 = all).
         #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
         tail: i64,
+        /// Follow the running attempt until its pod finishes (table output only).
+        #[arg(long, short = 'f')]
+        follow: bool,
     },
 }
 
@@ -432,21 +435,11 @@ pub fn prepare(
                 )
             })
             .map(|p| (p, true)),
-        VerbCommand::Package(PackageCommand::Logs {
-            package,
-            nodewright,
-            node,
-            stage,
-            tail,
-        }) => {
-            return package_logs(
-                snapshot,
-                nodewright,
-                package,
-                node.as_deref(),
-                stage.as_deref(),
-                *tail,
-            );
+        VerbCommand::Package(PackageCommand::Logs { .. }) => {
+            // Logs are read through the cluster, not planned: see [`package_logs`].
+            return failed(VerbError::InvalidArgument(
+                "package logs reads container logs through the cluster; use package_logs".into(),
+            ));
         }
         VerbCommand::Pause { nodewright } => {
             verbs::lifecycle::plan(snapshot, nodewright, Lifecycle::Pause).map(|p| (p, true))
@@ -531,72 +524,276 @@ fn describe(plan: &VerbPlan, format: OutputFormat, apply: bool) -> Prepared {
     }
 }
 
-fn package_logs(
-    snapshot: &Snapshot,
-    nw: &str,
-    package: &str,
-    node: Option<&str>,
-    stage: Option<&str>,
-    tail: i64,
-) -> Prepared {
-    let nodewright = match verbs::find_nodewright(snapshot, nw) {
-        Ok(n) => n,
-        Err(e) => return failed(e),
+/// One container log as `package logs` prints it (`-o json|yaml` carries the same facts as
+/// the text: the target, then the log or why it could not be read).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerLogOutput {
+    /// Which Job, pod, attempt and container.
+    #[serde(flatten)]
+    pub target: verbs::package::LogTarget,
+    /// The log (after `--tail`), when it could be read.
+    pub log: Option<String>,
+    /// Why it could not be read (e.g. the container is waiting to start).
+    pub error: Option<String>,
+}
+
+/// `==> node n1 | job … | pod … | attempt 2/3 (running) | container … [running] <==`.
+fn log_header(t: &verbs::package::LogTarget) -> String {
+    let restarts = if t.restarts > 0 {
+        format!(", {} restarts", t.restarts)
+    } else {
+        String::new()
     };
-    let Some(spec) = nodewright.spec.packages().get(package) else {
-        return failed(VerbError::PackageNotInSpec {
-            nodewright: nw.into(),
-            package: package.into(),
-        });
-    };
-    let pods = verbs::package::log_pods(snapshot, nw, package, &spec.version, node, stage);
-    if pods.is_empty() {
-        return read(format!(
-            "no stage pods of package {package} (nodewright {nw}) are retained\n"
-        ));
+    format!(
+        "==> node {} | job {} | pod {} | attempt {}/{} ({}) | container {} [{}{restarts}] <==\n",
+        t.node,
+        t.job,
+        t.pod,
+        t.attempt,
+        t.attempts,
+        t.attempt_state,
+        t.container,
+        t.container_state
+    )
+}
+
+fn error_text(e: &crate::cluster::ClusterError) -> String {
+    match e {
+        crate::cluster::ClusterError::Api { message, .. } => message.clone(),
+        other => other.to_string(),
     }
-    let mut out = String::new();
-    for pod in pods {
-        out.push_str(&format!(
-            "==> pod {} <==\n",
-            pod.metadata.name.as_deref().unwrap_or_default()
-        ));
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.init_container_statuses.as_ref());
-        for status in statuses.into_iter().flatten() {
-            let state = status.state.as_ref();
-            let line = if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
-                format!(
-                    "exit {} {}",
-                    t.exit_code,
-                    t.reason.clone().unwrap_or_default()
-                )
-            } else if state.and_then(|s| s.running.as_ref()).is_some() {
-                "running".to_string()
-            } else {
-                "waiting".to_string()
-            };
-            let mut text = format!("[{}] {line}", status.name);
-            if let Some(message) = state
-                .and_then(|s| s.terminated.as_ref())
-                .and_then(|t| t.message.clone())
-            {
-                let lines: Vec<&str> = message.lines().collect();
-                let keep = if tail < 0 {
-                    lines.len()
-                } else {
-                    (tail as usize).min(lines.len())
-                };
-                text.push('\n');
-                text.push_str(&lines[lines.len() - keep..].join("\n"));
+}
+
+fn log_request(t: &verbs::package::LogTarget, tail: i64) -> crate::cluster::LogRequest {
+    crate::cluster::LogRequest {
+        namespace: t.namespace.clone(),
+        pod: t.pod.clone(),
+        container: Some(t.container.clone()),
+        tail_lines: (tail >= 0).then_some(tail),
+        limit_bytes: None,
+        previous: false,
+    }
+}
+
+/// Reads each target's log through `read` (a [`Cluster::pod_logs`] or the in-process
+/// simulator).
+pub async fn read_logs<F, Fut>(
+    targets: &[verbs::package::LogTarget],
+    tail: i64,
+    mut read: F,
+) -> Vec<ContainerLogOutput>
+where
+    F: FnMut(crate::cluster::LogRequest) -> Fut,
+    Fut: std::future::Future<Output = Result<String, crate::cluster::ClusterError>>,
+{
+    let mut out = Vec::with_capacity(targets.len());
+    for t in targets {
+        let (log, error) = match read(log_request(t, tail)).await {
+            Ok(text) => (Some(text), None),
+            Err(e) => (None, Some(error_text(&e))),
+        };
+        out.push(ContainerLogOutput {
+            target: t.clone(),
+            log,
+            error,
+        });
+    }
+    out
+}
+
+/// The text (or JSON/YAML) of `package logs`.
+pub fn render_logs(entries: &[ContainerLogOutput], format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Json => serde_json::to_string_pretty(entries).unwrap_or_default() + "\n",
+        OutputFormat::Yaml => serde_yaml::to_string(entries).unwrap_or_default(),
+        OutputFormat::Table | OutputFormat::Wide => {
+            let mut out = String::new();
+            for e in entries {
+                out.push_str(&log_header(&e.target));
+                match (&e.log, &e.error) {
+                    (Some(log), _) => {
+                        out.push_str(log);
+                        if !log.is_empty() && !log.ends_with('\n') {
+                            out.push('\n');
+                        }
+                    }
+                    (None, Some(error)) => out.push_str(&format!("({error})\n")),
+                    (None, None) => {}
+                }
             }
-            out.push_str(&text);
-            out.push('\n');
+            out
         }
     }
-    read(out)
+}
+
+/// Arguments of `package logs`.
+#[derive(Clone, Debug)]
+pub struct LogsArgs {
+    /// NodeWright name.
+    pub nodewright: String,
+    /// Package name.
+    pub package: String,
+    /// Only this node.
+    pub node: Option<String>,
+    /// Only this stage.
+    pub stage: Option<String>,
+    /// Lines from the end (-1 = all).
+    pub tail: i64,
+    /// Follow the running attempt.
+    pub follow: bool,
+}
+
+impl LogsArgs {
+    /// The arguments of a `package logs` verb, if it is one.
+    pub fn of(verb: &VerbCommand) -> Option<LogsArgs> {
+        match verb {
+            VerbCommand::Package(PackageCommand::Logs {
+                package,
+                nodewright,
+                node,
+                stage,
+                tail,
+                follow,
+            }) => Some(LogsArgs {
+                nodewright: nodewright.clone(),
+                package: package.clone(),
+                node: node.clone(),
+                stage: stage.clone(),
+                tail: *tail,
+                follow: *follow,
+            }),
+            _ => None,
+        }
+    }
+
+    fn targets(&self, snapshot: &Snapshot) -> Result<Vec<verbs::package::LogTarget>, VerbError> {
+        verbs::package::log_targets(
+            snapshot,
+            &self.nodewright,
+            &self.package,
+            self.node.as_deref(),
+            self.stage.as_deref(),
+        )
+    }
+}
+
+fn no_pods(args: &LogsArgs, format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Json => "[]\n".into(),
+        OutputFormat::Yaml => "[]\n".into(),
+        _ => format!(
+            "no stage pods of package {} (nodewright {}) are retained\n",
+            args.package, args.nodewright
+        ),
+    }
+}
+
+/// `package logs` against the in-process simulator (scenario `cli:` steps). The simulated
+/// clock does not move while a verb runs, so `-f` prints what the containers wrote so far.
+pub fn package_logs_on_sim(
+    world: &crate::sim::SimCluster,
+    snapshot: &Snapshot,
+    args: &LogsArgs,
+    format: OutputFormat,
+) -> (u8, String) {
+    let targets = match args.targets(snapshot) {
+        Ok(t) => t,
+        Err(e) => return (exit::RUNTIME, format!("error: {e}\n")),
+    };
+    if targets.is_empty() {
+        return (exit::OK, no_pods(args, format));
+    }
+    let entries = crate::cluster::sim::block_on(read_logs(&targets, args.tail, |req| {
+        std::future::ready(world.pod_logs(&req))
+    }));
+    (exit::OK, render_logs(&entries, format))
+}
+
+/// `package logs` through a [`Cluster`]: prints every retained attempt's containers; with
+/// `-f`, the containers of the running attempt are followed in run order until the pod
+/// finishes (a container that has not started yet is waited for, polling once a second).
+/// Following needs a cluster whose clock runs on its own (a real cluster, `sim serve`); the
+/// in-process simulator is read with [`package_logs_on_sim`].
+pub async fn package_logs<C: Cluster>(
+    cluster: &C,
+    snapshot: &Snapshot,
+    args: &LogsArgs,
+    format: OutputFormat,
+    out: &mut (dyn FnMut(&str) + Send),
+) -> u8 {
+    if args.follow && matches!(format, OutputFormat::Json | OutputFormat::Yaml) {
+        out("error: -f/--follow prints text; it cannot be combined with -o json|yaml\n");
+        return exit::USAGE;
+    }
+    let targets = match args.targets(snapshot) {
+        Ok(t) => t,
+        Err(e) => {
+            out(&format!("error: {e}\n"));
+            return exit::RUNTIME;
+        }
+    };
+    if targets.is_empty() {
+        out(&no_pods(args, format));
+        return exit::OK;
+    }
+    let (live, done): (Vec<_>, Vec<_>) = targets.into_iter().partition(|t| args.follow && t.live());
+    let entries = read_logs(&done, args.tail, |req| async move {
+        cluster.pod_logs(&req).await
+    })
+    .await;
+    out(&render_logs(&entries, format));
+    // Several nodes' running attempts are followed one after the other (each from its start,
+    // so nothing is lost); a pod that finished skips its remaining containers.
+    let mut finished: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    for t in &live {
+        if finished.contains(t.pod.as_str()) {
+            continue;
+        }
+        out(&log_header(t));
+        loop {
+            match cluster
+                .follow_pod_logs(&log_request(t, args.tail), &mut *out)
+                .await
+            {
+                Ok(()) => break,
+                // Not started yet (400 "… is waiting to start: …"): wait for it while the
+                // pod runs.
+                Err(crate::cluster::ClusterError::Api {
+                    status: 400,
+                    message,
+                    ..
+                }) if message.contains("waiting to start") && pod_running(cluster, t).await => {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                Err(e) => {
+                    out(&format!("({})\n", error_text(&e)));
+                    break;
+                }
+            }
+        }
+        if !pod_running(cluster, t).await {
+            // The pod finished (or is gone): its remaining containers will not run.
+            finished.insert(t.pod.as_str());
+        }
+    }
+    exit::OK
+}
+
+/// Whether the target's pod still exists and has not finished.
+async fn pod_running<C: Cluster>(cluster: &C, t: &verbs::package::LogTarget) -> bool {
+    let Ok(snapshot) = cluster.snapshot().await else {
+        return false;
+    };
+    snapshot.pods.iter().any(|p| {
+        p.metadata.name.as_deref() == Some(t.pod.as_str())
+            && p.metadata.namespace.as_deref() == Some(t.namespace.as_str())
+            && p.metadata.deletion_timestamp.is_none()
+            && !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+    })
 }
 
 fn version_text(snapshot: Option<&Snapshot>) -> String {
@@ -663,6 +860,9 @@ pub fn run_on_sim(world: &mut crate::sim::SimCluster, args: &[String]) -> (u8, S
         Err(e) => return (exit::USAGE, e.to_string()),
     };
     let snapshot = world.snapshot(crate::snapshot::Memory::default());
+    if let Some(args) = LogsArgs::of(&cli.verb) {
+        return package_logs_on_sim(world, &snapshot, &args, cli.common.output);
+    }
     let prepared = prepare(&cli.verb, &cli.common, &snapshot, cli.common.confirm);
     let mut output = prepared.output;
     let mut code = prepared.exit;
@@ -720,6 +920,14 @@ pub fn run(verb: VerbCommand, common: Common) -> ExitCode {
                 return ExitCode::from(exit::RUNTIME);
             }
         };
+        if let Some(args) = LogsArgs::of(&verb) {
+            let mut print = |text: &str| {
+                print!("{text}");
+                let _ = std::io::stdout().flush();
+            };
+            let code = package_logs(&cluster, &snapshot, &args, common.output, &mut print).await;
+            return ExitCode::from(code);
+        }
         let preview = prepare(&verb, &common, &snapshot, common.confirm);
         let prepared = if preview.awaiting_confirmation && std::io::stdin().is_terminal() {
             print!("{}", preview.output);
@@ -871,5 +1079,201 @@ mod tests {
         // node ignore needs no confirmation.
         assert!(!output(&["node", "ignore", "n2"]).actions.is_empty());
         assert_eq!(output(&["pause", "nope"]).exit, exit::RUNTIME);
+    }
+
+    /// A world where package `tuning` failed its first apply attempt and succeeded on the
+    /// second, driven by the real engine.
+    fn world_after_a_retry() -> crate::sim::SimCluster {
+        world_running(
+            "example/tuning: {stages: {apply: {duration: 3s, failures: 1}}}",
+            "example/tuning",
+        )
+    }
+
+    /// Two minutes of rollout of package `tuning` (image `image`) on one node.
+    fn world_running(models: &str, image: &str) -> crate::sim::SimCluster {
+        use crate::sim::{ModelRunner, NodeInput, PackageModels, SimCluster};
+        let models = PackageModels(serde_yaml::from_str(models).unwrap());
+        let mut runner = ModelRunner::new(models.clone());
+        if models.has_real_packages() {
+            runner = runner.with_real_agent(crate::sim::agent::scenario_real_agent(&models));
+        }
+        let mut world = SimCluster::new("nodewright", Box::new(runner), 3);
+        world.add_node(NodeInput {
+            name: "n1".into(),
+            ..NodeInput::default()
+        });
+        world.apply_desired(&crate::cluster::Desired {
+            nodewrights: vec![
+                crate::engine::testkit::nw("tuning")
+                    .with_package(
+                        "tuning",
+                        nodewright_schema::Package {
+                            image: image.into(),
+                            ..crate::engine::testkit::package("tuning", "1.0.0")
+                        },
+                    )
+                    .build(),
+            ],
+            policies: vec![],
+            commit: "c1".into(),
+        });
+        let settings = crate::settings::Settings::default();
+        for _ in 0..60 {
+            let snap = world.snapshot(crate::snapshot::Memory::default());
+            for action in crate::engine::reconcile(&snap, &settings).actions {
+                world.execute(&action).unwrap();
+            }
+            world.advance(std::time::Duration::from_secs(2));
+        }
+        world
+    }
+
+    fn logs(world: &mut crate::sim::SimCluster, extra: &[&str]) -> String {
+        let args: Vec<String> = [
+            "package",
+            "logs",
+            "tuning",
+            "--nodewright",
+            "tuning",
+            "--stage",
+            "apply",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+        let (code, out) = run_on_sim(world, &args);
+        assert_eq!(code, exit::OK, "{out}");
+        out
+    }
+
+    #[test]
+    fn package_logs_prints_every_retained_attempt_with_its_container_logs() {
+        let mut world = world_after_a_retry();
+        let text = logs(&mut world, &[]);
+        let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("==> ")).collect();
+        // Two attempts (the failed archive, then the success) x three containers.
+        assert_eq!(headers.len(), 6, "{text}");
+        assert!(
+            headers[1].contains("attempt 1/2 (failed) | container tuning-apply [exit 1 (Error)]"),
+            "{text}"
+        );
+        assert!(
+            headers[4]
+                .contains("attempt 2/2 (succeeded) | container tuning-apply [exit 0 (Completed)]"),
+            "{text}"
+        );
+        assert!(
+            headers[2].contains("container tuning-applycheck [waiting (PodInitializing)]"),
+            "{text}"
+        );
+        let section = |h: &str| {
+            let start = text.find(h).unwrap() + h.len() + 1;
+            let rest = &text[start..];
+            rest[..rest.find("==> ").unwrap_or(rest.len())].to_string()
+        };
+        let failed = section(headers[1]);
+        assert!(
+            failed.contains("attempt=1")
+                && failed.ends_with(
+                    "ERROR: apply exited 1 (behaviour model)\napply failed: exit code 1\n"
+                ),
+            "{failed}"
+        );
+        assert!(section(headers[2]).contains("is waiting to start"));
+        assert!(section(headers[4]).ends_with("apply succeeded: exit code 0\n"));
+
+        let tail = logs(&mut world, &["--tail", "1"]);
+        assert!(
+            tail.contains(&format!("{}\napply failed: exit code 1\n==> ", headers[1])),
+            "{tail}"
+        );
+
+        // -o json carries the same facts: one entry per header, with the log under it.
+        let json: serde_json::Value =
+            serde_json::from_str(&logs(&mut world, &["-o", "json"])).unwrap();
+        let entries = json.as_array().unwrap();
+        assert_eq!(entries.len(), headers.len());
+        for (entry, header) in entries.iter().zip(&headers) {
+            for key in [
+                "node",
+                "job",
+                "pod",
+                "container",
+                "attemptState",
+                "containerState",
+            ] {
+                let value = entry[key].as_str().unwrap();
+                assert!(header.contains(value), "{key}={value} not in {header}");
+            }
+            let attempt = format!("attempt {}/{}", entry["attempt"], entry["attempts"]);
+            assert!(header.contains(&attempt), "{attempt} not in {header}");
+            match entry["log"].as_str() {
+                Some(log) => assert_eq!(section(header), log),
+                None => assert!(section(header).contains(entry["error"].as_str().unwrap())),
+            }
+        }
+        // Unknown package: an error naming it.
+        let (code, out) = run_on_sim(
+            &mut world,
+            &["package", "logs", "nope", "--nodewright", "tuning"].map(String::from),
+        );
+        assert_eq!(code, exit::RUNTIME);
+        assert!(out.contains("\"nope\""), "{out}");
+    }
+
+    #[test]
+    fn package_logs_of_a_real_package_carry_the_agents_own_output() {
+        let mut world = world_running(
+            "example/tuning-real: {path: examples/packages/tuning}",
+            "example/tuning-real",
+        );
+        let text = logs(&mut world, &[]);
+        let apply = text
+            .split("==> ")
+            .find(|s| s.contains("container tuning-apply ["))
+            .unwrap_or_else(|| panic!("{text}"));
+        // The agent prints its configuration banner first (agent/src/lib.rs).
+        assert!(
+            apply.contains("-CLI CONFIGURATION--\nmode: apply\n"),
+            "{apply}"
+        );
+    }
+
+    #[test]
+    fn package_logs_through_the_port_matches_the_in_process_read_and_refuses_follow_as_json() {
+        use crate::cluster::sim::{SimAdapter, block_on};
+        let mut world = world_after_a_retry();
+        let direct = logs(&mut world, &[]);
+        let cluster = SimAdapter::new(world);
+        let snapshot = block_on(cluster.snapshot()).unwrap();
+        let mut args = LogsArgs {
+            nodewright: "tuning".into(),
+            package: "tuning".into(),
+            node: Some("n1".into()),
+            stage: Some("apply".into()),
+            tail: -1,
+            follow: false,
+        };
+        let mut out = String::new();
+        let code = block_on(package_logs(
+            &cluster,
+            &snapshot,
+            &args,
+            OutputFormat::Table,
+            &mut |t: &str| out.push_str(t),
+        ));
+        assert_eq!((code, out.as_str()), (exit::OK, direct.as_str()));
+        args.follow = true;
+        let mut out = String::new();
+        let code = block_on(package_logs(
+            &cluster,
+            &snapshot,
+            &args,
+            OutputFormat::Json,
+            &mut |t: &str| out.push_str(t),
+        ));
+        assert_eq!(code, exit::USAGE, "{out}");
     }
 }

@@ -19,7 +19,7 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod};
 use kube::api::{
-    DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    DeleteParams, EvictParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions,
 };
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{Cluster, ClusterError, Desired};
+use super::{Cluster, ClusterError, Desired, LogRequest};
 use crate::plan::{Action, EventObject, EventType, NodePatch, Outcome, apply_node_patch};
 use crate::snapshot::Snapshot;
 
@@ -214,6 +214,44 @@ fn api_error(action: &str, e: kube::Error) -> ClusterError {
             message: status.message.clone(),
         },
         other => ClusterError::Transport(format!("{action}: {other}")),
+    }
+}
+
+/// Merge-patches annotations (and the TTL) into a Job, only the Job of `uid` when given.
+async fn annotate_job(
+    jobs: &Api<Job>,
+    name: &str,
+    uid: Option<&str>,
+    annotations: &BTreeMap<String, String>,
+    ttl_seconds_after_finished: Option<i32>,
+) -> Result<Outcome, ClusterError> {
+    let mut body = json!({"metadata": {"annotations": annotations}});
+    if let Some(uid) = uid {
+        body["metadata"]["uid"] = json!(uid);
+    }
+    if let Some(ttl) = ttl_seconds_after_finished {
+        body["spec"] = json!({"ttlSecondsAfterFinished": ttl});
+    }
+    match jobs
+        .patch(name, &write_params(), &Patch::Merge(&body))
+        .await
+    {
+        Ok(_) => Ok(Outcome::Done),
+        // 409 here is the UID precondition: the Job of that UID is gone (a successor took
+        // the name), exactly as the simulator reports it.
+        Err(e) if matches!(status_code(&e), Some(404 | 409)) => Ok(Outcome::NotFound),
+        Err(e) => Err(api_error("annotate job", e)),
+    }
+}
+
+fn log_params(request: &LogRequest, follow: bool) -> LogParams {
+    LogParams {
+        container: request.container.clone(),
+        follow,
+        limit_bytes: request.limit_bytes.filter(|b| *b > 0),
+        previous: request.previous,
+        tail_lines: request.tail_lines.filter(|n| *n >= 0),
+        ..LogParams::default()
     }
 }
 
@@ -608,6 +646,50 @@ impl Cluster for KubeCluster {
         })
     }
 
+    async fn pod_logs(&self, request: &LogRequest) -> Result<String, ClusterError> {
+        use futures::AsyncReadExt;
+        let api = Api::<Pod>::namespaced(self.client.clone(), &request.namespace);
+        let what = format!("read log of pod {}/{}", request.namespace, request.pod);
+        // The raw stream, not `Api::logs`: a log is bytes, and invalid UTF-8 in it must be
+        // replaced, not fail the read.
+        let mut stream = api
+            .log_stream(&request.pod, &log_params(request, false))
+            .await
+            .map_err(|e| api_error(&what, e))?;
+        let mut raw = Vec::new();
+        stream
+            .read_to_end(&mut raw)
+            .await
+            .map_err(|e| ClusterError::Transport(format!("{what}: {e}")))?;
+        Ok(String::from_utf8_lossy(&raw).into_owned())
+    }
+
+    async fn follow_pod_logs(
+        &self,
+        request: &LogRequest,
+        sink: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<(), ClusterError> {
+        use futures::AsyncBufReadExt;
+        let api = Api::<Pod>::namespaced(self.client.clone(), &request.namespace);
+        let what = format!("follow log of pod {}/{}", request.namespace, request.pod);
+        let mut stream = api
+            .log_stream(&request.pod, &log_params(request, true))
+            .await
+            .map_err(|e| api_error(&what, e))?;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = stream
+                .read_until(b'\n', &mut line)
+                .await
+                .map_err(|e| ClusterError::Transport(format!("{what}: {e}")))?;
+            if n == 0 {
+                return Ok(());
+            }
+            sink(&String::from_utf8_lossy(&line));
+        }
+    }
+
     async fn execute(&self, action: &Action) -> Result<Outcome, ClusterError> {
         self.check_writes(action)?;
         let ns = self.options.namespace.as_str();
@@ -655,23 +737,39 @@ impl Cluster for KubeCluster {
                 annotations,
                 ttl_seconds_after_finished,
             } => {
-                let mut body = json!({"metadata": {"annotations": annotations}});
-                if let Some(uid) = uid {
-                    body["metadata"]["uid"] = json!(uid);
-                }
-                if let Some(ttl) = ttl_seconds_after_finished {
-                    body["spec"] = json!({"ttlSecondsAfterFinished": ttl});
-                }
-                match jobs
-                    .patch(name, &write_params(), &Patch::Merge(&body))
-                    .await
-                {
-                    Ok(_) => Ok(Outcome::Done),
-                    // 409 here is the UID precondition: the Job of that UID is gone (a
-                    // successor took the name), exactly as the simulator reports it.
-                    Err(e) if matches!(status_code(&e), Some(404 | 409)) => Ok(Outcome::NotFound),
-                    Err(e) => Err(api_error("annotate job", e)),
-                }
+                annotate_job(
+                    &jobs,
+                    name,
+                    uid.as_deref(),
+                    annotations,
+                    *ttl_seconds_after_finished,
+                )
+                .await
+            }
+            Action::SnapshotLastLogs {
+                job,
+                uid,
+                namespace,
+                pod,
+                container,
+                fallback,
+            } => {
+                let request = super::last_logs_request(namespace, pod, container);
+                // Best effort (§8.12): a slow or failed read falls back, it never fails the pass.
+                let read =
+                    match tokio::time::timeout(super::LAST_LOGS_TIMEOUT, self.pod_logs(&request))
+                        .await
+                    {
+                        Ok(read) => read,
+                        Err(_) => Err(ClusterError::Transport(format!(
+                            "reading the log of {namespace}/{pod} timed out after {}s",
+                            super::LAST_LOGS_TIMEOUT.as_secs()
+                        ))),
+                    };
+                let text = super::last_logs_value(read, container, fallback.as_deref());
+                let annotations =
+                    BTreeMap::from([(keys::JOB_ANNOTATION_LAST_LOGS.to_string(), text)]);
+                annotate_job(&jobs, job, uid.as_deref(), &annotations, None).await
             }
             Action::FailJob { name, .. } => {
                 // The Job controller fails a Job whose Job-level deadline has passed

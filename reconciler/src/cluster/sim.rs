@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use crate::cluster::{Cluster, ClusterError, Desired};
+use crate::cluster::{Cluster, ClusterError, Desired, LogRequest};
 use crate::plan::{Action, Outcome};
 use crate::sim::SimCluster;
 use crate::snapshot::{Memory, Snapshot};
@@ -68,6 +68,24 @@ impl Cluster for SimAdapter {
     fn changed(&self) -> impl Future<Output = ()> + Send {
         // Virtual time: the caller decides when the next pass runs.
         std::future::ready(())
+    }
+
+    fn pod_logs(
+        &self,
+        request: &LogRequest,
+    ) -> impl Future<Output = Result<String, ClusterError>> + Send {
+        std::future::ready(self.world().pod_logs(request))
+    }
+
+    fn follow_pod_logs(
+        &self,
+        request: &LogRequest,
+        sink: &mut (dyn FnMut(&str) + Send),
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send {
+        // The world's clock only moves when its owner advances it, so waiting here would
+        // wait forever: hand over what the container wrote so far.
+        let result = self.world().pod_logs(request).map(|text| sink(&text));
+        std::future::ready(result)
     }
 }
 

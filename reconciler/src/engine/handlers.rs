@@ -479,11 +479,15 @@ fn write_erroring(ctx: &mut PassCtx<'_>, nw: usize, job: &Job, restarts: Option<
     }
 }
 
-/// §8.12 (the part a pure engine can do): while a Job is at `FailureTarget` with no genuine
-/// archive, record the stuck container's waiting reason and message; the log tail itself needs
-/// an API read and is left to the adapter.
+/// §8.12: while a Job is at `FailureTarget` with no genuine archive and no `last-logs` yet,
+/// snapshot its stuck container (the first of the newest attempt that did not complete): a
+/// container that ran gets its log tail through [`Action::SnapshotLastLogs`] (the executor
+/// does the read; its waiting reason is the fallback); one that never started gets its
+/// waiting reason and message written directly.
 fn last_logs(ctx: &mut PassCtx<'_>, job: &Job) {
-    if !jobs::has_condition(job, "FailureTarget") {
+    if !jobs::has_condition(job, "FailureTarget")
+        || jobs::annotation(job, keys::JOB_ANNOTATION_LAST_LOGS).is_some()
+    {
         return;
     }
     let pods = child_pods(ctx, job);
@@ -493,31 +497,57 @@ fn last_logs(ctx: &mut PassCtx<'_>, job: &Job) {
     {
         return;
     }
-    let waiting = pods.iter().flat_map(|p| all_statuses(p)).find_map(|c| {
-        let w = c.state.as_ref()?.waiting.as_ref()?;
-        Some(format!(
+    let Some(pod) = pods.iter().max_by_key(|p| {
+        (
+            p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            p.metadata.name.as_deref(),
+        )
+    }) else {
+        return;
+    };
+    let completed = |c: &ContainerStatus| {
+        c.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    };
+    let Some(stuck) = all_statuses(pod).find(|c| !completed(c)) else {
+        return;
+    };
+    let state = stuck.state.as_ref();
+    let waiting = state.and_then(|s| s.waiting.as_ref()).map(|w| {
+        format!(
             "{}: {}: {}",
-            c.name,
+            stuck.name,
             w.reason.as_deref().unwrap_or_default(),
             w.message.as_deref().unwrap_or_default()
-        ))
+        )
     });
-    let Some(mut text) = waiting else { return };
-    let cap = crate::settings::constants::LAST_LOGS_CAP_BYTES;
-    if text.len() > cap {
-        let mut cut = cap;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
-    if jobs::annotation(job, keys::JOB_ANNOTATION_LAST_LOGS) == Some(text.as_str()) {
+    let started = stuck.restart_count > 0
+        || stuck
+            .last_state
+            .as_ref()
+            .is_some_and(|s| s.terminated.is_some())
+        || state.is_some_and(|s| s.running.is_some() || s.terminated.is_some());
+    if started {
+        ctx.emit(Action::SnapshotLastLogs {
+            job: jobs::job_name(job).to_string(),
+            uid: job.metadata.uid.clone(),
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            pod: pod.metadata.name.clone().unwrap_or_default(),
+            container: stuck.name.clone(),
+            fallback: waiting,
+        });
         return;
     }
+    let Some(text) = waiting else { return };
     ctx.emit(Action::AnnotateJob {
         name: jobs::job_name(job).to_string(),
         uid: job.metadata.uid.clone(),
-        annotations: BTreeMap::from([(keys::JOB_ANNOTATION_LAST_LOGS.to_string(), text)]),
+        annotations: BTreeMap::from([(
+            keys::JOB_ANNOTATION_LAST_LOGS.to_string(),
+            crate::plan::last_logs_text(text.as_bytes()),
+        )]),
         ttl_seconds_after_finished: None,
     });
 }
@@ -1159,5 +1189,148 @@ mod tests {
                 Some((Stage::Apply, State::InProgress, 0))
             );
         }
+    }
+
+    /// A running attempt whose containers are `(name, state)`: `ok` (exited 0), `crash`
+    /// (CrashLoopBackOff after a failed run), `pull` (ImagePullBackOff, never started).
+    fn attempt(containers: &[(&str, &str)]) -> Pod {
+        use k8s_openapi::api::core::v1::ContainerStateWaiting;
+        let terminated = |code| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        };
+        let waiting = |reason: &str, message: &str| ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+            }),
+            ..ContainerState::default()
+        };
+        let statuses = containers
+            .iter()
+            .map(|(name, state)| match *state {
+                "ok" => ContainerStatus {
+                    name: name.to_string(),
+                    state: Some(terminated(0)),
+                    ..ContainerStatus::default()
+                },
+                "crash" => ContainerStatus {
+                    name: name.to_string(),
+                    restart_count: 3,
+                    last_state: Some(terminated(1)),
+                    state: Some(waiting("CrashLoopBackOff", "back-off 40s")),
+                    ..ContainerStatus::default()
+                },
+                _ => ContainerStatus {
+                    name: name.to_string(),
+                    state: Some(waiting("ImagePullBackOff", "registry unreachable")),
+                    ..ContainerStatus::default()
+                },
+            })
+            .collect();
+        Pod {
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                init_container_statuses: Some(statuses),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn at_failure_target(obj: &NodeWright, annotated: bool) -> Job {
+        let mut job = running_job(obj);
+        job.status.as_mut().unwrap().conditions = Some(vec![JobCondition {
+            type_: "FailureTarget".into(),
+            status: "True".into(),
+            reason: Some("BackoffLimitExceeded".into()),
+            ..JobCondition::default()
+        }]);
+        if annotated {
+            job.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(keys::JOB_ANNOTATION_LAST_LOGS.into(), "earlier".into());
+        }
+        job
+    }
+
+    fn last_logs_actions(job: &Job, pods: Vec<Pod>) -> Vec<Action> {
+        let mut world = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job.clone());
+        for (i, pod) in pods.into_iter().enumerate() {
+            world = world.pod(child(job, &format!("a{i}"), i as i64 + 1, pod));
+        }
+        let snap = world.build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        last_logs(&mut ctx, job);
+        ctx.emitted().to_vec()
+    }
+
+    #[test]
+    fn last_logs_asks_the_executor_to_tail_the_stuck_container_that_ran() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let job = at_failure_target(&obj, false);
+        let actions = last_logs_actions(
+            &job,
+            vec![
+                attempt(&[("tuning-init", "ok"), ("tuning-apply", "ok")]),
+                attempt(&[("tuning-init", "ok"), ("tuning-apply", "crash")]),
+            ],
+        );
+        assert_eq!(
+            actions,
+            vec![Action::SnapshotLastLogs {
+                job: jobs::job_name(&job).to_string(),
+                uid: job.metadata.uid.clone(),
+                namespace: "nodewright".into(),
+                pod: "a1".into(),
+                container: "tuning-apply".into(),
+                fallback: Some("tuning-apply: CrashLoopBackOff: back-off 40s".into()),
+            }],
+            "the newest attempt's first unfinished container, with its waiting reason as fallback"
+        );
+    }
+
+    #[test]
+    fn last_logs_of_a_container_that_never_started_is_its_waiting_reason() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let job = at_failure_target(&obj, false);
+        let actions = last_logs_actions(
+            &job,
+            vec![attempt(&[("tuning-init", "ok"), ("tuning-apply", "pull")])],
+        );
+        let [Action::AnnotateJob { annotations, .. }] = actions.as_slice() else {
+            panic!("{actions:?}")
+        };
+        assert_eq!(
+            annotations[keys::JOB_ANNOTATION_LAST_LOGS],
+            "tuning-apply: ImagePullBackOff: registry unreachable"
+        );
+    }
+
+    #[test]
+    fn last_logs_is_taken_once_only_at_failure_target_and_never_over_a_genuine_archive() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let crash = || attempt(&[("tuning-init", "ok"), ("tuning-apply", "crash")]);
+        assert!(last_logs_actions(&at_failure_target(&obj, true), vec![crash()]).is_empty());
+        assert!(last_logs_actions(&running_job(&obj), vec![crash()]).is_empty());
+        assert!(
+            last_logs_actions(
+                &at_failure_target(&obj, false),
+                vec![failed_pod(None, Some(1), false), crash()]
+            )
+            .is_empty(),
+            "a genuine archive keeps the logs"
+        );
     }
 }

@@ -52,6 +52,38 @@ impl SimCluster {
         }
     }
 
+    /// Merges annotations into a Job (only the Job of `uid`, when given) and sets its TTL.
+    fn annotate_job(
+        &mut self,
+        name: &str,
+        uid: Option<&str>,
+        annotations: &BTreeMap<String, String>,
+        ttl_seconds_after_finished: Option<i32>,
+    ) -> Outcome {
+        let rv = self.next_rv();
+        let Some(job) = self.jobs.get_mut(name) else {
+            return Outcome::NotFound;
+        };
+        if uid.is_some_and(|u| job.metadata.uid.as_deref() != Some(u)) {
+            return Outcome::NotFound;
+        }
+        job.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(annotations.clone());
+        if let Some(ttl) = ttl_seconds_after_finished {
+            let spec = job.spec.get_or_insert_with(Default::default);
+            if spec.ttl_seconds_after_finished != Some(ttl) {
+                spec.ttl_seconds_after_finished = Some(ttl);
+                job.metadata.generation = Some(job.metadata.generation.unwrap_or(1) + 1);
+            }
+        }
+        job.metadata.resource_version = Some(rv);
+        self.dirty_jobs.insert(name.to_string());
+        self.settle();
+        Outcome::Done
+    }
+
     /// Executes one action. Expected non-successes are [`Outcome`]s.
     pub fn execute(&mut self, action: &Action) -> Result<Outcome, ClusterError> {
         if let Some(fault) = self.injected_fault(action) {
@@ -90,32 +122,33 @@ impl SimCluster {
                 uid,
                 annotations,
                 ttl_seconds_after_finished,
+            } => self.annotate_job(
+                name,
+                uid.as_deref(),
+                annotations,
+                *ttl_seconds_after_finished,
+            ),
+            Action::SnapshotLastLogs {
+                job,
+                uid,
+                namespace,
+                pod,
+                container,
+                fallback,
             } => {
-                let rv = self.next_rv();
-                let Some(job) = self.jobs.get_mut(name) else {
-                    return Ok(Outcome::NotFound);
-                };
-                if uid
-                    .as_deref()
-                    .is_some_and(|u| job.metadata.uid.as_deref() != Some(u))
-                {
+                if self.jobs.get(job).is_none_or(|j| {
+                    uid.as_deref()
+                        .is_some_and(|u| j.metadata.uid.as_deref() != Some(u))
+                }) {
                     return Ok(Outcome::NotFound);
                 }
-                job.metadata
-                    .annotations
-                    .get_or_insert_with(BTreeMap::new)
-                    .extend(annotations.clone());
-                if let Some(ttl) = ttl_seconds_after_finished {
-                    let spec = job.spec.get_or_insert_with(Default::default);
-                    if spec.ttl_seconds_after_finished != Some(*ttl) {
-                        spec.ttl_seconds_after_finished = Some(*ttl);
-                        job.metadata.generation = Some(job.metadata.generation.unwrap_or(1) + 1);
-                    }
-                }
-                job.metadata.resource_version = Some(rv);
-                self.dirty_jobs.insert(name.clone());
-                self.settle();
-                Outcome::Done
+                let read = self.pod_logs(&crate::cluster::last_logs_request(
+                    namespace, pod, container,
+                ));
+                let text = crate::cluster::last_logs_value(read, container, fallback.as_deref());
+                let annotations =
+                    BTreeMap::from([(keys::JOB_ANNOTATION_LAST_LOGS.to_string(), text)]);
+                self.annotate_job(job, uid.as_deref(), &annotations, None)
             }
             Action::FailJob { name, reason } => self.fail_job(name, reason),
             Action::EvictPod(pod) => {

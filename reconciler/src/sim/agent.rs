@@ -55,6 +55,7 @@ impl AgentRunner {
             duration: Duration::from_secs(1),
             exit_code: 1,
             effect: Effect::None,
+            log: format!("ERROR: {message}\n"),
             message: Some(message),
         }
     }
@@ -166,6 +167,7 @@ impl ContainerRunner for AgentRunner {
                 exit_code: 0,
                 effect: Effect::None,
                 message: None,
+                log: String::new(),
             };
         }
         let Some(package_dir) = self
@@ -275,6 +277,8 @@ impl ContainerRunner for AgentRunner {
                     .rev()
                     .collect(),
             ),
+            // The real agent's output is the container's log (the simulator caps it).
+            log: text,
         }
     }
 }

@@ -709,6 +709,10 @@ impl SimCluster {
             }
             set_pod_condition(pod, "Initialized", "True", None, None, &now);
             set_pod_condition(pod, "Ready", "False", Some("PodCompleted"), None, &now);
+            // They ran (and printed nothing): their log reads empty, not "waiting to start".
+            for c in &spec.containers {
+                self.log_start(key, &c.name);
+            }
             self.bump_pod(key);
             self.job_pod_terminal(key);
             return;
@@ -735,6 +739,13 @@ impl SimCluster {
             boot_id: &boot,
             reboot_completed,
         });
+        let mut result = result;
+        // The first line appears as the container starts; the rest when it ends.
+        let first = result.log.find('\n').map_or(result.log.len(), |i| i + 1);
+        let first: String = result.log.drain(..first).collect();
+        let name = container.name.clone();
+        self.log_start(key, &name);
+        self.log_append(key, &name, &first);
         let duration = result.duration;
         let rt = self.pod_rt.get_mut(key).expect("checked above");
         rt.pending = Some(result);
@@ -776,6 +787,16 @@ impl SimCluster {
             return;
         };
         let idx = rt.container;
+        let container = self
+            .pods
+            .get(key)
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.init_containers.as_ref())
+            .and_then(|l| l.get(idx))
+            .map(|c| c.name.clone());
+        if let Some(name) = container {
+            self.log_append(key, &name, &result.log);
+        }
         let Some(pod) = self.pods.get(key) else {
             return;
         };

@@ -15,6 +15,7 @@ pub mod agent;
 pub mod history;
 pub mod http;
 mod jobs;
+pub mod logs;
 mod nodes;
 pub mod packages;
 pub mod util;

@@ -126,6 +126,9 @@ pub struct ContainerResult {
     pub effect: Effect,
     /// Text for the container's termination message.
     pub message: Option<String>,
+    /// What the container prints (stdout and stderr): the first line appears when it
+    /// starts, the rest when it ends.
+    pub log: String,
 }
 
 /// Runs a container's mode on a node. Implemented by the behaviour models and, later, by the
@@ -179,21 +182,34 @@ impl ModelRunner {
     }
 }
 
+/// The first line every behaviour-model container prints.
+fn model_banner(run: &ContainerRun<'_>, attempt: Option<u32>) -> String {
+    let attempt = attempt.map(|a| format!(" attempt={a}")).unwrap_or_default();
+    format!(
+        "nodewright-agent (behaviour model) mode={} package={}:{} node={}{attempt}\n",
+        run.mode, run.image, run.version, run.node
+    )
+}
+
 impl ContainerRunner for ModelRunner {
     fn run(&mut self, run: &ContainerRun<'_>) -> ContainerResult {
         let model = self.models.lookup(run.image, run.version);
         if model.is_some_and(|m| m.path.is_some()) {
             return match self.real.as_mut() {
                 Some(real) => real.run(run),
-                None => ContainerResult {
-                    duration: Duration::ZERO,
-                    exit_code: 1,
-                    effect: Effect::None,
-                    message: Some(format!(
+                None => {
+                    let message = format!(
                         "package {} is a real package directory but no real-agent runner is plugged into the simulator",
                         run.image
-                    )),
-                },
+                    );
+                    ContainerResult {
+                        duration: Duration::ZERO,
+                        exit_code: 1,
+                        effect: Effect::None,
+                        log: format!("ERROR: {message}\n"),
+                        message: Some(message),
+                    }
+                }
             };
         }
         if run.mode == "copy" {
@@ -202,14 +218,21 @@ impl ContainerRunner for ModelRunner {
                 exit_code: 0,
                 effect: Effect::None,
                 message: None,
+                log: format!(
+                    "{}copied the package into {}\n",
+                    model_banner(run, None),
+                    run.args.get(2).map(String::as_str).unwrap_or("the host")
+                ),
             };
         }
         let stage = model.and_then(|m| m.stages.get(run.mode).or(m.default.as_ref()));
         let duration = stage
             .map(|s| s.duration.unwrap_or(DEFAULT_STAGE_DURATION))
             .unwrap_or(DEFAULT_STAGE_DURATION);
-        let is_reboot =
-            run.mode == "interrupt" && interrupt_type(run.args).as_deref() == Some("node_restart");
+        let interrupt = (run.mode == "interrupt")
+            .then(|| interrupt_type(run.args))
+            .flatten();
+        let is_reboot = interrupt.as_deref() == Some("node_restart");
         if is_reboot && run.reboot_completed {
             // Boot-id protocol: the restarted container sees a new boot id and completes.
             return ContainerResult {
@@ -217,6 +240,11 @@ impl ContainerRunner for ModelRunner {
                 exit_code: 0,
                 effect: Effect::None,
                 message: None,
+                log: format!(
+                    "{}Boot id changed (now {}): node restart complete\n",
+                    model_banner(run, None),
+                    run.boot_id
+                ),
             };
         }
         let key = (
@@ -227,18 +255,50 @@ impl ContainerRunner for ModelRunner {
         );
         let attempt = self.attempts.entry(key).or_insert(0);
         *attempt += 1;
-        let failed = stage.is_some_and(|s| s.fail || *attempt <= s.failures);
+        let attempt = *attempt;
+        let failed = stage.is_some_and(|s| s.fail || attempt <= s.failures);
         let exit_code = i32::from(failed);
         let effect = if is_reboot && !failed {
             Effect::Reboot(self.reboot_takes(run.image, run.version))
         } else {
             Effect::None
         };
+        let message = failed.then(|| format!("{} exited 1 (behaviour model)", run.mode));
+        if run.mode.starts_with('-') {
+            // The copy container of a stage pod is a shell (`sh -c "mkdir … && cp …"`), not
+            // the agent: it prints nothing unless it fails.
+            return ContainerResult {
+                duration,
+                exit_code,
+                effect,
+                log: message
+                    .as_ref()
+                    .map(|m| format!("cp: {m}\n"))
+                    .unwrap_or_default(),
+                message,
+            };
+        }
+        let mut log = model_banner(run, Some(attempt));
+        match &interrupt {
+            Some(kind) => log.push_str(&format!("running interrupt {kind}\n")),
+            None => log.push_str(&format!(
+                "running {} step of {} ({})\n",
+                run.mode,
+                run.image,
+                nodewright_schema::duration::format_go_duration(duration)
+            )),
+        }
+        match &message {
+            Some(m) => log.push_str(&format!("ERROR: {m}\n{} failed: exit code 1\n", run.mode)),
+            None if is_reboot => log.push_str("rebooting the node\n"),
+            None => log.push_str(&format!("{} succeeded: exit code 0\n", run.mode)),
+        }
         ContainerResult {
             duration,
             exit_code,
             effect,
-            message: failed.then(|| format!("{} exited 1 (behaviour model)", run.mode)),
+            message,
+            log,
         }
     }
 }

@@ -972,3 +972,134 @@ fn generation_bumps_on_spec_changes_only() {
     sim.suspend_job("j", true);
     assert_eq!(sim.jobs()["j"].metadata.generation, Some(2));
 }
+
+fn log_request(pod: &str, container: &str) -> crate::cluster::LogRequest {
+    crate::cluster::LogRequest {
+        namespace: NS.into(),
+        pod: pod.into(),
+        container: Some(container.into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn stage_containers_write_agent_like_logs_that_the_log_subresource_reads() {
+    let mut sim = sim("example/tuning: {stages: {apply: {duration: 5s, failures: 1}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 3));
+    sim.advance(Duration::from_secs(1));
+    let pod = pods_of(&sim, "j")[0].metadata.name.clone().unwrap();
+    let copy = sim.pod_logs(&log_request(&pod, "tuning-init")).unwrap();
+    assert!(copy.contains("mode=copy"), "{copy}");
+    // While it runs, only the first line is there.
+    let running = sim.pod_logs(&log_request(&pod, "tuning-apply")).unwrap();
+    assert_eq!(
+        running,
+        "nodewright-agent (behaviour model) mode=apply package=example/tuning:1.0.0 node=n1 attempt=1\n"
+    );
+    match sim.pod_logs(&log_request(&pod, "tuning-applycheck")) {
+        Err(crate::cluster::ClusterError::Api {
+            status: 400,
+            message,
+            ..
+        }) => assert!(message.contains("is waiting to start"), "{message}"),
+        other => panic!("a container that has not started has no log: {other:?}"),
+    }
+    sim.advance(Duration::from_secs(5));
+    let failed = sim.pod_logs(&log_request(&pod, "tuning-apply")).unwrap();
+    assert!(
+        failed.contains("ERROR: apply exited 1 (behaviour model)\n")
+            && failed.ends_with("apply failed: exit code 1\n"),
+        "{failed}"
+    );
+    let mut tail = log_request(&pod, "tuning-apply");
+    tail.tail_lines = Some(1);
+    assert_eq!(sim.pod_logs(&tail).unwrap(), "apply failed: exit code 1\n");
+    tail.limit_bytes = Some(5);
+    assert_eq!(sim.pod_logs(&tail).unwrap(), "apply");
+
+    // The replacement attempt succeeds and says so; the archive keeps its own log.
+    sim.advance(Duration::from_secs(30));
+    let pods = pods_of(&sim, "j");
+    assert_eq!(pods.len(), 2);
+    let second = pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() != Some(pod.as_str()))
+        .unwrap();
+    let ok = sim
+        .pod_logs(&log_request(
+            second.metadata.name.as_deref().unwrap(),
+            "tuning-apply",
+        ))
+        .unwrap();
+    assert!(
+        ok.contains("attempt=2") && ok.ends_with("apply succeeded: exit code 0\n"),
+        "{ok}"
+    );
+    assert!(
+        sim.pod_logs(&log_request(&pod, "tuning-apply"))
+            .unwrap()
+            .contains("attempt=1")
+    );
+    // The only main container is the default (it ran in the succeeded attempt, printing
+    // nothing; in the failed one it never started); an unknown container is a 400.
+    let mut main = log_request(second.metadata.name.as_deref().unwrap(), "x");
+    main.container = None;
+    assert_eq!(sim.pod_logs(&main).unwrap(), "");
+    main.pod = pod.clone();
+    assert!(sim.pod_logs(&main).is_err());
+    assert!(matches!(
+        sim.pod_logs(&log_request(&pod, "nope")),
+        Err(crate::cluster::ClusterError::Api { status: 400, .. })
+    ));
+    assert!(matches!(
+        sim.pod_logs(&log_request("gone", "tuning-apply")),
+        Err(crate::cluster::ClusterError::Api { status: 404, .. })
+    ));
+}
+
+#[test]
+fn a_crash_looping_container_keeps_its_previous_instance_and_last_logs_snapshot_reads_it() {
+    let mut sim = sim("example/tuning: {stages: {interrupt: {duration: 1s, fail: true}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "interrupt", "OnFailure", i32::MAX));
+    sim.advance(Duration::from_secs(1));
+    let pod = pods_of(&sim, "j")[0].metadata.name.clone().unwrap();
+    let mut previous = log_request(&pod, "interrupt");
+    previous.previous = true;
+    assert!(sim.pod_logs(&previous).is_err(), "no previous instance yet");
+    // Crash-loop backoff 10 s, then the second instance fails too.
+    sim.advance(Duration::from_secs(12));
+    let current = sim.pod_logs(&log_request(&pod, "interrupt")).unwrap();
+    assert!(
+        current.contains("attempt=2") && current.contains("interrupt failed: exit code 1"),
+        "{current}"
+    );
+    assert!(sim.pod_logs(&previous).unwrap().contains("attempt=1"));
+
+    let uid = sim.jobs()["j"].metadata.uid.clone();
+    let snapshot = |uid: Option<String>, pod: &str| Action::SnapshotLastLogs {
+        job: "j".into(),
+        uid,
+        namespace: NS.into(),
+        pod: pod.into(),
+        container: "interrupt".into(),
+        fallback: Some("interrupt: CrashLoopBackOff: back-off".into()),
+    };
+    assert_eq!(
+        sim.execute(&snapshot(Some("other".into()), &pod)).unwrap(),
+        Outcome::NotFound
+    );
+    assert_eq!(
+        sim.execute(&snapshot(uid.clone(), &pod)).unwrap(),
+        Outcome::Done
+    );
+    let annotations = sim.jobs()["j"].metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[keys::JOB_ANNOTATION_LAST_LOGS], current);
+    // A pod that is gone leaves the waiting reason.
+    sim.execute(&snapshot(uid, "gone")).unwrap();
+    assert_eq!(
+        sim.jobs()["j"].metadata.annotations.as_ref().unwrap()[keys::JOB_ANNOTATION_LAST_LOGS],
+        "interrupt: CrashLoopBackOff: back-off"
+    );
+}

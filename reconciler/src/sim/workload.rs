@@ -141,6 +141,8 @@ pub(super) struct PodRt {
     pub pending: Option<ContainerResult>,
     /// The kubelet has acknowledged the pod.
     pub started: bool,
+    /// Container output, by container name (`pods/log`).
+    pub logs: super::logs::PodLogs,
 }
 
 #[derive(Clone, Debug)]
@@ -168,6 +170,7 @@ impl PodRt {
             container: 0,
             pending: None,
             started: false,
+            logs: Default::default(),
         }
     }
 }

@@ -228,6 +228,177 @@ pub fn log_pods<'a>(
     pods
 }
 
+/// One container log `package logs` reads: which Job, pod, attempt and container.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogTarget {
+    /// Node the pod ran on.
+    pub node: String,
+    /// Stage label of the Job.
+    pub stage: String,
+    /// The Job.
+    pub job: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// The pod (one attempt).
+    pub pod: String,
+    /// 1-based position of this attempt among the Job's retained pods, oldest first.
+    pub attempt: usize,
+    /// Retained pods of the Job (running attempt + archives, §8.11).
+    pub attempts: usize,
+    /// What the attempt is: `running`, `failed` (an archived failed attempt), `succeeded`,
+    /// `pending` or `terminating`.
+    pub attempt_state: String,
+    /// The container (a package step: the init containers of a stage pod, §8.3).
+    pub container: String,
+    /// The container's state: `running`, `exit N (Reason)`, `waiting (Reason)`.
+    pub container_state: String,
+    /// In-place restarts of the container (interrupt pods, `OnFailure`).
+    pub restarts: i32,
+}
+
+impl LogTarget {
+    /// Whether the container may still write (the running attempt's unfinished container).
+    pub fn live(&self) -> bool {
+        matches!(self.attempt_state.as_str(), "running" | "pending")
+            && !self.container_state.starts_with("exit ")
+    }
+}
+
+fn attempt_state(pod: &Pod) -> String {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return "terminating".into();
+    }
+    let status = pod.status.as_ref();
+    // A stage pod stays in phase Pending while its init containers (the package's steps) run.
+    let started = status
+        .into_iter()
+        .flat_map(|s| {
+            s.init_container_statuses
+                .iter()
+                .flatten()
+                .chain(s.container_statuses.iter().flatten())
+        })
+        .any(|c| {
+            c.state
+                .as_ref()
+                .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+        });
+    match status.and_then(|s| s.phase.as_deref()) {
+        Some("Succeeded") => "succeeded",
+        Some("Failed") => "failed",
+        Some("Running") => "running",
+        _ if started => "running",
+        _ => "pending",
+    }
+    .into()
+}
+
+fn container_state(status: Option<&k8s_openapi::api::core::v1::ContainerStatus>) -> String {
+    let state = status.and_then(|s| s.state.as_ref());
+    if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+        return format!(
+            "exit {} ({})",
+            t.exit_code,
+            t.reason.as_deref().unwrap_or("Terminated")
+        );
+    }
+    if state.and_then(|s| s.running.as_ref()).is_some() {
+        return "running".into();
+    }
+    let reason = state
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.clone())
+        .unwrap_or_else(|| "PodInitializing".into());
+    format!("waiting ({reason})")
+}
+
+/// The container logs `package logs` reads, per node, Job, attempt (oldest first) and
+/// container (in run order). The package's steps are the init containers of its pods (§8.3);
+/// the main container is a no-op and is left out.
+pub fn log_targets(
+    snapshot: &Snapshot,
+    nw_name: &str,
+    package: &str,
+    node: Option<&str>,
+    stage: Option<&str>,
+) -> Result<Vec<LogTarget>, VerbError> {
+    let nw = find_nodewright(snapshot, nw_name)?;
+    let spec = nw
+        .spec
+        .packages()
+        .get(package)
+        .ok_or_else(|| VerbError::PackageNotInSpec {
+            nodewright: nw_name.to_string(),
+            package: package.to_string(),
+        })?;
+    let pods = log_pods(snapshot, nw_name, package, &spec.version, node, stage);
+    let job_of = |pod: &Pod| {
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "Job")
+            .map(|o| o.name.clone())
+            .unwrap_or_default()
+    };
+    let mut per_job: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in &pods {
+        *per_job.entry(job_of(pod)).or_default() += 1;
+    }
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut targets = Vec::new();
+    for pod in pods {
+        let job = job_of(pod);
+        let attempt = {
+            let n = seen.entry(job.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        let label = |k: &str| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(k))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.init_container_statuses.clone())
+            .unwrap_or_default();
+        for container in pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let status = statuses.iter().find(|s| s.name == container.name);
+            targets.push(LogTarget {
+                node: pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_else(|| label(keys::JOB_LABEL_NODE)),
+                stage: label(keys::JOB_LABEL_STAGE),
+                job: job.clone(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                attempt,
+                attempts: per_job[&job],
+                attempt_state: attempt_state(pod),
+                container: container.name.clone(),
+                container_state: container_state(status),
+                restarts: status.map_or(0, |s| s.restart_count),
+            });
+        }
+    }
+    targets.sort_by(|a, b| (&a.node, &a.job, a.attempt).cmp(&(&b.node, &b.job, b.attempt)));
+    Ok(targets)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -258,6 +258,13 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
         }
         if r.plural == "pods" {
             resources.push(json!({
+                "name": "pods/log",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get"],
+            }));
+            resources.push(json!({
                 "name": "pods/eviction",
                 "singularName": "",
                 "namespaced": true,

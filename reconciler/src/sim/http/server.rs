@@ -254,6 +254,9 @@ fn dispatch(
                             .ok_or_else(|| ApiError::not_found(rid, &key.1))
                     })
                 }
+                (&Method::GET, Some(key), Some("log")) if rid == resources::PODS => {
+                    pod_log(shared, &key, query)
+                }
                 (&Method::POST, Some(key), Some("eviction")) if rid == resources::PODS => {
                     let value = parse_body(content_type, body)?;
                     let grace = value
@@ -621,4 +624,121 @@ fn watch(
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| ApiError::new(500, "InternalError", "watch".into()).into_response())
+}
+
+/// A [`ClusterError`](crate::cluster::ClusterError) of the simulator's log read as an API error.
+fn log_error(e: crate::cluster::ClusterError) -> ApiError {
+    match e {
+        crate::cluster::ClusterError::Api {
+            status, message, ..
+        } => ApiError::new(
+            status,
+            match status {
+                404 => "NotFound",
+                _ => "BadRequest",
+            },
+            message,
+        ),
+        other => ApiError::new(500, "InternalError", other.to_string()),
+    }
+}
+
+/// `GET …/pods/{name}/log` with `container`, `tailLines`, `limitBytes`, `previous` and
+/// `follow`, as the kubelet answers through the apiserver: plain text; with `follow=true` the
+/// body streams what the container writes until that container instance stops.
+fn pod_log(
+    shared: &Shared,
+    key: &ObjKey,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let number = |k: &str| -> Result<Option<i64>, ApiError> {
+        query
+            .get(k)
+            .map(|v| {
+                v.parse::<i64>()
+                    .map_err(|_| ApiError::bad_request(format!("{k}: {v:?} is not an integer")))
+            })
+            .transpose()
+    };
+    let request = crate::cluster::LogRequest {
+        namespace: key.0.clone(),
+        pod: key.1.clone(),
+        container: query.get("container").filter(|c| !c.is_empty()).cloned(),
+        tail_lines: number("tailLines")?,
+        limit_bytes: number("limitBytes")?,
+        previous: flag(query, "previous"),
+    };
+    let text_response = |body: Body| {
+        Response::builder()
+            .status(200)
+            .header(header::CONTENT_TYPE, "text/plain")
+            .body(body)
+            .unwrap_or_else(|_| ApiError::new(500, "InternalError", "log".into()).into_response())
+    };
+    if !flag(query, "follow") || request.previous {
+        let text = shared
+            .world
+            .read(|inner| inner.sim.pod_logs(&request))
+            .map_err(log_error)?;
+        return Ok(text_response(Body::from(text)));
+    }
+    let (first, offset, running) = shared
+        .world
+        .read(|inner| {
+            let text = inner.sim.pod_logs(&request)?;
+            let (_, offset, running) = inner.sim.pod_logs_since(&request, u64::MAX)?;
+            Ok((text, offset, running))
+        })
+        .map_err(log_error)?;
+    struct Follow {
+        world: Arc<World>,
+        rx: tokio::sync::watch::Receiver<u64>,
+        request: crate::cluster::LogRequest,
+        offset: u64,
+        pending: Option<String>,
+        running: bool,
+    }
+    let mut rx = shared.world.subscribe();
+    rx.borrow_and_update();
+    let state = Follow {
+        world: shared.world.clone(),
+        rx,
+        request,
+        offset,
+        pending: Some(first),
+        running,
+    };
+    let stream = futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(text) = st.pending.take()
+                && !text.is_empty()
+            {
+                return Some((Ok::<Bytes, Infallible>(Bytes::from(text)), st));
+            }
+            if !st.running {
+                return None;
+            }
+            tokio::select! {
+                changed = st.rx.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+            match st
+                .world
+                .read(|inner| inner.sim.pod_logs_since(&st.request, st.offset))
+            {
+                Ok((text, offset, running)) => {
+                    st.offset = offset;
+                    st.running = running;
+                    st.pending = Some(text);
+                }
+                // The pod is gone: the stream ends, as the kubelet's does.
+                Err(_) => return None,
+            }
+        }
+    });
+    Ok(text_response(Body::from_stream(stream)))
 }
