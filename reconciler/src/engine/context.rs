@@ -7,17 +7,18 @@
 //! changed, which other writers (Job handler, other controllers) may have moved meanwhile.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use nodewright_schema::keys;
 use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{
     DeploymentPolicy, NodeState, NodeWright, NodeWrightStatus, PackageStatus, Status,
 };
+use nodewright_schema::{keys, names};
 
 use crate::plan::{Action, Event, EventObject, EventType, NodePatch, NodeStateDelta};
 use crate::settings::Settings;
@@ -378,6 +379,9 @@ impl<'a> NodeWork<'a> {
     }
 }
 
+/// Longest Job label value; longer node names are hashed into the `node` label (§4.7).
+const LABEL_MAX: usize = 63;
+
 static EMPTY_MAP: BTreeMap<String, String> = BTreeMap::new();
 static EMPTY_TAINTS: Vec<Taint> = Vec::new();
 
@@ -621,22 +625,28 @@ impl<'a> NwView<'a> {
     }
 }
 
-/// Lookups into the snapshot's Jobs and pods, built once per pass so per-node and per-Job
-/// steps do not scan every object (10,000-node fleets have thousands of Jobs).
+/// Lookups into the snapshot's Jobs, pods and ConfigMaps, built once per pass so per-node and
+/// per-Job steps do not scan every object (10,000-node fleets have thousands of Jobs). Every
+/// list keeps snapshot order and every by-name/UID map keeps the first object, so a lookup
+/// returns what a scan with `find`/`filter` over the snapshot would.
 #[derive(Debug, Default)]
 pub struct SnapIndex<'a> {
     /// Jobs by name.
-    pub job_by_name: HashMap<&'a str, &'a k8s_openapi::api::batch::v1::Job>,
+    pub job_by_name: HashMap<&'a str, &'a Job>,
     /// Jobs by UID.
-    pub job_by_uid: HashMap<&'a str, &'a k8s_openapi::api::batch::v1::Job>,
+    pub job_by_uid: HashMap<&'a str, &'a Job>,
     /// Jobs by NodeWright `name` label, then `node` label.
-    pub jobs_on: HashMap<&'a str, HashMap<&'a str, Vec<&'a k8s_openapi::api::batch::v1::Job>>>,
+    pub jobs_on: HashMap<&'a str, HashMap<&'a str, Vec<&'a Job>>>,
+    /// Jobs by NodeWright `name` label (any node, with or without a `node` label).
+    pub jobs_of_nw: HashMap<&'a str, Vec<&'a Job>>,
     /// Jobs by `node` label (any NodeWright).
-    pub jobs_on_node: HashMap<&'a str, Vec<&'a k8s_openapi::api::batch::v1::Job>>,
+    pub jobs_on_node: HashMap<&'a str, Vec<&'a Job>>,
     /// Pods by their Job's controller UID label.
-    pub pods_of_job: HashMap<&'a str, Vec<&'a k8s_openapi::api::core::v1::Pod>>,
+    pub pods_of_job: HashMap<&'a str, Vec<&'a Pod>>,
     /// Pods by `spec.nodeName`.
-    pub pods_on_node: HashMap<&'a str, Vec<&'a k8s_openapi::api::core::v1::Pod>>,
+    pub pods_on_node: HashMap<&'a str, Vec<&'a Pod>>,
+    /// ConfigMaps by name.
+    pub config_map_by_name: HashMap<&'a str, &'a ConfigMap>,
 }
 
 impl<'a> SnapIndex<'a> {
@@ -645,16 +655,20 @@ impl<'a> SnapIndex<'a> {
         for job in &snap.jobs {
             let m = &job.metadata;
             if let Some(name) = m.name.as_deref() {
-                ix.job_by_name.insert(name, job);
+                ix.job_by_name.entry(name).or_insert(job);
             }
             if let Some(uid) = m.uid.as_deref() {
-                ix.job_by_uid.insert(uid, job);
+                ix.job_by_uid.entry(uid).or_insert(job);
             }
             let labels = m.labels.as_ref();
+            let nw = labels.and_then(|l| l.get(keys::JOB_LABEL_NAME));
+            if let Some(nw) = nw {
+                ix.jobs_of_nw.entry(nw.as_str()).or_default().push(job);
+            }
             let node = labels.and_then(|l| l.get(keys::JOB_LABEL_NODE));
             if let Some(node) = node {
                 ix.jobs_on_node.entry(node.as_str()).or_default().push(job);
-                if let Some(nw) = labels.and_then(|l| l.get(keys::JOB_LABEL_NAME)) {
+                if let Some(nw) = nw {
                     ix.jobs_on
                         .entry(nw.as_str())
                         .or_default()
@@ -677,18 +691,84 @@ impl<'a> SnapIndex<'a> {
                 ix.pods_on_node.entry(node).or_default().push(pod);
             }
         }
+        for cm in &snap.config_maps {
+            if let Some(name) = cm.metadata.name.as_deref() {
+                ix.config_map_by_name.entry(name).or_insert(cm);
+            }
+        }
         ix
     }
 
     /// Jobs of a NodeWright on a node, by the Job `node` label value
     /// (`names::node_label_value`).
-    pub fn jobs_of(&self, nw: &str, node_label: &str) -> &[&'a k8s_openapi::api::batch::v1::Job] {
+    pub fn jobs_of(&self, nw: &str, node_label: &str) -> &[&'a Job] {
         self.jobs_on
             .get(nw)
             .and_then(|m| m.get(node_label))
             .map_or(&[], Vec::as_slice)
     }
+    /// Jobs carrying this NodeWright `name` label.
+    pub fn nw_jobs(&self, nw: &str) -> &[&'a Job] {
+        self.jobs_of_nw.get(nw).map_or(&[], Vec::as_slice)
+    }
+    /// Jobs carrying this `node` label, any NodeWright.
+    pub fn node_jobs(&self, node_label: &str) -> &[&'a Job] {
+        self.jobs_on_node.get(node_label).map_or(&[], Vec::as_slice)
+    }
+    /// Pods whose Job controller UID label is `uid`.
+    pub fn pods_of(&self, uid: &str) -> &[&'a Pod] {
+        self.pods_of_job.get(uid).map_or(&[], Vec::as_slice)
+    }
+    /// Pods bound to a node (`spec.nodeName`).
+    pub fn pods_on(&self, node: &str) -> &[&'a Pod] {
+        self.pods_on_node.get(node).map_or(&[], Vec::as_slice)
+    }
 }
+
+/// Names of what the pass emitted so far, so "already emitted?" checks do not scan the
+/// growing action list once per node (that made dispatch quadratic in the batch size).
+#[derive(Debug, Default)]
+struct EmittedIndex {
+    /// `CreateJob` names.
+    created_jobs: HashSet<String>,
+    /// `node` labels of non-interrupt `CreateJob`s.
+    stage_jobs_on: HashSet<String>,
+    /// `DeleteJob` names.
+    deleted_jobs: HashSet<String>,
+    /// `UpsertConfigMap` names.
+    upserted_config_maps: HashSet<String>,
+}
+
+impl EmittedIndex {
+    fn record(&mut self, action: &Action) {
+        match action {
+            Action::CreateJob(job) => {
+                if let Some(name) = job.metadata.name.as_deref() {
+                    self.created_jobs.insert(name.to_string());
+                }
+                if !super::jobs::is_interrupt_job(job)
+                    && let Some(node) = super::jobs::label(job, keys::JOB_LABEL_NODE)
+                {
+                    self.stage_jobs_on.insert(node.to_string());
+                }
+            }
+            Action::DeleteJob { name, .. } => {
+                self.deleted_jobs.insert(name.clone());
+            }
+            Action::UpsertConfigMap(cm) => {
+                if let Some(name) = cm.metadata.name.as_deref() {
+                    self.upserted_config_maps.insert(name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A Job `node` label value that more than one node of the snapshot maps to (hashed long
+/// names colliding with each other or with a short name): callers then scan, as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AmbiguousNodeLabel;
 
 /// The whole working state of one pass.
 pub struct PassCtx<'a> {
@@ -703,11 +783,17 @@ pub struct PassCtx<'a> {
     /// Every node by id (index in `snap.nodes`).
     pub nodes: Vec<NodeWork<'a>>,
     node_ids: HashMap<&'a str, usize>,
+    /// Nodes whose Job `node` label differs from their name (names over 63 characters), by
+    /// label; the first node id wins.
+    long_labels: HashMap<String, usize>,
+    /// Some label maps to more than one node (see [`AmbiguousNodeLabel`]).
+    label_collision: bool,
     /// NodeWrights sorted by priority, then name.
     pub nws: Vec<NwView<'a>>,
     /// Snapshot indexes, built once per pass (lookups by name/UID/node instead of scans).
     pub index: SnapIndex<'a>,
     actions: Vec<Action>,
+    emitted_index: EmittedIndex,
     events: Vec<Event>,
     requeue_active: bool,
     requeue_after: Option<Duration>,
@@ -720,7 +806,22 @@ impl<'a> PassCtx<'a> {
     pub fn new(snap: &'a Snapshot, settings: &'a Settings) -> PassCtx<'a> {
         let runtime_taint = settings.runtime_required_taint();
         let mut nodes: Vec<NodeWork<'a>> = snap.nodes.iter().map(NodeWork::new).collect();
-        let node_ids = nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
+        let node_ids: HashMap<&'a str, usize> =
+            nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
+        let mut label_collision = node_ids.len() != nodes.len();
+        let mut long_labels: HashMap<String, usize> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if n.name.len() > LABEL_MAX {
+                let label = names::node_label_value(n.name);
+                label_collision |= node_ids.contains_key(label.as_str());
+                match long_labels.entry(label) {
+                    std::collections::hash_map::Entry::Occupied(_) => label_collision = true,
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(i);
+                    }
+                }
+            }
+        }
         let mut nw_refs: Vec<&NodeWright> = snap.nodewrights.iter().collect();
         nw_refs.sort_by(|a, b| {
             a.spec
@@ -802,9 +903,12 @@ impl<'a> PassCtx<'a> {
             runtime_taint,
             nodes,
             node_ids,
+            long_labels,
+            label_collision,
             nws,
             index: SnapIndex::build(snap),
             actions: Vec::new(),
+            emitted_index: EmittedIndex::default(),
             events: Vec::new(),
             requeue_active: false,
             requeue_after: None,
@@ -815,6 +919,19 @@ impl<'a> PassCtx<'a> {
     /// Node id by name.
     pub fn node_id(&self, name: &str) -> Option<usize> {
         self.node_ids.get(name).copied()
+    }
+    /// The node whose Job `node` label value (`names::node_label_value`) is `label`, or
+    /// `Err` when the snapshot has colliding labels and only a scan can tell.
+    pub fn node_by_label(&self, label: &str) -> Result<Option<usize>, AmbiguousNodeLabel> {
+        if self.label_collision {
+            return Err(AmbiguousNodeLabel);
+        }
+        if let Some(&id) = self.node_ids.get(label)
+            && self.nodes[id].name.len() <= LABEL_MAX
+        {
+            return Ok(Some(id));
+        }
+        Ok(self.long_labels.get(label).copied())
     }
     /// Working copy of a node.
     pub fn node(&self, id: usize) -> &NodeWork<'a> {
@@ -903,7 +1020,24 @@ impl<'a> PassCtx<'a> {
 
     /// Queues an action (executed in emission order, before node and status patches).
     pub fn emit(&mut self, action: Action) {
+        self.emitted_index.record(&action);
         self.actions.push(action);
+    }
+    /// Whether this pass already emitted a `CreateJob` with this name.
+    pub fn job_created(&self, name: &str) -> bool {
+        self.emitted_index.created_jobs.contains(name)
+    }
+    /// Whether this pass already emitted a non-interrupt `CreateJob` with this `node` label.
+    pub fn stage_job_created_on(&self, node_label: &str) -> bool {
+        self.emitted_index.stage_jobs_on.contains(node_label)
+    }
+    /// Whether this pass already emitted a `DeleteJob` with this name.
+    pub fn job_deleted(&self, name: &str) -> bool {
+        self.emitted_index.deleted_jobs.contains(name)
+    }
+    /// Whether this pass already emitted an `UpsertConfigMap` with this name.
+    pub fn config_map_upserted(&self, name: &str) -> bool {
+        self.emitted_index.upserted_config_maps.contains(name)
     }
     /// Records an event.
     pub fn event(
