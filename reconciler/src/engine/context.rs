@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -23,6 +24,8 @@ use nodewright_schema::{keys, names};
 use crate::plan::{Action, Event, EventObject, EventType, NodePatch, NodeStateDelta};
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
+
+use super::state_cache::{ParsedState, StateCache};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,39 +48,60 @@ pub struct NodeWorkResult {
 /// One NodeWright's node-state annotation on one node: as read, and as the pass leaves it.
 #[derive(Clone, Debug)]
 struct StateSlot {
-    /// The snapshot value parsed; `None` when the annotation is absent.
-    original: Option<Result<NodeState, MalformedNodeState>>,
-    /// The working value (absent annotation = empty). Unused while malformed.
-    current: NodeState,
+    /// The snapshot value and its parse (shared with [`StateCache`]); `None` when the
+    /// annotation is absent.
+    original: Option<Arc<ParsedState>>,
+    /// The working value once a writer touched it; until then the working value is the
+    /// original (absent or malformed annotation = empty). Unused while malformed.
+    current: Option<NodeState>,
     /// The pass deleted the whole annotation (a reset); it must not be re-created.
     deleted: bool,
     /// Some writer touched the working value (a cheap filter for the final diff).
     changed: bool,
 }
 
+static EMPTY_STATE: NodeState = NodeState(BTreeMap::new());
+
 impl StateSlot {
-    fn parse(raw: Option<&str>) -> StateSlot {
-        let original = raw.map(NodeState::parse);
-        let current = match &original {
-            Some(Ok(state)) => state.clone(),
-            _ => NodeState::default(),
-        };
+    fn new(original: Option<Arc<ParsedState>>) -> StateSlot {
         StateSlot {
             original,
-            current,
+            current: None,
             deleted: false,
             changed: false,
         }
+    }
+
+    /// The parsed snapshot value when it parses.
+    fn original_state(&self) -> Option<&NodeState> {
+        self.original.as_deref().and_then(|p| p.parsed().ok())
     }
 
     fn malformed(&self) -> Option<&MalformedNodeState> {
         if self.deleted {
             return None;
         }
-        match &self.original {
-            Some(Err(e)) => Some(e),
-            _ => None,
+        self.original.as_deref().and_then(|p| p.parsed().err())
+    }
+
+    /// The working value.
+    fn current(&self) -> &NodeState {
+        match &self.current {
+            Some(state) => state,
+            None => self.original_state().unwrap_or(&EMPTY_STATE),
         }
+    }
+
+    /// The working value, copied from the original on first write.
+    fn current_mut(&mut self) -> &mut NodeState {
+        let original = &self.original;
+        self.current.get_or_insert_with(|| {
+            original
+                .as_deref()
+                .and_then(|p| p.parsed().ok())
+                .cloned()
+                .unwrap_or_default()
+        })
     }
 }
 
@@ -93,8 +117,8 @@ pub struct NodeWork<'a> {
     unschedulable: bool,
     /// Some metadata/spec writer ran (annotations, labels, taints, unschedulable).
     dirty: bool,
-    /// Per NodeWright name; parsed on first use.
-    states: BTreeMap<String, StateSlot>,
+    /// Per NodeWright name, sorted by name; parsed on first use.
+    states: Vec<(Cow<'a, str>, StateSlot)>,
 }
 
 impl<'a> NodeWork<'a> {
@@ -112,7 +136,7 @@ impl<'a> NodeWork<'a> {
             ),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             dirty: false,
-            states: BTreeMap::new(),
+            states: Vec::new(),
         }
     }
 
@@ -222,19 +246,55 @@ impl<'a> NodeWork<'a> {
         }
     }
 
+    fn slot_index(&self, nw: &str) -> Result<usize, usize> {
+        self.states.binary_search_by(|(k, _)| k.as_ref().cmp(nw))
+    }
+
     fn slot(&mut self, nw: &str) -> &mut StateSlot {
-        if !self.states.contains_key(nw) {
-            let raw = self
-                .node
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(&keys::node_state(nw)));
-            self.states
-                .insert(nw.to_string(), StateSlot::parse(raw.map(String::as_str)));
-        }
-        // Inserted just above when missing.
-        self.states.get_mut(nw).expect("slot present")
+        let i = match self.slot_index(nw) {
+            Ok(i) => i,
+            Err(i) => {
+                let raw = self
+                    .node
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(&keys::node_state(nw)));
+                let slot = StateSlot::new(raw.map(|r| Arc::new(ParsedState::parse(r))));
+                self.states.insert(i, (Cow::Owned(nw.to_string()), slot));
+                i
+            }
+        };
+        &mut self.states[i].1
+    }
+
+    /// Loads a NodeWright's state from the snapshot annotation `key` (`nodeState_<nw>`),
+    /// reusing `cache`'s parse when it was made from the same value.
+    fn load_state_cached(&mut self, nw: &'a str, key: &str, cache: Option<&StateCache>) {
+        let Err(i) = self.slot_index(nw) else {
+            return;
+        };
+        let raw = self
+            .node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str);
+        let original = raw.map(|raw| {
+            cache
+                .and_then(|c| c.get(self.name, nw, raw))
+                .unwrap_or_else(|| Arc::new(ParsedState::parse(raw)))
+        });
+        self.states
+            .insert(i, (Cow::Borrowed(nw), StateSlot::new(original)));
+    }
+
+    /// The annotations this node's states were read from, for [`StateCache::retain_pass`].
+    fn read_states(&self) -> impl Iterator<Item = (&str, &Arc<ParsedState>)> {
+        self.states
+            .iter()
+            .filter_map(|(nw, slot)| slot.original.as_ref().map(|p| (nw.as_ref(), p)))
     }
 
     /// Parses this NodeWright's node state now, so later reads through `&self` see it.
@@ -246,13 +306,15 @@ impl<'a> NodeWork<'a> {
     /// Call [`NodeWork::load_state`] (or any writer) first; [`PassCtx::new`] loads every
     /// selected node's state.
     pub fn state(&self, nw: &str) -> Result<&NodeState, &MalformedNodeState> {
-        static EMPTY: NodeState = NodeState(BTreeMap::new());
-        match self.states.get(nw) {
-            Some(slot) => match slot.malformed() {
-                Some(e) => Err(e),
-                None => Ok(&slot.current),
-            },
-            None => Ok(&EMPTY),
+        match self.slot_index(nw) {
+            Ok(i) => {
+                let slot = &self.states[i].1;
+                match slot.malformed() {
+                    Some(e) => Err(e),
+                    None => Ok(slot.current()),
+                }
+            }
+            Err(_) => Ok(&EMPTY_STATE),
         }
     }
     /// Whether the state annotation does not parse.
@@ -261,9 +323,12 @@ impl<'a> NodeWork<'a> {
     }
     /// Whether the node carries the annotation for this NodeWright after this pass's changes.
     pub fn state_present(&self, nw: &str) -> bool {
-        match self.states.get(nw) {
-            Some(slot) => !slot.deleted && (slot.original.is_some() || !slot.current.is_empty()),
-            None => self.annotations.contains_key(&keys::node_state(nw)),
+        match self.slot_index(nw) {
+            Ok(i) => {
+                let slot = &self.states[i].1;
+                !slot.deleted && (slot.original.is_some() || !slot.current().is_empty())
+            }
+            Err(_) => self.annotations.contains_key(&keys::node_state(nw)),
         }
     }
     /// Upserts an entry (keyed `<name>|<version>`). Refused on a malformed annotation, and
@@ -277,13 +342,16 @@ impl<'a> NodeWork<'a> {
             return Ok(());
         }
         slot.changed = true;
-        slot.current.upsert(entry);
+        slot.current_mut().upsert(entry);
         Ok(())
     }
     /// Removes an entry by key.
     pub fn remove_entry(&mut self, nw: &str, key: &str) {
         let slot = self.slot(nw);
-        if slot.malformed().is_none() && slot.current.0.remove(key).is_some() {
+        if slot.malformed().is_none()
+            && slot.current().0.contains_key(key)
+            && slot.current_mut().0.remove(key).is_some()
+        {
             slot.changed = true;
         }
     }
@@ -291,7 +359,7 @@ impl<'a> NodeWork<'a> {
     /// later write of this pass re-creates it.
     pub fn delete_state(&mut self, nw: &str) {
         let slot = self.slot(nw);
-        slot.current = NodeState::default();
+        slot.current = Some(NodeState::default());
         slot.deleted = true;
         slot.changed = true;
     }
@@ -306,8 +374,11 @@ impl<'a> NodeWork<'a> {
                 .annotations
                 .as_ref()
                 .unwrap_or(&EMPTY_MAP);
-            let state_keys: Vec<String> =
-                self.states.keys().map(|nw| keys::node_state(nw)).collect();
+            let state_keys: Vec<String> = self
+                .states
+                .iter()
+                .map(|(nw, _)| keys::node_state(nw))
+                .collect();
             diff_maps(orig_ann, &self.annotations, &mut patch.annotations, |k| {
                 state_keys.iter().any(|s| s == k)
             });
@@ -342,7 +413,7 @@ impl<'a> NodeWork<'a> {
             if slot.deleted {
                 if slot.original.is_some() {
                     patch.node_state.push(NodeStateDelta::Delete {
-                        nodewright: nw.clone(),
+                        nodewright: nw.to_string(),
                     });
                 }
                 continue;
@@ -350,13 +421,10 @@ impl<'a> NodeWork<'a> {
             if slot.malformed().is_some() {
                 continue;
             }
-            let empty = NodeState::default();
-            let before = match &slot.original {
-                Some(Ok(s)) => s,
-                _ => &empty,
-            };
+            let before = slot.original_state().unwrap_or(&EMPTY_STATE);
+            let current = slot.current();
             let mut upsert = BTreeMap::new();
-            for (k, v) in &slot.current.0 {
+            for (k, v) in &current.0 {
                 if before.0.get(k) != Some(v) {
                     upsert.insert(k.clone(), v.clone());
                 }
@@ -364,12 +432,12 @@ impl<'a> NodeWork<'a> {
             let remove: Vec<String> = before
                 .0
                 .keys()
-                .filter(|k| !slot.current.0.contains_key(*k))
+                .filter(|k| !current.0.contains_key(*k))
                 .cloned()
                 .collect();
             if !upsert.is_empty() || !remove.is_empty() {
                 patch.node_state.push(NodeStateDelta::Entries {
-                    nodewright: nw.clone(),
+                    nodewright: nw.to_string(),
                     upsert,
                     remove,
                 });
@@ -804,6 +872,16 @@ impl<'a> PassCtx<'a> {
     /// Builds the working state: nodes, NodeWrights in priority order with their selected
     /// nodes sorted (§5.3), each selected node's state parsed.
     pub fn new(snap: &'a Snapshot, settings: &'a Settings) -> PassCtx<'a> {
+        PassCtx::new_cached(snap, settings, None)
+    }
+
+    /// [`PassCtx::new`], reusing the parses of `cache` for node-state annotations whose value
+    /// is unchanged since they were cached (the result is the same as without a cache).
+    pub fn new_cached(
+        snap: &'a Snapshot,
+        settings: &'a Settings,
+        cache: Option<&StateCache>,
+    ) -> PassCtx<'a> {
         let runtime_taint = settings.runtime_required_taint();
         let mut nodes: Vec<NodeWork<'a>> = snap.nodes.iter().map(NodeWork::new).collect();
         let node_ids: HashMap<&'a str, usize> =
@@ -855,8 +933,9 @@ impl<'a> PassCtx<'a> {
                     Some(Err(_)) => false,
                 })
                 .collect();
+            let state_key = keys::node_state(name);
             for &i in &selected {
-                nodes[i].load_state(name);
+                nodes[i].load_state_cached(name, &state_key, cache);
             }
             let (policy, policy_missing) = match nw.spec.deployment_policy.as_deref() {
                 Some(p) if !p.is_empty() => {
@@ -877,7 +956,7 @@ impl<'a> PassCtx<'a> {
             nws.push(NwView {
                 keys: NwKeys {
                     status: keys::status(name),
-                    node_state: keys::node_state(name),
+                    node_state: state_key,
                     cordon: keys::cordon(name),
                     config_applied: keys::config_applied(name),
                 },
@@ -914,6 +993,15 @@ impl<'a> PassCtx<'a> {
             requeue_after: None,
             errors: Vec::new(),
         }
+    }
+
+    /// Hands the node-state annotations this pass read to `cache`, for the next pass.
+    pub fn fill_cache(&self, cache: &mut StateCache) {
+        cache.retain_pass(
+            self.nodes
+                .iter()
+                .flat_map(|n| n.read_states().map(move |(nw, p)| (n.name, nw, p))),
+        );
     }
 
     /// Node id by name.
