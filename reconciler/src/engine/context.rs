@@ -364,6 +364,11 @@ impl<'a> NodeWork<'a> {
         slot.changed = true;
     }
 
+    /// Whether a writer touched the node (otherwise its patch is empty).
+    fn touched(&self) -> bool {
+        self.dirty || self.states.iter().any(|(_, slot)| slot.changed)
+    }
+
     /// The changes of this pass as one patch (empty when nothing changed).
     fn patch(&self) -> NodePatch {
         let mut patch = NodePatch::new(self.name);
@@ -1188,7 +1193,7 @@ impl<'a> PassCtx<'a> {
             ..
         } = self;
         let mut wrote = !actions.is_empty();
-        for n in &nodes {
+        for n in nodes.iter().filter(|n| n.touched()) {
             let patch = n.patch();
             if !patch.is_empty() {
                 wrote = true;
