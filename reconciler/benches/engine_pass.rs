@@ -1,14 +1,24 @@
 //! Benchmark (not a test): one `reconcile` pass over 10,000 nodes and 5 NodeWrights × 10
 //! packages in mixed states (issue 4). Prints the per-pass time; target ≤ 10 ms on one core.
 //!
-//! Run: `cargo bench -p nodewright-reconciler --bench engine_pass`.
+//! Also prints, per pass, the allocations and bytes allocated (a counting global allocator)
+//! and the bytes still live after the plan is dropped, then a per-phase time breakdown.
+//! Figures only, nothing is asserted.
+//!
+//! Run: `cargo bench -p nodewright-reconciler --bench engine_pass`
+//! (`ENGINE_BENCH_PASSES=N` sets the number of passes, default 10).
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodewright_reconciler::cluster::Desired;
-use nodewright_reconciler::engine::{Hooks, reconcile, reconcile_with};
+use nodewright_reconciler::engine::context::{Flow, NodeWorkResult, PassCtx};
+use nodewright_reconciler::engine::{
+    Hooks, StateCache, reconcile, reconcile_cached, reconcile_with, reconcile_with_cache,
+};
 use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::sim::{ModelRunner, NodeInput, PackageModels, SimCluster};
 use nodewright_reconciler::snapshot::{Memory, Snapshot};
@@ -16,6 +26,64 @@ use nodewright_schema::{
     InterruptionBudget, NodeState, NodeWright, NodeWrightSpec, Package, PackageStatus, Stage,
     State, Status, keys,
 };
+
+/// Counts every allocation (and reallocation) of the process, and the bytes still live, so
+/// the bench can show what one pass allocates and that nothing accumulates across passes.
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+static LIVE: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
+// counters are plain atomics and never touch the memory handed out.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded as received (see the impl).
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded as received (see the impl).
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded as received (see the impl).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded as received (see the impl).
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocation counters at one instant.
+#[derive(Clone, Copy)]
+struct AllocMark {
+    allocs: u64,
+    bytes: u64,
+    live: i64,
+}
+
+fn alloc_mark() -> AllocMark {
+    AllocMark {
+        allocs: ALLOCS.load(Ordering::Relaxed),
+        bytes: BYTES.load(Ordering::Relaxed),
+        live: LIVE.load(Ordering::Relaxed),
+    }
+}
 
 const NODES: usize = 10_000;
 const NODEWRIGHTS: usize = 5;
@@ -115,15 +183,107 @@ fn world(settings: &Settings) -> Snapshot {
         policies: Vec::new(),
         commit: "bench".into(),
     });
+    let mut cache = StateCache::new();
     for _ in 0..12 {
         let snap = sim.snapshot(Memory::default());
-        let plan = reconcile(&snap, settings);
+        let plan = reconcile_cached(&snap, settings, &mut cache);
         for a in &plan.actions {
             let _ = sim.execute(a);
         }
         sim.advance(Duration::from_secs(2));
     }
     sim.snapshot(Memory::default())
+}
+
+/// Nanoseconds spent in each part-2 hook, summed over the passes of one measurement.
+static PHASE_NANOS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
+/// Allocations made in each part-2 hook, summed likewise.
+static PHASE_ALLOCS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
+
+/// The hook phases, in pass order (engine/CONTRACT.md "Hooks part 2 provides").
+const PHASES: [&str; 9] = [
+    "handlers (Job + Pod evidence)",
+    "refresh_conditions",
+    "finalizer",
+    "suspend_jobs",
+    "sweep",
+    "node_metadata",
+    "package_configmaps",
+    "resume_jobs",
+    "work_node (all picked nodes)",
+];
+
+fn timed<T>(phase: usize, f: impl FnOnce() -> T) -> T {
+    let allocs = ALLOCS.load(Ordering::Relaxed);
+    let start = Instant::now();
+    let out = f();
+    PHASE_NANOS[phase].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    PHASE_ALLOCS[phase].fetch_add(ALLOCS.load(Ordering::Relaxed) - allocs, Ordering::Relaxed);
+    out
+}
+
+/// CPU time of this thread (`/proc/thread-self/schedstat`, nanoseconds on CPU), so the figure
+/// is not inflated when other work shares the cores; `None` where unavailable.
+fn thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
+
+/// Wall and CPU time of `f`.
+fn clocked<T>(f: impl FnOnce() -> T) -> (T, Duration, Option<Duration>) {
+    let cpu = thread_cpu();
+    let start = Instant::now();
+    let out = f();
+    let wall = start.elapsed();
+    let cpu = cpu.zip(thread_cpu()).map(|(a, b)| b.saturating_sub(a));
+    (out, wall, cpu)
+}
+
+/// The standard hooks, each wrapped in a timer (hooks are plain `fn`s, so one wrapper each).
+fn timed_hooks() -> Hooks {
+    fn handlers(ctx: &mut PassCtx<'_>) {
+        timed(0, || (Hooks::standard().handlers)(ctx))
+    }
+    fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
+        timed(1, || (Hooks::standard().refresh_conditions)(ctx, nw))
+    }
+    fn finalizer(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+        timed(2, || (Hooks::standard().finalizer)(ctx, nw))
+    }
+    fn suspend_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
+        timed(3, || (Hooks::standard().suspend_jobs)(ctx, nw))
+    }
+    fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+        timed(4, || (Hooks::standard().sweep)(ctx, nw))
+    }
+    fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+        timed(5, || (Hooks::standard().node_metadata)(ctx, nw))
+    }
+    fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+        timed(6, || (Hooks::standard().package_configmaps)(ctx, nw))
+    }
+    fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
+        timed(7, || (Hooks::standard().resume_jobs)(ctx, nw))
+    }
+    fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResult {
+        timed(8, || (Hooks::standard().work_node)(ctx, nw, node))
+    }
+    Hooks {
+        handlers,
+        refresh_conditions,
+        finalizer,
+        suspend_jobs,
+        sweep,
+        node_metadata,
+        package_configmaps,
+        resume_jobs,
+        work_node,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 fn main() {
@@ -134,7 +294,11 @@ fn main() {
         "built a mid-rollout world in {:.1} s",
         build.elapsed().as_secs_f64()
     );
-    let runs = 10;
+    let runs: usize = std::env::var("ENGINE_BENCH_PASSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+        .max(1);
     if std::env::var_os("ENGINE_BENCH_CORE_ONLY").is_some() {
         // For profiling the part-1 pass alone.
         for _ in 0..runs {
@@ -142,16 +306,115 @@ fn main() {
         }
         return;
     }
+
+    // Full passes over the same snapshot, as the controller runs them: with the parse cache
+    // carried from pass to pass (pass 1 starts empty). Time and allocations of each, and the
+    // bytes still live once the plan is dropped, the cache included (growth there would be a
+    // leak or an unbounded cache).
+    println!(
+        "engine pass: {NODES} nodes, {NODEWRIGHTS} NodeWrights x {PACKAGES} packages, {} Jobs, {} pods, {} ConfigMaps",
+        snap.jobs.len(),
+        snap.pods.len(),
+        snap.config_maps.len()
+    );
+    println!(
+        "  pass   wall ms    cpu ms   allocations        bytes   live bytes after (delta vs pass 1)"
+    );
     let mut times = Vec::with_capacity(runs);
+    let mut cpus = Vec::with_capacity(runs);
     let mut actions = 0;
-    for _ in 0..runs {
-        let start = Instant::now();
-        let plan = reconcile(&snap, &settings);
-        times.push(start.elapsed());
+    let mut first_live = None;
+    let mut cache = StateCache::new();
+    for pass in 1..=runs {
+        let before = alloc_mark();
+        let (plan, elapsed, cpu) = clocked(|| reconcile_cached(&snap, &settings, &mut cache));
+        let during = alloc_mark();
         actions = plan.actions.len();
+        drop(plan);
+        let after = alloc_mark();
+        let live = after.live - before.live;
+        let base = *first_live.get_or_insert(after.live);
+        println!(
+            "  {pass:>4} {:>9.2} {:>9} {:>13} {:>12} {:>12} ({:+})",
+            ms(elapsed),
+            cpu.map_or("-".to_string(), |c| format!("{:.2}", ms(c))),
+            during.allocs - before.allocs,
+            during.bytes - before.bytes,
+            live,
+            after.live - base,
+        );
+        times.push(elapsed);
+        cpus.extend(cpu);
     }
+    cpus.sort();
     times.sort();
-    let median = times[runs / 2];
+
+    // Where the time goes: part-2 hooks timed one by one, the rest is part 1 (selection,
+    // policy, status, conditions, write-back) plus building the pass context.
+    for (n, a) in PHASE_NANOS.iter().zip(&PHASE_ALLOCS) {
+        n.store(0, Ordering::Relaxed);
+        a.store(0, Ordering::Relaxed);
+    }
+    let hooks = timed_hooks();
+    let allocs = ALLOCS.load(Ordering::Relaxed);
+    let start = Instant::now();
+    for _ in 0..runs {
+        let _ = reconcile_with_cache(&snap, &settings, &hooks, Some(&mut cache));
+    }
+    let total = start.elapsed() / runs as u32;
+    let total_allocs = (ALLOCS.load(Ordering::Relaxed) - allocs) / runs as u64;
+    let allocs = ALLOCS.load(Ordering::Relaxed);
+    let start = Instant::now();
+    for _ in 0..runs {
+        drop(PassCtx::new_cached(&snap, &settings, Some(&cache)));
+    }
+    let ctx_build = start.elapsed() / runs as u32;
+    let ctx_allocs = (ALLOCS.load(Ordering::Relaxed) - allocs) / runs as u64;
+    let mut hooks_total = Duration::ZERO;
+    let mut hooks_allocs = 0;
+    println!(
+        "  per-phase breakdown (mean of {runs} passes: {:.2} ms wall, {total_allocs} allocations per pass):",
+        ms(total)
+    );
+    println!(
+        "    {:<40} {:>9.2} ms {:>10} allocations",
+        "build the pass context",
+        ms(ctx_build),
+        ctx_allocs
+    );
+    for ((name, nanos), count) in PHASES.iter().zip(&PHASE_NANOS).zip(&PHASE_ALLOCS) {
+        let d = Duration::from_nanos(nanos.load(Ordering::Relaxed)) / runs as u32;
+        let a = count.load(Ordering::Relaxed) / runs as u64;
+        hooks_total += d;
+        hooks_allocs += a;
+        println!("    {name:<40} {:>9.2} ms {a:>10} allocations", ms(d));
+    }
+    println!(
+        "    {:<40} {:>9.2} ms {:>10} allocations",
+        "part 1 (status, selection, write-back)",
+        ms(total.saturating_sub(hooks_total + ctx_build)),
+        total_allocs.saturating_sub(hooks_allocs + ctx_allocs)
+    );
+    let mut cold = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let (_, wall, cpu) = clocked(|| reconcile(&snap, &settings));
+        cold.push(cpu.unwrap_or(wall));
+    }
+    cold.sort();
+    println!(
+        "  without the parse cache (every annotation parsed): median {:.2} ms CPU",
+        ms(cold[runs / 2])
+    );
+    let mut core = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let (_, wall, cpu) = clocked(|| reconcile_with(&snap, &settings, &Hooks::inert()));
+        core.push(cpu.unwrap_or(wall));
+    }
+    core.sort();
+    println!(
+        "  part 1 alone (inert package hooks, no cache): median {:.2} ms CPU",
+        ms(core[runs / 2])
+    );
     let start = Instant::now();
     let mut entries = 0;
     for n in &snap.nodes {
@@ -162,33 +425,21 @@ fn main() {
         }
     }
     println!(
-        "  parsing every node-state annotation once ({entries} entries): {:.2} ms",
-        start.elapsed().as_secs_f64() * 1e3
+        "  for scale: parsing every node-state annotation once ({entries} entries): {:.2} ms",
+        ms(start.elapsed())
     );
-    let start = Instant::now();
-    let ctx_snap = snap.clone();
     println!(
-        "  cloning the snapshot: {:.2} ms",
-        start.elapsed().as_secs_f64() * 1e3
+        "engine pass: median {:.2} ms, min {:.2} ms, max {:.2} ms wall per pass over {runs} passes \
+         ({actions} actions; target <= 10 ms on one core)",
+        ms(times[runs / 2]),
+        ms(times[0]),
+        ms(times[runs - 1]),
     );
-    drop(ctx_snap);
-    let mut core = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let start = Instant::now();
-        let _ = reconcile_with(&snap, &settings, &Hooks::inert());
-        core.push(start.elapsed());
+    if !cpus.is_empty() {
+        println!(
+            "engine pass CPU time: median {:.2} ms, min {:.2} ms",
+            ms(cpus[cpus.len() / 2]),
+            ms(cpus[0])
+        );
     }
-    core.sort();
-    println!(
-        "  of which selection/policy/status/conditions alone (inert package hooks): median {:.2} ms",
-        core[runs / 2].as_secs_f64() * 1e3
-    );
-    println!(
-        "engine pass: {NODES} nodes, {NODEWRIGHTS} NodeWrights x {PACKAGES} packages, {} Jobs: \
-         median {:.2} ms, min {:.2} ms, max {:.2} ms per pass ({actions} actions; target <= 10 ms)",
-        snap.jobs.len(),
-        median.as_secs_f64() * 1e3,
-        times[0].as_secs_f64() * 1e3,
-        times[runs - 1].as_secs_f64() * 1e3,
-    );
 }

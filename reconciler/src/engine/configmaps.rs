@@ -3,7 +3,7 @@
 //! ConfigMap always follows the spec, `status.configUpdates` publishes the changed keys,
 //! and each node's `configApplied_<nw>` record decides its own config cycle.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -145,17 +145,11 @@ pub fn package_configmap(nw: &NodeWright, settings: &Settings, name: &str) -> Op
 }
 
 fn existing<'s>(ctx: &PassCtx<'s>, name: &str) -> Option<&'s ConfigMap> {
-    ctx.snap
-        .config_maps
-        .iter()
-        .find(|c| c.metadata.name.as_deref() == Some(name))
+    ctx.index.config_map_by_name.get(name).copied()
 }
 
 fn already_upserted(ctx: &PassCtx<'_>, name: &str) -> bool {
-    ctx.emitted().iter().any(|a| match a {
-        Action::UpsertConfigMap(c) => c.metadata.name.as_deref() == Some(name),
-        _ => false,
-    })
+    ctx.config_map_upserted(name)
 }
 
 /// Upserts a node's metadata ConfigMap when its data differs (before a Job is created, §6.3
@@ -193,7 +187,7 @@ pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         .collect();
     let packages = packages_json(view.nw, ctx.settings);
     let mut deletes = Vec::new();
-    let mut refresh = Vec::new();
+    let mut refresh = HashSet::new();
     for cm in &ctx.snap.config_maps {
         let is_ours = cm
             .metadata
@@ -208,7 +202,7 @@ pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         if !selected.contains(&name) {
             deletes.push(name);
         } else if cm.data.as_ref().and_then(|d| d.get("packages.json")) != Some(&packages) {
-            refresh.push(name);
+            refresh.insert(name);
         }
     }
     for name in deletes {

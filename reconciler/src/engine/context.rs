@@ -7,21 +7,25 @@
 //! changed, which other writers (Job handler, other controllers) may have moved meanwhile.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use nodewright_schema::keys;
 use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{
     DeploymentPolicy, NodeState, NodeWright, NodeWrightStatus, PackageStatus, Status,
 };
+use nodewright_schema::{keys, names};
 
 use crate::plan::{Action, Event, EventObject, EventType, NodePatch, NodeStateDelta};
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
+
+use super::state_cache::{ParsedState, StateCache};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,39 +48,60 @@ pub struct NodeWorkResult {
 /// One NodeWright's node-state annotation on one node: as read, and as the pass leaves it.
 #[derive(Clone, Debug)]
 struct StateSlot {
-    /// The snapshot value parsed; `None` when the annotation is absent.
-    original: Option<Result<NodeState, MalformedNodeState>>,
-    /// The working value (absent annotation = empty). Unused while malformed.
-    current: NodeState,
+    /// The snapshot value and its parse (shared with [`StateCache`]); `None` when the
+    /// annotation is absent.
+    original: Option<Arc<ParsedState>>,
+    /// The working value once a writer touched it; until then the working value is the
+    /// original (absent or malformed annotation = empty). Unused while malformed.
+    current: Option<NodeState>,
     /// The pass deleted the whole annotation (a reset); it must not be re-created.
     deleted: bool,
     /// Some writer touched the working value (a cheap filter for the final diff).
     changed: bool,
 }
 
+static EMPTY_STATE: NodeState = NodeState(BTreeMap::new());
+
 impl StateSlot {
-    fn parse(raw: Option<&str>) -> StateSlot {
-        let original = raw.map(NodeState::parse);
-        let current = match &original {
-            Some(Ok(state)) => state.clone(),
-            _ => NodeState::default(),
-        };
+    fn new(original: Option<Arc<ParsedState>>) -> StateSlot {
         StateSlot {
             original,
-            current,
+            current: None,
             deleted: false,
             changed: false,
         }
+    }
+
+    /// The parsed snapshot value when it parses.
+    fn original_state(&self) -> Option<&NodeState> {
+        self.original.as_deref().and_then(|p| p.parsed().ok())
     }
 
     fn malformed(&self) -> Option<&MalformedNodeState> {
         if self.deleted {
             return None;
         }
-        match &self.original {
-            Some(Err(e)) => Some(e),
-            _ => None,
+        self.original.as_deref().and_then(|p| p.parsed().err())
+    }
+
+    /// The working value.
+    fn current(&self) -> &NodeState {
+        match &self.current {
+            Some(state) => state,
+            None => self.original_state().unwrap_or(&EMPTY_STATE),
         }
+    }
+
+    /// The working value, copied from the original on first write.
+    fn current_mut(&mut self) -> &mut NodeState {
+        let original = &self.original;
+        self.current.get_or_insert_with(|| {
+            original
+                .as_deref()
+                .and_then(|p| p.parsed().ok())
+                .cloned()
+                .unwrap_or_default()
+        })
     }
 }
 
@@ -92,8 +117,8 @@ pub struct NodeWork<'a> {
     unschedulable: bool,
     /// Some metadata/spec writer ran (annotations, labels, taints, unschedulable).
     dirty: bool,
-    /// Per NodeWright name; parsed on first use.
-    states: BTreeMap<String, StateSlot>,
+    /// Per NodeWright name, sorted by name; parsed on first use.
+    states: Vec<(Cow<'a, str>, StateSlot)>,
 }
 
 impl<'a> NodeWork<'a> {
@@ -111,7 +136,7 @@ impl<'a> NodeWork<'a> {
             ),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             dirty: false,
-            states: BTreeMap::new(),
+            states: Vec::new(),
         }
     }
 
@@ -221,19 +246,55 @@ impl<'a> NodeWork<'a> {
         }
     }
 
+    fn slot_index(&self, nw: &str) -> Result<usize, usize> {
+        self.states.binary_search_by(|(k, _)| k.as_ref().cmp(nw))
+    }
+
     fn slot(&mut self, nw: &str) -> &mut StateSlot {
-        if !self.states.contains_key(nw) {
-            let raw = self
-                .node
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(&keys::node_state(nw)));
-            self.states
-                .insert(nw.to_string(), StateSlot::parse(raw.map(String::as_str)));
-        }
-        // Inserted just above when missing.
-        self.states.get_mut(nw).expect("slot present")
+        let i = match self.slot_index(nw) {
+            Ok(i) => i,
+            Err(i) => {
+                let raw = self
+                    .node
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(&keys::node_state(nw)));
+                let slot = StateSlot::new(raw.map(|r| Arc::new(ParsedState::parse(r))));
+                self.states.insert(i, (Cow::Owned(nw.to_string()), slot));
+                i
+            }
+        };
+        &mut self.states[i].1
+    }
+
+    /// Loads a NodeWright's state from the snapshot annotation `key` (`nodeState_<nw>`),
+    /// reusing `cache`'s parse when it was made from the same value.
+    fn load_state_cached(&mut self, nw: &'a str, key: &str, cache: Option<&StateCache>) {
+        let Err(i) = self.slot_index(nw) else {
+            return;
+        };
+        let raw = self
+            .node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str);
+        let original = raw.map(|raw| {
+            cache
+                .and_then(|c| c.get(self.name, nw, raw))
+                .unwrap_or_else(|| Arc::new(ParsedState::parse(raw)))
+        });
+        self.states
+            .insert(i, (Cow::Borrowed(nw), StateSlot::new(original)));
+    }
+
+    /// The annotations this node's states were read from, for [`StateCache::retain_pass`].
+    fn read_states(&self) -> impl Iterator<Item = (&str, &Arc<ParsedState>)> {
+        self.states
+            .iter()
+            .filter_map(|(nw, slot)| slot.original.as_ref().map(|p| (nw.as_ref(), p)))
     }
 
     /// Parses this NodeWright's node state now, so later reads through `&self` see it.
@@ -245,13 +306,15 @@ impl<'a> NodeWork<'a> {
     /// Call [`NodeWork::load_state`] (or any writer) first; [`PassCtx::new`] loads every
     /// selected node's state.
     pub fn state(&self, nw: &str) -> Result<&NodeState, &MalformedNodeState> {
-        static EMPTY: NodeState = NodeState(BTreeMap::new());
-        match self.states.get(nw) {
-            Some(slot) => match slot.malformed() {
-                Some(e) => Err(e),
-                None => Ok(&slot.current),
-            },
-            None => Ok(&EMPTY),
+        match self.slot_index(nw) {
+            Ok(i) => {
+                let slot = &self.states[i].1;
+                match slot.malformed() {
+                    Some(e) => Err(e),
+                    None => Ok(slot.current()),
+                }
+            }
+            Err(_) => Ok(&EMPTY_STATE),
         }
     }
     /// Whether the state annotation does not parse.
@@ -260,9 +323,12 @@ impl<'a> NodeWork<'a> {
     }
     /// Whether the node carries the annotation for this NodeWright after this pass's changes.
     pub fn state_present(&self, nw: &str) -> bool {
-        match self.states.get(nw) {
-            Some(slot) => !slot.deleted && (slot.original.is_some() || !slot.current.is_empty()),
-            None => self.annotations.contains_key(&keys::node_state(nw)),
+        match self.slot_index(nw) {
+            Ok(i) => {
+                let slot = &self.states[i].1;
+                !slot.deleted && (slot.original.is_some() || !slot.current().is_empty())
+            }
+            Err(_) => self.annotations.contains_key(&keys::node_state(nw)),
         }
     }
     /// Upserts an entry (keyed `<name>|<version>`). Refused on a malformed annotation, and
@@ -276,13 +342,16 @@ impl<'a> NodeWork<'a> {
             return Ok(());
         }
         slot.changed = true;
-        slot.current.upsert(entry);
+        slot.current_mut().upsert(entry);
         Ok(())
     }
     /// Removes an entry by key.
     pub fn remove_entry(&mut self, nw: &str, key: &str) {
         let slot = self.slot(nw);
-        if slot.malformed().is_none() && slot.current.0.remove(key).is_some() {
+        if slot.malformed().is_none()
+            && slot.current().0.contains_key(key)
+            && slot.current_mut().0.remove(key).is_some()
+        {
             slot.changed = true;
         }
     }
@@ -290,9 +359,14 @@ impl<'a> NodeWork<'a> {
     /// later write of this pass re-creates it.
     pub fn delete_state(&mut self, nw: &str) {
         let slot = self.slot(nw);
-        slot.current = NodeState::default();
+        slot.current = Some(NodeState::default());
         slot.deleted = true;
         slot.changed = true;
+    }
+
+    /// Whether a writer touched the node (otherwise its patch is empty).
+    fn touched(&self) -> bool {
+        self.dirty || self.states.iter().any(|(_, slot)| slot.changed)
     }
 
     /// The changes of this pass as one patch (empty when nothing changed).
@@ -305,8 +379,11 @@ impl<'a> NodeWork<'a> {
                 .annotations
                 .as_ref()
                 .unwrap_or(&EMPTY_MAP);
-            let state_keys: Vec<String> =
-                self.states.keys().map(|nw| keys::node_state(nw)).collect();
+            let state_keys: Vec<String> = self
+                .states
+                .iter()
+                .map(|(nw, _)| keys::node_state(nw))
+                .collect();
             diff_maps(orig_ann, &self.annotations, &mut patch.annotations, |k| {
                 state_keys.iter().any(|s| s == k)
             });
@@ -341,7 +418,7 @@ impl<'a> NodeWork<'a> {
             if slot.deleted {
                 if slot.original.is_some() {
                     patch.node_state.push(NodeStateDelta::Delete {
-                        nodewright: nw.clone(),
+                        nodewright: nw.to_string(),
                     });
                 }
                 continue;
@@ -349,13 +426,10 @@ impl<'a> NodeWork<'a> {
             if slot.malformed().is_some() {
                 continue;
             }
-            let empty = NodeState::default();
-            let before = match &slot.original {
-                Some(Ok(s)) => s,
-                _ => &empty,
-            };
+            let before = slot.original_state().unwrap_or(&EMPTY_STATE);
+            let current = slot.current();
             let mut upsert = BTreeMap::new();
-            for (k, v) in &slot.current.0 {
+            for (k, v) in &current.0 {
                 if before.0.get(k) != Some(v) {
                     upsert.insert(k.clone(), v.clone());
                 }
@@ -363,12 +437,12 @@ impl<'a> NodeWork<'a> {
             let remove: Vec<String> = before
                 .0
                 .keys()
-                .filter(|k| !slot.current.0.contains_key(*k))
+                .filter(|k| !current.0.contains_key(*k))
                 .cloned()
                 .collect();
             if !upsert.is_empty() || !remove.is_empty() {
                 patch.node_state.push(NodeStateDelta::Entries {
-                    nodewright: nw.clone(),
+                    nodewright: nw.to_string(),
                     upsert,
                     remove,
                 });
@@ -377,6 +451,9 @@ impl<'a> NodeWork<'a> {
         patch
     }
 }
+
+/// Longest Job label value; longer node names are hashed into the `node` label (§4.7).
+const LABEL_MAX: usize = 63;
 
 static EMPTY_MAP: BTreeMap<String, String> = BTreeMap::new();
 static EMPTY_TAINTS: Vec<Taint> = Vec::new();
@@ -621,22 +698,28 @@ impl<'a> NwView<'a> {
     }
 }
 
-/// Lookups into the snapshot's Jobs and pods, built once per pass so per-node and per-Job
-/// steps do not scan every object (10,000-node fleets have thousands of Jobs).
+/// Lookups into the snapshot's Jobs, pods and ConfigMaps, built once per pass so per-node and
+/// per-Job steps do not scan every object (10,000-node fleets have thousands of Jobs). Every
+/// list keeps snapshot order and every by-name/UID map keeps the first object, so a lookup
+/// returns what a scan with `find`/`filter` over the snapshot would.
 #[derive(Debug, Default)]
 pub struct SnapIndex<'a> {
     /// Jobs by name.
-    pub job_by_name: HashMap<&'a str, &'a k8s_openapi::api::batch::v1::Job>,
+    pub job_by_name: HashMap<&'a str, &'a Job>,
     /// Jobs by UID.
-    pub job_by_uid: HashMap<&'a str, &'a k8s_openapi::api::batch::v1::Job>,
+    pub job_by_uid: HashMap<&'a str, &'a Job>,
     /// Jobs by NodeWright `name` label, then `node` label.
-    pub jobs_on: HashMap<&'a str, HashMap<&'a str, Vec<&'a k8s_openapi::api::batch::v1::Job>>>,
+    pub jobs_on: HashMap<&'a str, HashMap<&'a str, Vec<&'a Job>>>,
+    /// Jobs by NodeWright `name` label (any node, with or without a `node` label).
+    pub jobs_of_nw: HashMap<&'a str, Vec<&'a Job>>,
     /// Jobs by `node` label (any NodeWright).
-    pub jobs_on_node: HashMap<&'a str, Vec<&'a k8s_openapi::api::batch::v1::Job>>,
+    pub jobs_on_node: HashMap<&'a str, Vec<&'a Job>>,
     /// Pods by their Job's controller UID label.
-    pub pods_of_job: HashMap<&'a str, Vec<&'a k8s_openapi::api::core::v1::Pod>>,
+    pub pods_of_job: HashMap<&'a str, Vec<&'a Pod>>,
     /// Pods by `spec.nodeName`.
-    pub pods_on_node: HashMap<&'a str, Vec<&'a k8s_openapi::api::core::v1::Pod>>,
+    pub pods_on_node: HashMap<&'a str, Vec<&'a Pod>>,
+    /// ConfigMaps by name.
+    pub config_map_by_name: HashMap<&'a str, &'a ConfigMap>,
 }
 
 impl<'a> SnapIndex<'a> {
@@ -645,16 +728,20 @@ impl<'a> SnapIndex<'a> {
         for job in &snap.jobs {
             let m = &job.metadata;
             if let Some(name) = m.name.as_deref() {
-                ix.job_by_name.insert(name, job);
+                ix.job_by_name.entry(name).or_insert(job);
             }
             if let Some(uid) = m.uid.as_deref() {
-                ix.job_by_uid.insert(uid, job);
+                ix.job_by_uid.entry(uid).or_insert(job);
             }
             let labels = m.labels.as_ref();
+            let nw = labels.and_then(|l| l.get(keys::JOB_LABEL_NAME));
+            if let Some(nw) = nw {
+                ix.jobs_of_nw.entry(nw.as_str()).or_default().push(job);
+            }
             let node = labels.and_then(|l| l.get(keys::JOB_LABEL_NODE));
             if let Some(node) = node {
                 ix.jobs_on_node.entry(node.as_str()).or_default().push(job);
-                if let Some(nw) = labels.and_then(|l| l.get(keys::JOB_LABEL_NAME)) {
+                if let Some(nw) = nw {
                     ix.jobs_on
                         .entry(nw.as_str())
                         .or_default()
@@ -677,18 +764,84 @@ impl<'a> SnapIndex<'a> {
                 ix.pods_on_node.entry(node).or_default().push(pod);
             }
         }
+        for cm in &snap.config_maps {
+            if let Some(name) = cm.metadata.name.as_deref() {
+                ix.config_map_by_name.entry(name).or_insert(cm);
+            }
+        }
         ix
     }
 
     /// Jobs of a NodeWright on a node, by the Job `node` label value
     /// (`names::node_label_value`).
-    pub fn jobs_of(&self, nw: &str, node_label: &str) -> &[&'a k8s_openapi::api::batch::v1::Job] {
+    pub fn jobs_of(&self, nw: &str, node_label: &str) -> &[&'a Job] {
         self.jobs_on
             .get(nw)
             .and_then(|m| m.get(node_label))
             .map_or(&[], Vec::as_slice)
     }
+    /// Jobs carrying this NodeWright `name` label.
+    pub fn nw_jobs(&self, nw: &str) -> &[&'a Job] {
+        self.jobs_of_nw.get(nw).map_or(&[], Vec::as_slice)
+    }
+    /// Jobs carrying this `node` label, any NodeWright.
+    pub fn node_jobs(&self, node_label: &str) -> &[&'a Job] {
+        self.jobs_on_node.get(node_label).map_or(&[], Vec::as_slice)
+    }
+    /// Pods whose Job controller UID label is `uid`.
+    pub fn pods_of(&self, uid: &str) -> &[&'a Pod] {
+        self.pods_of_job.get(uid).map_or(&[], Vec::as_slice)
+    }
+    /// Pods bound to a node (`spec.nodeName`).
+    pub fn pods_on(&self, node: &str) -> &[&'a Pod] {
+        self.pods_on_node.get(node).map_or(&[], Vec::as_slice)
+    }
 }
+
+/// Names of what the pass emitted so far, so "already emitted?" checks do not scan the
+/// growing action list once per node (that made dispatch quadratic in the batch size).
+#[derive(Debug, Default)]
+struct EmittedIndex {
+    /// `CreateJob` names.
+    created_jobs: HashSet<String>,
+    /// `node` labels of non-interrupt `CreateJob`s.
+    stage_jobs_on: HashSet<String>,
+    /// `DeleteJob` names.
+    deleted_jobs: HashSet<String>,
+    /// `UpsertConfigMap` names.
+    upserted_config_maps: HashSet<String>,
+}
+
+impl EmittedIndex {
+    fn record(&mut self, action: &Action) {
+        match action {
+            Action::CreateJob(job) => {
+                if let Some(name) = job.metadata.name.as_deref() {
+                    self.created_jobs.insert(name.to_string());
+                }
+                if !super::jobs::is_interrupt_job(job)
+                    && let Some(node) = super::jobs::label(job, keys::JOB_LABEL_NODE)
+                {
+                    self.stage_jobs_on.insert(node.to_string());
+                }
+            }
+            Action::DeleteJob { name, .. } => {
+                self.deleted_jobs.insert(name.clone());
+            }
+            Action::UpsertConfigMap(cm) => {
+                if let Some(name) = cm.metadata.name.as_deref() {
+                    self.upserted_config_maps.insert(name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A Job `node` label value that more than one node of the snapshot maps to (hashed long
+/// names colliding with each other or with a short name): callers then scan, as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AmbiguousNodeLabel;
 
 /// The whole working state of one pass.
 pub struct PassCtx<'a> {
@@ -703,11 +856,17 @@ pub struct PassCtx<'a> {
     /// Every node by id (index in `snap.nodes`).
     pub nodes: Vec<NodeWork<'a>>,
     node_ids: HashMap<&'a str, usize>,
+    /// Nodes whose Job `node` label differs from their name (names over 63 characters), by
+    /// label; the first node id wins.
+    long_labels: HashMap<String, usize>,
+    /// Some label maps to more than one node (see [`AmbiguousNodeLabel`]).
+    label_collision: bool,
     /// NodeWrights sorted by priority, then name.
     pub nws: Vec<NwView<'a>>,
     /// Snapshot indexes, built once per pass (lookups by name/UID/node instead of scans).
     pub index: SnapIndex<'a>,
     actions: Vec<Action>,
+    emitted_index: EmittedIndex,
     events: Vec<Event>,
     requeue_active: bool,
     requeue_after: Option<Duration>,
@@ -718,9 +877,34 @@ impl<'a> PassCtx<'a> {
     /// Builds the working state: nodes, NodeWrights in priority order with their selected
     /// nodes sorted (§5.3), each selected node's state parsed.
     pub fn new(snap: &'a Snapshot, settings: &'a Settings) -> PassCtx<'a> {
+        PassCtx::new_cached(snap, settings, None)
+    }
+
+    /// [`PassCtx::new`], reusing the parses of `cache` for node-state annotations whose value
+    /// is unchanged since they were cached (the result is the same as without a cache).
+    pub fn new_cached(
+        snap: &'a Snapshot,
+        settings: &'a Settings,
+        cache: Option<&StateCache>,
+    ) -> PassCtx<'a> {
         let runtime_taint = settings.runtime_required_taint();
         let mut nodes: Vec<NodeWork<'a>> = snap.nodes.iter().map(NodeWork::new).collect();
-        let node_ids = nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
+        let node_ids: HashMap<&'a str, usize> =
+            nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
+        let mut label_collision = node_ids.len() != nodes.len();
+        let mut long_labels: HashMap<String, usize> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if n.name.len() > LABEL_MAX {
+                let label = names::node_label_value(n.name);
+                label_collision |= node_ids.contains_key(label.as_str());
+                match long_labels.entry(label) {
+                    std::collections::hash_map::Entry::Occupied(_) => label_collision = true,
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(i);
+                    }
+                }
+            }
+        }
         let mut nw_refs: Vec<&NodeWright> = snap.nodewrights.iter().collect();
         nw_refs.sort_by(|a, b| {
             a.spec
@@ -754,8 +938,9 @@ impl<'a> PassCtx<'a> {
                     Some(Err(_)) => false,
                 })
                 .collect();
+            let state_key = keys::node_state(name);
             for &i in &selected {
-                nodes[i].load_state(name);
+                nodes[i].load_state_cached(name, &state_key, cache);
             }
             let (policy, policy_missing) = match nw.spec.deployment_policy.as_deref() {
                 Some(p) if !p.is_empty() => {
@@ -776,7 +961,7 @@ impl<'a> PassCtx<'a> {
             nws.push(NwView {
                 keys: NwKeys {
                     status: keys::status(name),
-                    node_state: keys::node_state(name),
+                    node_state: state_key,
                     cordon: keys::cordon(name),
                     config_applied: keys::config_applied(name),
                 },
@@ -802,9 +987,12 @@ impl<'a> PassCtx<'a> {
             runtime_taint,
             nodes,
             node_ids,
+            long_labels,
+            label_collision,
             nws,
             index: SnapIndex::build(snap),
             actions: Vec::new(),
+            emitted_index: EmittedIndex::default(),
             events: Vec::new(),
             requeue_active: false,
             requeue_after: None,
@@ -812,9 +1000,31 @@ impl<'a> PassCtx<'a> {
         }
     }
 
+    /// Hands the node-state annotations this pass read to `cache`, for the next pass.
+    pub fn fill_cache(&self, cache: &mut StateCache) {
+        cache.retain_pass(
+            self.nodes
+                .iter()
+                .flat_map(|n| n.read_states().map(move |(nw, p)| (n.name, nw, p))),
+        );
+    }
+
     /// Node id by name.
     pub fn node_id(&self, name: &str) -> Option<usize> {
         self.node_ids.get(name).copied()
+    }
+    /// The node whose Job `node` label value (`names::node_label_value`) is `label`, or
+    /// `Err` when the snapshot has colliding labels and only a scan can tell.
+    pub fn node_by_label(&self, label: &str) -> Result<Option<usize>, AmbiguousNodeLabel> {
+        if self.label_collision {
+            return Err(AmbiguousNodeLabel);
+        }
+        if let Some(&id) = self.node_ids.get(label)
+            && self.nodes[id].name.len() <= LABEL_MAX
+        {
+            return Ok(Some(id));
+        }
+        Ok(self.long_labels.get(label).copied())
     }
     /// Working copy of a node.
     pub fn node(&self, id: usize) -> &NodeWork<'a> {
@@ -903,7 +1113,24 @@ impl<'a> PassCtx<'a> {
 
     /// Queues an action (executed in emission order, before node and status patches).
     pub fn emit(&mut self, action: Action) {
+        self.emitted_index.record(&action);
         self.actions.push(action);
+    }
+    /// Whether this pass already emitted a `CreateJob` with this name.
+    pub fn job_created(&self, name: &str) -> bool {
+        self.emitted_index.created_jobs.contains(name)
+    }
+    /// Whether this pass already emitted a non-interrupt `CreateJob` with this `node` label.
+    pub fn stage_job_created_on(&self, node_label: &str) -> bool {
+        self.emitted_index.stage_jobs_on.contains(node_label)
+    }
+    /// Whether this pass already emitted a `DeleteJob` with this name.
+    pub fn job_deleted(&self, name: &str) -> bool {
+        self.emitted_index.deleted_jobs.contains(name)
+    }
+    /// Whether this pass already emitted an `UpsertConfigMap` with this name.
+    pub fn config_map_upserted(&self, name: &str) -> bool {
+        self.emitted_index.upserted_config_maps.contains(name)
     }
     /// Records an event.
     pub fn event(
@@ -966,7 +1193,7 @@ impl<'a> PassCtx<'a> {
             ..
         } = self;
         let mut wrote = !actions.is_empty();
-        for n in &nodes {
+        for n in nodes.iter().filter(|n| n.touched()) {
             let patch = n.patch();
             if !patch.is_empty() {
                 wrote = true;

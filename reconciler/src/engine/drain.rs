@@ -141,12 +141,6 @@ pub enum DrainGate {
     Wait,
 }
 
-fn pods_on<'p>(pods: &'p [Pod], node: &str) -> impl Iterator<Item = &'p Pod> + 'p {
-    let node = node.to_string();
-    pods.iter()
-        .filter(move |p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
-}
-
 fn pod_key(pod: &Pod) -> (String, String) {
     (
         pod.metadata.namespace.clone().unwrap_or_default(),
@@ -154,9 +148,12 @@ fn pod_key(pod: &Pod) -> (String, String) {
     )
 }
 
+static NO_LABELS: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+
 /// Whether protected pods (`podNonInterruptLabels`) are `Running` or `Pending` on the node
-/// (§7.5); returns their `namespace/name`, sorted.
-pub fn protected_pods(nw: &NodeWright, pods: &[Pod], node: &str) -> Vec<String> {
+/// (§7.5); returns their `namespace/name`, sorted. `pods_on_node` are the pods bound to the
+/// node (`ctx.index.pods_on(node)`).
+pub fn protected_pods(nw: &NodeWright, pods_on_node: &[&Pod]) -> Vec<String> {
     let Some(selector) = nw.spec.pod_non_interrupt_labels.as_ref() else {
         return Vec::new();
     };
@@ -169,7 +166,8 @@ pub fn protected_pods(nw: &NodeWright, pods: &[Pod], node: &str) -> Vec<String> 
     if empty {
         return Vec::new();
     }
-    let mut out: Vec<String> = pods_on(pods, node)
+    let mut out: Vec<String> = pods_on_node
+        .iter()
         .filter(|p| {
             matches!(
                 p.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -177,8 +175,8 @@ pub fn protected_pods(nw: &NodeWright, pods: &[Pod], node: &str) -> Vec<String> 
             )
         })
         .filter(|p| {
-            let labels = p.metadata.labels.clone().unwrap_or_default();
-            super::select::selector_matches(selector, &labels)
+            let labels = p.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+            super::select::selector_matches(selector, labels)
         })
         .map(|p| {
             let (ns, name) = pod_key(p);
@@ -223,7 +221,7 @@ pub fn cordon_wait_drain(
 
     // §7.5: the non-interrupt barrier.
     let node_name = ctx.node(node).name().to_string();
-    let protected = protected_pods(ctx.nws[nw].nw, &ctx.snap.pods, &node_name);
+    let protected = protected_pods(ctx.nws[nw].nw, ctx.index.pods_on(&node_name));
     if !protected.is_empty() {
         ctx.event(
             EventObject::Node(node_name.clone()),
@@ -250,8 +248,11 @@ fn drain(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> DrainGate {
     let start_key = keys::drain_start(&nw_name);
     let blocked_key = keys::drain_blocked(&nw_name);
 
-    let decisions: Vec<(&Pod, PodDecision)> = pods_on(&ctx.snap.pods, &node_name)
-        .map(|p| (p, classify(p, &config, &ctx.settings.namespace)))
+    let decisions: Vec<(&Pod, PodDecision)> = ctx
+        .index
+        .pods_on(&node_name)
+        .iter()
+        .map(|&p| (p, classify(p, &config, &ctx.settings.namespace)))
         .filter(|(_, d)| *d != PodDecision::Ignore)
         .collect();
 

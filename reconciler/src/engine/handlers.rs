@@ -89,18 +89,7 @@ fn child_pods<'s>(ctx: &PassCtx<'s>, job: &Job) -> Vec<&'s Pod> {
     let Some(uid) = job.metadata.uid.as_deref() else {
         return Vec::new();
     };
-    ctx.snap
-        .pods
-        .iter()
-        .filter(|p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(keys::JOB_CONTROLLER_UID_LABEL))
-                .map(String::as_str)
-                == Some(uid)
-        })
-        .collect()
+    ctx.index.pods_of(uid).to_vec()
 }
 
 fn node_of(ctx: &PassCtx<'_>, job: &Job) -> Option<usize> {
@@ -109,7 +98,12 @@ fn node_of(ctx: &PassCtx<'_>, job: &Job) -> Option<usize> {
         return Some(id);
     }
     // Long node names are hashed in the label (§4.7).
-    (0..ctx.nodes.len()).find(|&id| names::node_label_value(ctx.node(id).name()) == label)
+    match ctx.node_by_label(label) {
+        Ok(id) => id,
+        Err(_) => {
+            (0..ctx.nodes.len()).find(|&id| names::node_label_value(ctx.node(id).name()) == label)
+        }
+    }
 }
 
 fn ttl_seconds(d: std::time::Duration) -> i32 {
@@ -135,8 +129,8 @@ fn mark_processed(ctx: &mut PassCtx<'_>, job: &Job, succeeded: bool) {
 
 /// Runs the Job handler and the Pod-evidence handler over the snapshot (once per pass).
 pub fn run(ctx: &mut PassCtx<'_>) {
-    let jobs_list: Vec<&Job> = ctx.snap.jobs.iter().collect();
-    for job in &jobs_list {
+    let snap = ctx.snap;
+    for job in &snap.jobs {
         let Some(nw_name) = jobs::label(job, keys::JOB_LABEL_NAME) else {
             continue;
         };
@@ -681,12 +675,14 @@ fn interrupt_budget(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
 /// and never sets the node Status.
 fn pod_evidence(ctx: &mut PassCtx<'_>) {
     let namespace = ctx.settings.namespace.clone();
-    let pods: Vec<&Pod> = ctx.snap.pods.iter().collect();
-    for pod in pods {
+    let snap = ctx.snap;
+    for pod in &snap.pods {
         if pod.metadata.namespace.as_deref() != Some(namespace.as_str()) {
             continue;
         }
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let Some(labels) = pod.metadata.labels.as_ref() else {
+            continue;
+        };
         let (Some(nw_name), Some(_), Some(stage)) = (
             labels.get(keys::JOB_LABEL_NAME),
             labels.get(keys::JOB_LABEL_PACKAGE),
@@ -730,12 +726,10 @@ fn pod_evidence(ctx: &mut PassCtx<'_>) {
         else {
             continue;
         };
-        let owner_job = ctx.snap.jobs.iter().find(|j| {
-            j.metadata.uid.as_deref()
-                == labels
-                    .get(keys::JOB_CONTROLLER_UID_LABEL)
-                    .map(String::as_str)
-        });
+        let owner_job = match labels.get(keys::JOB_CONTROLLER_UID_LABEL) {
+            Some(uid) => ctx.index.job_by_uid.get(uid.as_str()).copied(),
+            None => ctx.snap.jobs.iter().find(|j| j.metadata.uid.is_none()),
+        };
         let Some(job) = owner_job else { continue };
         if stage != jobs::job_stage(job).unwrap_or(stage) {
             continue;

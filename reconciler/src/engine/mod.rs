@@ -23,6 +23,7 @@ pub mod policy;
 pub mod reboots;
 pub mod runtime;
 pub mod select;
+pub mod state_cache;
 pub mod status;
 pub mod sweep;
 
@@ -46,6 +47,7 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use context::{Flow, NodeWorkResult, PassCtx};
+pub use state_cache::StateCache;
 
 /// A preamble hook that may end the pass.
 pub type StepFn = fn(&mut PassCtx<'_>, usize) -> Flow;
@@ -124,8 +126,24 @@ pub fn reconcile(snapshot: &Snapshot, settings: &Settings) -> Plan {
     reconcile_with(snapshot, settings, &Hooks::standard())
 }
 
+/// One heavy pass, reusing (and then refreshing) the caller's parsed node states. The plan is
+/// the one [`reconcile`] returns; the cache only saves work (engine/state_cache.rs).
+pub fn reconcile_cached(snapshot: &Snapshot, settings: &Settings, cache: &mut StateCache) -> Plan {
+    reconcile_with_cache(snapshot, settings, &Hooks::standard(), Some(cache))
+}
+
 /// One heavy pass with explicit hooks.
 pub fn reconcile_with(snapshot: &Snapshot, settings: &Settings, hooks: &Hooks) -> Plan {
+    reconcile_with_cache(snapshot, settings, hooks, None)
+}
+
+/// One heavy pass with explicit hooks and an optional parse cache.
+pub fn reconcile_with_cache(
+    snapshot: &Snapshot,
+    settings: &Settings,
+    hooks: &Hooks,
+    cache: Option<&mut StateCache>,
+) -> Plan {
     // §5.2 step 1: nothing to do without NodeWrights or nodes; no requeue.
     if snapshot.nodewrights.is_empty() || snapshot.nodes.is_empty() {
         return Plan {
@@ -133,7 +151,10 @@ pub fn reconcile_with(snapshot: &Snapshot, settings: &Settings, hooks: &Hooks) -
             requeue: Requeue::Idle,
         };
     }
-    let mut ctx = PassCtx::new(snapshot, settings);
+    let mut ctx = PassCtx::new_cached(snapshot, settings, cache.as_deref());
+    if let Some(cache) = cache {
+        ctx.fill_cache(cache);
+    }
     (hooks.handlers)(&mut ctx);
     for nw in 0..ctx.nws.len() {
         status::refresh_completion(&mut ctx, nw);

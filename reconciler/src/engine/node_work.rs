@@ -203,20 +203,12 @@ fn merged_interrupt(
 
 /// Jobs of this NodeWright on this node, from the snapshot.
 fn node_jobs<'s>(ctx: &PassCtx<'s>, nw: usize, node: usize) -> Vec<&'s Job> {
-    let nw_name = ctx.nws[nw].name;
-    let node_name = ctx.node(node).name();
-    ctx.snap
-        .jobs
-        .iter()
-        .filter(|j| jobs::is_on(j, nw_name, node_name))
-        .collect()
+    let label = names::node_label_value(ctx.node(node).name());
+    ctx.index.jobs_of(ctx.nws[nw].name, &label).to_vec()
 }
 
 fn created_this_pass(ctx: &PassCtx<'_>, name: &str) -> bool {
-    ctx.emitted().iter().any(|a| match a {
-        Action::CreateJob(j) => j.metadata.name.as_deref() == Some(name),
-        _ => false,
-    })
+    ctx.job_created(name)
 }
 
 /// Interrupt processing for one package (§6.12).
@@ -369,14 +361,12 @@ fn start_interrupt(
     let node_name = ctx.node(node).name().to_string();
     // Any unfinished package (stage) Job of any NodeWright on the node.
     let label = names::node_label_value(&node_name);
-    let busy = ctx.snap.jobs.iter().any(|j| {
-        jobs::label(j, keys::JOB_LABEL_NODE) == Some(label.as_str())
-            && !jobs::is_interrupt_job(j)
-            && jobs::is_unfinished(j)
-    }) || ctx.emitted().iter().any(|a| {
-        matches!(a, Action::CreateJob(j) if !jobs::is_interrupt_job(j)
-            && jobs::label(j, keys::JOB_LABEL_NODE) == Some(label.as_str()))
-    });
+    let busy = ctx
+        .index
+        .node_jobs(&label)
+        .iter()
+        .any(|j| !jobs::is_interrupt_job(j) && jobs::is_unfinished(j))
+        || ctx.stage_job_created_on(&label);
     if busy {
         return;
     }
@@ -398,7 +388,7 @@ fn start_interrupt(
     if running || created_this_pass(ctx, &job_name) {
         return;
     }
-    if let Some(existing) = ctx.snap.jobs.iter().find(|j| jobs::job_name(j) == job_name) {
+    if let Some(existing) = ctx.index.job_by_name.get(job_name.as_str()).copied() {
         // The name is the claim (§8.14 rule 3): a finished Job must be processed or cleared first.
         if jobs::is_processed(existing) && !parked(ctx, nw, node, existing) {
             ctx.emit(Action::DeleteJob {
@@ -557,7 +547,7 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
     if created_this_pass(ctx, &job_name) {
         return Dispatch::Dispatched;
     }
-    if let Some(existing) = ctx.snap.jobs.iter().find(|j| jobs::job_name(j) == job_name) {
+    if let Some(existing) = ctx.index.job_by_name.get(job_name.as_str()).copied() {
         // §8.14 rule 3 applied before creating, so the create never meets AlreadyExists.
         if parked(ctx, nw, node, existing) && !jobs::package_edited(existing, &p, ctx.settings) {
             return Dispatch::Nothing;

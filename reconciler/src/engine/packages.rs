@@ -247,7 +247,7 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
         let waiting = waits_on_drain(nw_obj, state, &applied);
         if waiting.is_some() {
             let node_name = n.name().to_string();
-            if !super::drain::protected_pods(nw_obj, &ctx.snap.pods, &node_name).is_empty() {
+            if !super::drain::protected_pods(nw_obj, ctx.index.pods_on(&node_name)).is_empty() {
                 held_nodes.push(node_name);
             }
         } else if n.annotation(&keys::drain_blocked(&name)).is_some() {

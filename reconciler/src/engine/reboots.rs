@@ -16,19 +16,19 @@ pub fn track(ctx: &mut PassCtx) -> bool {
             let Some(boot) = ctx.node(n).boot_id() else {
                 continue;
             };
-            let node_name = ctx.node(n).name().to_string();
+            let node_name = ctx.node(n).name();
             let recorded = ctx.nws[nw]
                 .status
                 .node_boot_ids
                 .as_ref()
-                .and_then(|m| m.get(&node_name))
-                .cloned();
+                .and_then(|m| m.get(node_name))
+                .map(|r| r == boot);
             match recorded {
-                Some(r) if r == boot => continue,
-                Some(_) if ctx.settings.reapply_on_reboot => reset_node(ctx, nw, n),
+                Some(true) => continue,
+                Some(false) if ctx.settings.reapply_on_reboot => reset_node(ctx, nw, n),
                 _ => {}
             }
-            ctx.nws[nw].publish_boot_id(&node_name, boot);
+            ctx.nws[nw].publish_boot_id(node_name, boot);
             wrote = true;
         }
     }

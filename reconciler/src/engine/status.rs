@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use nodewright_schema::keys::{self, event};
+use nodewright_schema::keys::event;
 use nodewright_schema::{BatchState, CompartmentStatus, NodeWrightStatus, Status};
 
 use super::complete;
@@ -228,7 +228,7 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
     let selected = ctx.nws[nw].selected.clone();
     // Write back the current value as-is (§5.12 preamble).
     for &n in &selected {
-        let has = ctx.node(n).annotation(&keys::status(name)).is_some();
+        let has = ctx.node(n).annotation(&ctx.nws[nw].keys.status).is_some();
         let s = ctx.node_status(nw, n);
         if !has {
             ctx.set_node_status(nw, n, Status::Unknown);

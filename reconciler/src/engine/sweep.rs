@@ -11,21 +11,20 @@ use super::jobs::{self, InterruptJobInput, StageJobInput};
 use crate::plan::Action;
 
 fn nw_jobs<'s>(ctx: &PassCtx<'s>, nw: usize) -> Vec<&'s Job> {
-    let name = ctx.nws[nw].name;
-    ctx.snap
-        .jobs
-        .iter()
-        .filter(|j| jobs::label(j, keys::JOB_LABEL_NAME) == Some(name))
-        .collect()
+    ctx.index.nw_jobs(ctx.nws[nw].name).to_vec()
 }
 
 fn node_of(ctx: &PassCtx<'_>, nw: usize, job: &Job) -> Option<usize> {
     let label = jobs::label(job, keys::JOB_LABEL_NODE)?;
-    ctx.nws[nw]
-        .selected
-        .iter()
-        .copied()
-        .find(|&id| names::node_label_value(ctx.node(id).name()) == label)
+    let view = &ctx.nws[nw];
+    match ctx.node_by_label(label) {
+        Ok(id) => id.filter(|&id| view.selects(id)),
+        Err(_) => view
+            .selected
+            .iter()
+            .copied()
+            .find(|&id| names::node_label_value(ctx.node(id).name()) == label),
+    }
 }
 
 /// What a Job would look like if built now (for staleness), from the Job's own stage.
@@ -198,9 +197,7 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
 }
 
 fn deleted_this_pass(ctx: &PassCtx<'_>, job: &Job) -> bool {
-    ctx.emitted()
-        .iter()
-        .any(|a| matches!(a, Action::DeleteJob { name, .. } if name == jobs::job_name(job)))
+    ctx.job_deleted(jobs::job_name(job))
 }
 
 /// Paused NodeWright (§8.15): suspend its unfinished, valid, not yet suspended Jobs.

@@ -1,0 +1,222 @@
+//! Parsed node-state annotations kept between passes (engine performance, issue 4).
+//!
+//! Parsing every `nodeState_<nw>` annotation of a 10,000-node fleet costs far more than the
+//! rest of a pass, and at steady state almost none of them changed since the previous pass.
+//! The cache belongs to the caller (the controller loop, the simulator, the bench): the engine
+//! reads it while building the pass and hands back what it parsed afterwards, so
+//! `reconcile` itself stays a function of its inputs.
+//!
+//! A hit requires the annotation value to be byte-for-byte the one that was parsed, so a pass
+//! with a warm cache decides exactly what it would with an empty one; the cache only saves the
+//! parse. Like `Memory`, it is lost on restart, and it holds only the nodes and NodeWrights of
+//! the last pass (no growth across passes).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use nodewright_schema::NodeState;
+use nodewright_schema::node_state::MalformedNodeState;
+
+/// One node-state annotation as read: the raw value and what it parses to.
+#[derive(Debug)]
+pub struct ParsedState {
+    raw: String,
+    parsed: Result<NodeState, MalformedNodeState>,
+}
+
+impl ParsedState {
+    /// Parses an annotation value.
+    pub fn parse(raw: &str) -> ParsedState {
+        ParsedState {
+            raw: raw.to_string(),
+            parsed: NodeState::parse(raw),
+        }
+    }
+    /// The annotation value this was parsed from.
+    pub fn raw(&self) -> &str {
+        &self.raw
+    }
+    /// The parse result.
+    pub fn parsed(&self) -> Result<&NodeState, &MalformedNodeState> {
+        self.parsed.as_ref()
+    }
+}
+
+/// The cached annotations of one node, per NodeWright name.
+#[derive(Debug, Default)]
+struct CachedNode {
+    /// Pass counter value when the node was last in a pass.
+    seen: u64,
+    /// NodeWright name, parsed annotation, pass counter value when last used.
+    states: Vec<(String, Arc<ParsedState>, u64)>,
+}
+
+/// Parsed node-state annotations by node and NodeWright, carried from one pass to the next
+/// by the caller of [`super::reconcile_cached`]. An empty cache is always correct.
+#[derive(Debug, Default)]
+pub struct StateCache {
+    nodes: HashMap<String, CachedNode>,
+    pass: u64,
+}
+
+impl StateCache {
+    /// An empty cache.
+    pub fn new() -> StateCache {
+        StateCache::default()
+    }
+
+    /// The parse of `raw` for this node and NodeWright, when cached from exactly this value.
+    pub fn get(&self, node: &str, nodewright: &str, raw: &str) -> Option<Arc<ParsedState>> {
+        self.nodes
+            .get(node)?
+            .states
+            .iter()
+            .find(|(nw, parsed, _)| nw == nodewright && parsed.raw == raw)
+            .map(|(_, parsed, _)| Arc::clone(parsed))
+    }
+
+    /// Number of cached annotations.
+    pub fn len(&self) -> usize {
+        self.nodes.values().map(|n| n.states.len()).sum()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.values().all(|n| n.states.is_empty())
+    }
+
+    /// Replaces the cache content with the annotations a pass read: `(node, NodeWright,
+    /// parse)`. Entries the pass did not read are dropped, so the cache never outgrows the
+    /// fleet; entries unchanged since the last pass are kept without allocating.
+    pub fn retain_pass<'s>(
+        &mut self,
+        read: impl IntoIterator<Item = (&'s str, &'s str, &'s Arc<ParsedState>)>,
+    ) {
+        self.pass += 1;
+        let pass = self.pass;
+        for (node, nodewright, parsed) in read {
+            let entry = match self.nodes.get_mut(node) {
+                Some(entry) => entry,
+                None => self.nodes.entry(node.to_string()).or_default(),
+            };
+            entry.seen = pass;
+            match entry.states.iter_mut().find(|(nw, _, _)| nw == nodewright) {
+                Some(slot) => {
+                    if !Arc::ptr_eq(&slot.1, parsed) {
+                        slot.1 = Arc::clone(parsed);
+                    }
+                    slot.2 = pass;
+                }
+                None => entry
+                    .states
+                    .push((nodewright.to_string(), Arc::clone(parsed), pass)),
+            }
+        }
+        self.nodes.retain(|_, n| {
+            n.states.retain(|(_, _, seen)| *seen == pass);
+            n.seen == pass && !n.states.is_empty()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::engine::{reconcile, reconcile_cached};
+    use crate::plan::Plan;
+    use crate::settings::Settings;
+    use crate::snapshot::Snapshot;
+
+    thread_local! {
+        /// The cache carried from pass to pass (and scenario to scenario) by `cold_and_warm`.
+        static CACHE: RefCell<StateCache> = RefCell::new(StateCache::new());
+        /// Passes compared, and of those, annotations served from the cache.
+        static COUNTS: RefCell<(usize, usize)> = const { RefCell::new((0, 0)) };
+    }
+
+    /// The scenario runner's reconcile: every pass runs cold (no cache) and warm (the cache
+    /// the previous passes left) and the two plans must be identical.
+    fn cold_and_warm(snapshot: &Snapshot, settings: &Settings) -> Plan {
+        let cold = reconcile(snapshot, settings);
+        let (warm, hits) = CACHE.with(|c| {
+            let mut cache = c.borrow_mut();
+            let hits = hits(&cache, snapshot);
+            (reconcile_cached(snapshot, settings, &mut cache), hits)
+        });
+        assert_eq!(
+            cold, warm,
+            "a warm parse cache changed the plan (snapshot at {})",
+            snapshot.now
+        );
+        COUNTS.with(|c| {
+            let mut c = c.borrow_mut();
+            c.0 += 1;
+            c.1 += hits;
+        });
+        warm
+    }
+
+    /// Node-state annotations of the snapshot the cache can serve as they are.
+    fn hits(cache: &StateCache, snapshot: &Snapshot) -> usize {
+        let mut n = 0;
+        for node in &snapshot.nodes {
+            let name = node.metadata.name.as_deref().unwrap_or_default();
+            for nw in &snapshot.nodewrights {
+                let key = nodewright_schema::keys::node_state(nw.name());
+                if let Some(raw) = node.metadata.annotations.as_ref().and_then(|a| a.get(&key))
+                    && cache.get(name, nw.name(), raw).is_some()
+                {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn every_corpus_pass_plans_the_same_with_a_warm_cache() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/scenarios");
+        let files = crate::scenario::scenario_files(&[dir]).unwrap_or_default();
+        assert!(!files.is_empty(), "the scenario corpus is empty");
+        let mut hooks = crate::scenario::Hooks::product();
+        hooks.reconcile = cold_and_warm;
+        for file in &files {
+            // Divergence panics inside the pass; scenario verdicts are the corpus test's job.
+            let _ = crate::scenario::run_file(file, &hooks);
+        }
+        let (passes, hits) = COUNTS.with(|c| *c.borrow());
+        assert!(passes > 1000, "only {passes} passes compared");
+        assert!(
+            hits > passes,
+            "the cache served only {hits} annotations over {passes} passes"
+        );
+    }
+
+    fn parsed(raw: &str) -> Arc<ParsedState> {
+        Arc::new(ParsedState::parse(raw))
+    }
+
+    #[test]
+    fn a_hit_needs_the_same_value_and_the_cache_keeps_only_the_last_pass() {
+        let a = parsed(r#"{}"#);
+        let b = parsed("not json");
+        let mut cache = StateCache::new();
+        cache.retain_pass([("n1", "nw", &a), ("n2", "nw", &b)]);
+        assert!(cache.get("n1", "nw", "{}").is_some());
+        assert!(cache.get("n1", "nw", "{ }").is_none());
+        assert!(cache.get("n1", "other", "{}").is_none());
+        assert!(
+            cache
+                .get("n2", "nw", "not json")
+                .is_some_and(|p| p.parsed().is_err())
+        );
+        assert_eq!(cache.len(), 2);
+        cache.retain_pass([("n2", "nw", &b)]);
+        assert!(cache.get("n1", "nw", "{}").is_none());
+        assert_eq!(cache.len(), 1);
+        cache.retain_pass(std::iter::empty());
+        assert!(cache.is_empty());
+    }
+}
