@@ -736,7 +736,7 @@ async fn a_full_rollout_over_http_ends_like_the_in_process_simulator() {
         policies: vec![],
         commit: "c1".into(),
     };
-    let engine = nodewright_reconciler::engine::reconcile;
+    let engine = nodewright_reconciler::engine::reconcile_cached;
 
     // In process, virtual time.
     let mut local = Controller::new(SimAdapter::new(world()), engine, Settings::default());
@@ -840,7 +840,7 @@ async fn with_two_replicas_only_the_leader_writes() {
         policies: vec![],
         commit: "c1".into(),
     };
-    let engine = nodewright_reconciler::engine::reconcile;
+    let engine = nodewright_reconciler::engine::reconcile_cached;
     let a = connect(&server, "a").await;
     let b = connect(&server, "b").await;
     let lead_a = LeaderElector::new(server.client().await.unwrap(), short_lease("a"))

@@ -227,8 +227,11 @@ async fn demo(args: Args) -> ExitCode {
         mirror: None,
         interval: Duration::from_secs(30),
     });
-    let mut controller =
-        Controller::new(SimAdapter::new(world), crate::engine::reconcile, settings);
+    let mut controller = Controller::new(
+        SimAdapter::new(world),
+        crate::engine::reconcile_cached,
+        settings,
+    );
     let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut clock = SimClock {
         speed: args.speed,

@@ -558,7 +558,7 @@ async fn run_with<C: Cluster, P: Pacer<C>>(
     pacer: &mut P,
     observe: impl FnMut(&crate::controller::daemon::Iteration<'_>) -> ControlFlow<()>,
 ) -> Result<(), String> {
-    let mut controller = Controller::new(cluster, crate::engine::reconcile, settings);
+    let mut controller = Controller::new(cluster, crate::engine::reconcile_cached, settings);
     run_loop(&mut controller, source, writer, lifecycle, pacer, observe)
         .await
         .map_err(|e| e.to_string())

@@ -15,6 +15,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::cluster::{Cluster, ClusterError, Desired};
+use crate::engine::StateCache;
 use crate::plan::{Action, Outcome, Plan, Requeue};
 use crate::settings::Settings;
 use std::collections::BTreeMap;
@@ -22,7 +23,9 @@ use std::collections::BTreeMap;
 use crate::snapshot::{EvictionRefusal, Memory, RefusedPod, Snapshot};
 
 /// The engine as the controller sees it (a pure function).
-pub type Engine = fn(&Snapshot, &Settings) -> Plan;
+/// The engine as the loop calls it: the pass plus the parse cache it carries between passes
+/// (an empty cache plans the same; it only saves work, engine/state_cache.rs).
+pub type Engine = fn(&Snapshot, &Settings, &mut StateCache) -> Plan;
 
 /// What one pass did, for logs, metrics and progress display.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -52,6 +55,7 @@ pub struct Controller<C: Cluster> {
     engine: Engine,
     settings: Settings,
     memory: Memory,
+    cache: StateCache,
     applied: Option<Desired>,
 }
 
@@ -63,6 +67,7 @@ impl<C: Cluster> Controller<C> {
             engine,
             settings,
             memory: Memory::default(),
+            cache: StateCache::new(),
             applied: None,
         }
     }
@@ -85,6 +90,7 @@ impl<C: Cluster> Controller<C> {
     /// Forgets everything held in memory, as a crash and restart would.
     pub fn restart(&mut self) {
         self.memory = Memory::default();
+        self.cache = StateCache::new();
         self.applied = None;
     }
 
@@ -104,7 +110,7 @@ impl<C: Cluster> Controller<C> {
         let mut snapshot = self.cluster.snapshot().await?;
         track_failure_targets(&mut self.memory, &snapshot);
         snapshot.memory = self.memory.clone();
-        let plan = (self.engine)(&snapshot, &self.settings);
+        let plan = (self.engine)(&snapshot, &self.settings, &mut self.cache);
         let mut report = PassReport {
             now: snapshot.now,
             requeue: plan.requeue,

@@ -110,7 +110,7 @@ impl RolloutSimulator for FleetProjection {
         let world = self.fleet.build(&self.settings.namespace, 7)?;
         let mut controller = Controller::new(
             SimAdapter::new(world),
-            crate::engine::reconcile,
+            crate::engine::reconcile_cached,
             self.settings.clone(),
         );
         if !base.nodewrights.is_empty() && !self.drive(&runtime, &mut controller, base)? {
