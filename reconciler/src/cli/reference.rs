@@ -67,15 +67,7 @@ fn section(out: &mut String, cmd: &Command, path: &str) {
     if !positionals.is_empty() {
         out.push_str("| Argument | Meaning |\n|---|---|\n");
         for arg in positionals {
-            let name = arg
-                .get_value_names()
-                .map(|v| {
-                    v.iter()
-                        .map(|n| n.to_string())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_else(|| arg.get_id().to_string().to_uppercase());
+            let name = value_names(arg);
             let dots = if matches!(arg.get_action(), ArgAction::Append) {
                 "..."
             } else {
@@ -126,15 +118,7 @@ fn options_table<'a>(out: &mut String, args: impl Iterator<Item = &'a Arg>) {
             let _ = write!(flag, "--{long}");
         }
         if arg.get_action().takes_values() {
-            let names = arg
-                .get_value_names()
-                .map(|v| {
-                    v.iter()
-                        .map(|n| n.to_string())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_else(|| arg.get_id().to_string().to_uppercase());
+            let names = value_names(arg);
             let _ = write!(flag, " <{names}>");
         }
         let flag_only = matches!(
@@ -178,6 +162,18 @@ fn options_table<'a>(out: &mut String, args: impl Iterator<Item = &'a Arg>) {
         );
     }
     out.push('\n');
+}
+
+/// An argument's value names (`PATH`, `NAME[:VERSION]`), or its id in capitals.
+fn value_names(arg: &Arg) -> String {
+    arg.get_value_names()
+        .map(|v| {
+            v.iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|| arg.get_id().to_string().to_uppercase())
 }
 
 fn help_of(arg: &Arg) -> String {

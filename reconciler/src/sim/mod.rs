@@ -233,6 +233,16 @@ impl SimCluster {
             .filter_map(|k| self.pods.get(k))
     }
 
+    /// The keys of the pods bound to a node, copied so the caller may change the pods.
+    fn pod_keys_on(&self, node: &str) -> Vec<Key> {
+        self.pods_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     /// The child pods of a Job, by its UID.
     pub fn job_pods(&self, job_uid: &str) -> impl Iterator<Item = &Pod> {
         self.pods_by_job

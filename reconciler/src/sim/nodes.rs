@@ -150,13 +150,7 @@ impl SimCluster {
             return false;
         }
         self.node_rt.remove(name);
-        let keys: Vec<_> = self
-            .pods_by_node
-            .get(name)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        let keys = self.pod_keys_on(name);
         for key in keys {
             self.kill_pod_now(
                 &key,
@@ -197,13 +191,7 @@ impl SimCluster {
         }
         self.bump_node(name);
         self.sync_lifecycle_taints(name);
-        let keys: Vec<_> = self
-            .pods_by_node
-            .get(name)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        let keys = self.pod_keys_on(name);
         for key in keys {
             self.kubelet_node_down(&key);
         }
@@ -243,13 +231,7 @@ impl SimCluster {
             time_added: None,
         };
         let limit = i64::try_from(DEFAULT_NOT_READY_TOLERATION.as_secs()).unwrap_or(i64::MAX);
-        let keys_on: Vec<_> = self
-            .pods_by_node
-            .get(name)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        let keys_on = self.pod_keys_on(name);
         for key in keys_on {
             let Some(pod) = self.pods.get(&key) else {
                 continue;
@@ -303,13 +285,7 @@ impl SimCluster {
         }
         self.bump_node(name);
         self.sync_lifecycle_taints(name);
-        let keys: Vec<_> = self
-            .pods_by_node
-            .get(name)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        let keys = self.pod_keys_on(name);
         for key in keys {
             self.kubelet_node_up(&key);
         }

@@ -857,13 +857,7 @@ impl SimCluster {
         if no_execute.is_empty() {
             return;
         }
-        let keys_on: Vec<Key> = self
-            .pods_by_node
-            .get(node)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        let keys_on = self.pod_keys_on(node);
         for key in keys_on {
             let Some(pod) = self.pods.get(&key) else {
                 continue;
