@@ -2,7 +2,7 @@
 //! the API, 409 handling, PDB refusals, a full rollout compared with the in-process simulator,
 //! leader election between two replicas, and kubectl when it is installed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -649,6 +649,7 @@ async fn a_stale_resource_version_is_a_409_and_the_adapter_retries_from_fresh_st
             i
         })
     };
+    let mut done = BTreeSet::new();
     for k in 0..15 {
         let mut patch = NodePatch::new("n0");
         patch.node_state.push(NodeStateDelta::Entries {
@@ -665,11 +666,13 @@ async fn a_stale_resource_version_is_a_409_and_the_adapter_retries_from_fresh_st
             )]),
             remove: vec![],
         });
-        let outcome = cluster.execute(&Action::PatchNode(patch)).await.unwrap();
-        assert!(
-            matches!(outcome, Outcome::Done | Outcome::Conflict),
-            "{outcome:?}"
-        );
+        match cluster.execute(&Action::PatchNode(patch)).await.unwrap() {
+            Outcome::Done => {
+                done.insert(format!("p{k}|1.0.0"));
+            }
+            Outcome::Conflict => {}
+            other => panic!("unexpected outcome {other:?}"),
+        }
     }
     stop.store(true, Ordering::SeqCst);
     let written = writer.await.unwrap();
@@ -678,8 +681,11 @@ async fn a_stale_resource_version_is_a_409_and_the_adapter_retries_from_fresh_st
         assert!(ann.contains_key(&format!("other/w{i}")), "lost other/w{i}");
     }
     let state = nodewright_schema::NodeState::parse(&ann[&keys::node_state("tuning")]).unwrap();
-    // Conflicts exhausted are reported, never silently dropped: every Done entry is there.
-    assert!(state.0.len() >= 10, "{state:?}");
+    // Conflicts exhausted are reported, never silently dropped: exactly the writes reported
+    // Done are there. How many lose the race depends on scheduling, so the count is not fixed.
+    assert!(!done.is_empty(), "every write conflicted");
+    let entries: BTreeSet<String> = state.0.keys().cloned().collect();
+    assert_eq!(entries, done);
 
     // Conflicts injected by the server: retried until they stop, reported when they do not.
     let before = server.world().conflicts();
