@@ -25,6 +25,7 @@ use crate::plan::{Action, Event, EventObject, EventType, NodePatch, NodeStateDel
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
+use super::node_map::NodeMap;
 use super::state_cache::{ParsedState, StateCache};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -117,6 +118,9 @@ pub struct NodeWork<'a> {
     unschedulable: bool,
     /// Some metadata/spec writer ran (annotations, labels, taints, unschedulable).
     dirty: bool,
+    /// Count of writes to this node so far in the pass; derived values computed at one count
+    /// stay valid while it does not move (see [`NwView::complete`]).
+    writes: u32,
     /// Per NodeWright name, sorted by name; parsed on first use.
     states: Vec<(Cow<'a, str>, StateSlot)>,
 }
@@ -136,6 +140,7 @@ impl<'a> NodeWork<'a> {
             ),
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             dirty: false,
+            writes: 0,
             states: Vec::new(),
         }
     }
@@ -196,6 +201,7 @@ impl<'a> NodeWork<'a> {
 
     /// Sets an annotation.
     pub fn set_annotation(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.writes = self.writes.wrapping_add(1);
         let (key, value) = (key.into(), value.into());
         if self.annotations.get(&key) != Some(&value) {
             self.dirty = true;
@@ -204,6 +210,7 @@ impl<'a> NodeWork<'a> {
     }
     /// Removes an annotation.
     pub fn remove_annotation(&mut self, key: &str) {
+        self.writes = self.writes.wrapping_add(1);
         if self.annotations.contains_key(key) {
             self.dirty = true;
             self.annotations.to_mut().remove(key);
@@ -211,6 +218,7 @@ impl<'a> NodeWork<'a> {
     }
     /// Sets a label.
     pub fn set_label(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.writes = self.writes.wrapping_add(1);
         let (key, value) = (key.into(), value.into());
         if self.labels.get(&key) != Some(&value) {
             self.dirty = true;
@@ -219,6 +227,7 @@ impl<'a> NodeWork<'a> {
     }
     /// Removes a label.
     pub fn remove_label(&mut self, key: &str) {
+        self.writes = self.writes.wrapping_add(1);
         if self.labels.contains_key(key) {
             self.dirty = true;
             self.labels.to_mut().remove(key);
@@ -226,6 +235,7 @@ impl<'a> NodeWork<'a> {
     }
     /// Adds a taint, replacing one with the same key and effect.
     pub fn add_taint(&mut self, taint: Taint) {
+        self.writes = self.writes.wrapping_add(1);
         self.dirty = true;
         let taints = self.taints.to_mut();
         taints.retain(|t| !(t.key == taint.key && t.effect == taint.effect));
@@ -233,6 +243,7 @@ impl<'a> NodeWork<'a> {
     }
     /// Removes every taint with this key.
     pub fn remove_taint(&mut self, key: &str) {
+        self.writes = self.writes.wrapping_add(1);
         if self.taints.iter().any(|t| t.key == key) {
             self.dirty = true;
             self.taints.to_mut().retain(|t| t.key != key);
@@ -240,6 +251,7 @@ impl<'a> NodeWork<'a> {
     }
     /// Sets `spec.unschedulable`.
     pub fn set_unschedulable(&mut self, value: bool) {
+        self.writes = self.writes.wrapping_add(1);
         if self.unschedulable != value {
             self.dirty = true;
             self.unschedulable = value;
@@ -334,6 +346,7 @@ impl<'a> NodeWork<'a> {
     /// Upserts an entry (keyed `<name>|<version>`). Refused on a malformed annotation, and
     /// after the pass deleted the annotation (a reset must not be undone in the same pass).
     pub fn set_entry(&mut self, nw: &str, entry: PackageStatus) -> Result<(), MalformedNodeState> {
+        self.writes = self.writes.wrapping_add(1);
         let slot = self.slot(nw);
         if let Some(e) = slot.malformed() {
             return Err(e.clone());
@@ -347,6 +360,7 @@ impl<'a> NodeWork<'a> {
     }
     /// Removes an entry by key.
     pub fn remove_entry(&mut self, nw: &str, key: &str) {
+        self.writes = self.writes.wrapping_add(1);
         let slot = self.slot(nw);
         if slot.malformed().is_none()
             && slot.current().0.contains_key(key)
@@ -358,10 +372,16 @@ impl<'a> NodeWork<'a> {
     /// Deletes the whole annotation (a reset, §10.6): the working state reads empty, and no
     /// later write of this pass re-creates it.
     pub fn delete_state(&mut self, nw: &str) {
+        self.writes = self.writes.wrapping_add(1);
         let slot = self.slot(nw);
         slot.current = Some(NodeState::default());
         slot.deleted = true;
         slot.changed = true;
+    }
+
+    /// The node's write count (see the `writes` field).
+    pub fn writes(&self) -> u32 {
+        self.writes
     }
 
     /// Whether a writer touched the node (otherwise its patch is empty).
@@ -489,8 +509,16 @@ pub struct NwView<'a> {
     pub policy: Option<&'a DeploymentPolicy>,
     /// `spec.deploymentPolicy` names a policy that does not exist (§2.9).
     pub policy_missing: bool,
-    /// Working status; published when it differs from the snapshot's.
+    /// Working status without its per-node maps (those are [`NwView::node_status`],
+    /// [`NwView::node_state`] and [`NwView::node_boot_ids`]); published when it differs from
+    /// the snapshot's.
     pub status: NodeWrightStatus,
+    /// Working `status.nodeStatus`.
+    pub node_status: NodeMap<'a, Status>,
+    /// Working `status.nodeState`.
+    pub node_state: NodeMap<'a, NodeState>,
+    /// Working `status.nodeBootIds`.
+    pub node_boot_ids: NodeMap<'a, String>,
     /// Status value at the start of the pass (for transition events, §1.10).
     pub initial_status: Option<Status>,
     /// The Status changed in this pass (for the Transition mirror, §12.3).
@@ -499,6 +527,9 @@ pub struct NwView<'a> {
     pub pos: Vec<u32>,
     /// Completion by package state, parallel to `selected` (refreshed by introspection).
     pub complete: Vec<bool>,
+    /// The node's write count when `complete` was computed, parallel to `selected`
+    /// ([`NOT_COMPUTED`] before the first computation).
+    pub complete_at: Vec<u32>,
     /// Compartment definitions of this pass (§2.5, §2.8), filled by selection.
     pub compartments: Vec<super::policy::CompartmentDef>,
     /// Compartment index per selected node, parallel to `selected`.
@@ -550,6 +581,10 @@ pub fn without_node_state(s: &NodeWrightStatus) -> NodeWrightStatus {
 /// Marker in [`NwView::pos`] for a node the NodeWright does not select.
 pub const NOT_SELECTED: u32 = u32::MAX;
 
+/// Marker in [`NwView::complete_at`] for a completion not computed yet. A node's write count
+/// would need 2³² writes in one pass to reach it.
+pub const NOT_COMPUTED: u32 = u32::MAX;
+
 impl<'a> NwView<'a> {
     /// A mark of the working status, to compare before/after a step.
     pub fn mark(&self) -> StatusMark {
@@ -557,65 +592,43 @@ impl<'a> NwView<'a> {
     }
     /// Clears the `nodeState` mirror (a counted change).
     pub fn clear_node_state(&mut self) {
-        if self.status.node_state.take().is_some() {
+        if self.node_state.clear() {
             self.node_state_changes += 1;
         }
     }
     /// Records a node's Status in `status.nodeStatus` (a counted change when it differs).
     pub fn publish_status(&mut self, node: &str, status: Status) {
-        let map = self.status.node_status.get_or_insert_with(BTreeMap::new);
-        if map.get(node) != Some(&status) {
-            map.insert(node.to_string(), status);
+        if self.node_status.set(node, &status) {
             self.node_state_changes += 1;
         }
     }
     /// Records a node's boot id in `status.nodeBootIds` (a counted change when it differs).
     pub fn publish_boot_id(&mut self, node: &str, boot: &str) {
-        let map = self.status.node_boot_ids.get_or_insert_with(BTreeMap::new);
-        if map.get(node).map(String::as_str) != Some(boot) {
-            map.insert(node.to_string(), boot.to_string());
+        if self.node_boot_ids.get(node).map(String::as_str) != Some(boot) {
+            self.node_boot_ids.set(node, &boot.to_string());
             self.node_state_changes += 1;
         }
     }
     /// Keeps only the named nodes in `nodeStatus`, `nodeState` and `nodeBootIds` (counted).
     pub fn retain_nodes(&mut self, keep: impl Fn(&str) -> bool) {
-        let mut removed = 0u64;
-        let st = &mut self.status;
-        if let Some(m) = st.node_status.as_mut() {
-            let before = m.len();
-            m.retain(|k, _| keep(k));
-            removed += (before - m.len()) as u64;
-            if m.is_empty() {
-                st.node_status = None;
-            }
-        }
-        if let Some(m) = st.node_state.as_mut() {
-            let before = m.len();
-            m.retain(|k, _| keep(k));
-            removed += (before - m.len()) as u64;
-            if m.is_empty() {
-                st.node_state = None;
-            }
-        }
-        if let Some(m) = st.node_boot_ids.as_mut() {
-            let before = m.len();
-            m.retain(|k, _| keep(k));
-            removed += (before - m.len()) as u64;
-            if m.is_empty() {
-                st.node_boot_ids = None;
-            }
-        }
-        self.node_state_changes += removed;
+        let removed = self.node_status.retain(&keep)
+            + self.node_state.retain(&keep)
+            + self.node_boot_ids.retain(&keep);
+        self.node_state_changes += removed as u64;
     }
     /// Drops one node from the `nodeState` mirror (a counted change).
     pub fn drop_node_state(&mut self, node: &str) {
-        if let Some(m) = self.status.node_state.as_mut()
-            && m.remove(node).is_some()
-        {
+        if self.node_state.remove(node) {
             self.node_state_changes += 1;
-            if m.is_empty() {
-                self.status.node_state = None;
-            }
+        }
+    }
+    /// The working status with its per-node maps, as it is written.
+    pub fn full_status(&self) -> NodeWrightStatus {
+        NodeWrightStatus {
+            node_status: self.node_status.to_map(),
+            node_state: self.node_state.to_map(),
+            node_boot_ids: self.node_boot_ids.to_map(),
+            ..self.status.clone()
         }
     }
     /// `disable` annotation (§5.11).
@@ -689,10 +702,8 @@ impl<'a> NwView<'a> {
     }
     /// Working per-node Status as published in `status.nodeStatus` (absent = `unknown`).
     pub fn published_node_status(&self, node: &str) -> Status {
-        self.status
-            .node_status
-            .as_ref()
-            .and_then(|m| m.get(node))
+        self.node_status
+            .get(node)
             .copied()
             .unwrap_or(Status::Unknown)
     }
@@ -952,12 +963,14 @@ impl<'a> PassCtx<'a> {
                 }
                 _ => (None, false),
             };
-            let status = nw.status.clone().unwrap_or_default();
+            let original = nw.status.as_ref();
+            let status = original.map(without_node_state).unwrap_or_default();
             let mut pos = vec![NOT_SELECTED; nodes.len()];
             for (p, &i) in selected.iter().enumerate() {
                 pos[i] = p as u32;
             }
             let complete = vec![false; selected.len()];
+            let complete_at = vec![NOT_COMPUTED; selected.len()];
             nws.push(NwView {
                 keys: NwKeys {
                     status: keys::status(name),
@@ -968,6 +981,7 @@ impl<'a> PassCtx<'a> {
                 node_state_changes: 0,
                 pos,
                 complete,
+                complete_at,
                 compartments: Vec::new(),
                 compartment_of: Vec::new(),
                 nw,
@@ -977,6 +991,9 @@ impl<'a> PassCtx<'a> {
                 policy_missing,
                 initial_status: status.status,
                 status,
+                node_status: NodeMap::new(original.and_then(|s| s.node_status.as_ref())),
+                node_state: NodeMap::new(original.and_then(|s| s.node_state.as_ref())),
+                node_boot_ids: NodeMap::new(original.and_then(|s| s.node_boot_ids.as_ref())),
                 transitioned: false,
             });
         }
@@ -1066,12 +1083,10 @@ impl<'a> PassCtx<'a> {
     pub fn publish_node(&mut self, nw: usize, node: usize) {
         let view = &mut self.nws[nw];
         let n = &self.nodes[node];
-        if let Ok(state) = n.state(view.name) {
-            let map = view.status.node_state.get_or_insert_with(BTreeMap::new);
-            if map.get(n.name) != Some(state) {
-                map.insert(n.name.to_string(), state.clone());
-                view.node_state_changes += 1;
-            }
+        if let Ok(state) = n.state(view.name)
+            && view.node_state.set(n.name, state)
+        {
+            view.node_state_changes += 1;
         }
     }
 
@@ -1212,7 +1227,7 @@ impl<'a> PassCtx<'a> {
                 wrote = true;
                 actions.push(Action::PatchNodeWrightStatus {
                     name: v.name.to_string(),
-                    status: Box::new(v.status.clone()),
+                    status: Box::new(v.full_status()),
                 });
             }
         }

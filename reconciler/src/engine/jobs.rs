@@ -860,13 +860,13 @@ pub fn job_matches(existing: &Job, expected: &Job) -> bool {
         .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.as_ref())
         .is_some_and(|a| a.contains_key(keys::LIMIT_RANGER_ANNOTATION));
-    let inits = |job: &Job| -> Vec<Container> {
+    fn inits(job: &Job) -> &[Container] {
         job.spec
             .as_ref()
             .and_then(|s| s.template.spec.as_ref())
-            .and_then(|p| p.init_containers.clone())
+            .and_then(|p| p.init_containers.as_deref())
             .unwrap_or_default()
-    };
+    }
     let (have, want) = (inits(existing), inits(expected));
     if have.len() != want.len() {
         return false;
@@ -875,19 +875,17 @@ pub fn job_matches(existing: &Job, expected: &Job) -> bool {
     have.iter().zip(want.iter()).all(|(h, w)| {
         h.name == w.name
             && h.image == w.image
-            && compared_env(h) == compared_env(w)
+            && compared_env(h).eq(compared_env(w))
             && (!stage_job || resources_match(h, w, limit_ranged))
     })
 }
 
-fn compared_env(container: &Container) -> Vec<EnvVar> {
+fn compared_env(container: &Container) -> impl Iterator<Item = &EnvVar> {
     container
         .env
         .iter()
         .flatten()
         .filter(|e| !keys::env::STALENESS_IGNORED.contains(&e.name.as_str()))
-        .cloned()
-        .collect()
 }
 
 fn resources_match(have: &Container, want: &Container, limit_ranged: bool) -> bool {

@@ -16,6 +16,7 @@ pub mod handlers;
 pub mod interrupts;
 pub mod jobs;
 pub mod metrics;
+pub mod node_map;
 pub mod node_work;
 pub mod order;
 pub mod packages;

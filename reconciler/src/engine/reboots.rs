@@ -17,12 +17,7 @@ pub fn track(ctx: &mut PassCtx) -> bool {
                 continue;
             };
             let node_name = ctx.node(n).name();
-            let recorded = ctx.nws[nw]
-                .status
-                .node_boot_ids
-                .as_ref()
-                .and_then(|m| m.get(node_name))
-                .map(|r| r == boot);
+            let recorded = ctx.nws[nw].node_boot_ids.get(node_name).map(|r| r == boot);
             match recorded {
                 Some(true) => continue,
                 Some(false) if ctx.settings.reapply_on_reboot => reset_node(ctx, nw, n),

@@ -69,14 +69,21 @@ pub fn nodewright_status(ctx: &PassCtx, nw: usize) -> Status {
     }
 }
 
-/// Recomputes the completion cache of a NodeWright from the working node states.
+/// Refreshes the completion cache of a NodeWright from the working node states. Completion
+/// depends only on the node (its state and `configApplied` record) and on the NodeWright as
+/// the snapshot holds it, so a node not written since its last computation keeps its value.
 pub fn refresh_completion(ctx: &mut PassCtx, nw: usize) {
-    let selected = ctx.nws[nw].selected.clone();
-    let complete: Vec<bool> = selected
-        .iter()
-        .map(|&n| complete::node_complete(ctx, nw, n))
-        .collect();
-    ctx.nws[nw].complete = complete;
+    let mut view = std::mem::take(&mut ctx.nws[nw].complete);
+    let mut at = std::mem::take(&mut ctx.nws[nw].complete_at);
+    for (p, &n) in ctx.nws[nw].selected.iter().enumerate() {
+        let writes = ctx.node(n).writes();
+        if at[p] != writes {
+            view[p] = complete::node_complete(ctx, nw, n);
+            at[p] = writes;
+        }
+    }
+    ctx.nws[nw].complete = view;
+    ctx.nws[nw].complete_at = at;
 }
 
 /// Sets the NodeWright Status, with the transition side effects (§1.10, §2.7, §5.13, §10.2).
@@ -144,15 +151,14 @@ fn prune_departed(ctx: &mut PassCtx, nw: usize) {
     for n in gone_prio {
         ctx.remove_from_priority(nw, &n);
     }
-    let st = &ctx.nws[nw].status;
-    let gone: std::collections::HashSet<String> = st
+    let view = &ctx.nws[nw];
+    let gone: std::collections::HashSet<String> = view
         .node_status
-        .iter()
-        .flat_map(|m| m.keys())
-        .chain(st.node_state.iter().flat_map(|m| m.keys()))
-        .chain(st.node_boot_ids.iter().flat_map(|m| m.keys()))
+        .keys()
+        .chain(view.node_state.keys())
+        .chain(view.node_boot_ids.keys())
         .filter(|n| !keep(ctx, n))
-        .cloned()
+        .map(str::to_string)
         .collect();
     if !gone.is_empty() {
         ctx.nws[nw].retain_nodes(|k| !gone.contains(k));

@@ -1,7 +1,7 @@
 //! The Job sweep of the preamble (spec/operator.md §8.14 rules 1, 2 and 4, §16.3 parked-Job
 //! staleness) and pause → suspend / resume (§8.15).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::batch::v1::Job;
 use nodewright_schema::{Interrupt, InterruptType, NodeWright, Stage, State, keys, names};
@@ -86,12 +86,19 @@ fn delete(ctx: &mut PassCtx<'_>, job: &Job, reason: &str, invalidate: bool) {
     });
 }
 
+/// The Jobs a sweep compares against, by package, stage and kind (interrupt or not).
+/// [`jobs::job_matches`] compares nothing that depends on the node (names, node selector and
+/// volumes differ per node; labels, images and env do not), so one build serves every node
+/// instead of one per unfinished Job.
+type ExpectedJobs = HashMap<(String, Stage, bool), Option<Job>>;
+
 /// Why an unfinished Job no longer matches (§8.14 rule 1), if it does not.
 fn validation_failure(
     ctx: &PassCtx<'_>,
     nw: usize,
     node: usize,
     job: &Job,
+    built: &mut ExpectedJobs,
 ) -> Option<&'static str> {
     let view = &ctx.nws[nw];
     let pkg = jobs::read_package_annotation(job)?;
@@ -109,9 +116,14 @@ fn validation_failure(
     if entry.stage != Some(stage) {
         return Some("the entry's stage differs from the Job's stage");
     }
-    if !uninstall_exempt
-        && let Some(expected) = expected(view.nw, ctx, job, ctx.node(node).name())
-        && !jobs::job_matches(job, &expected)
+    if uninstall_exempt {
+        return None;
+    }
+    let expected = built
+        .entry((pkg.name.clone(), stage, jobs::is_interrupt_job(job)))
+        .or_insert_with(|| expected(view.nw, ctx, job, ctx.node(node).name()));
+    if let Some(expected) = expected
+        && !jobs::job_matches(job, expected)
     {
         return Some("the Job no longer matches the package spec");
     }
@@ -153,6 +165,7 @@ fn rerun_due(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job) -> bool {
 /// and sweep Jobs of nodes no longer selected (§8.14 rules 1, 2, 4).
 pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let all = nw_jobs(ctx, nw);
+    let mut built = ExpectedJobs::new();
     for job in all {
         if jobs::is_invalid(job) {
             // An invalid Job was marked for foreground deletion (§4.7); when that delete did
@@ -181,7 +194,7 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             continue;
         }
         if jobs::is_unfinished(job) {
-            if let Some(reason) = validation_failure(ctx, nw, node, job) {
+            if let Some(reason) = validation_failure(ctx, nw, node, job, &mut built) {
                 delete(ctx, job, reason, true);
             }
         } else if jobs::is_processed(job) && rerun_due(ctx, nw, node, job) {
@@ -335,6 +348,28 @@ mod tests {
             .job(finish(running, "Complete", false))
             .build();
         assert_eq!(sweep_of(&snap), [name]);
+    }
+
+    #[test]
+    fn each_unfinished_job_is_judged_on_its_own_when_many_share_a_stage() {
+        // One expected Job serves every node of a (package, stage): a matching Job on one node
+        // must not vouch for a stale one on another, in either order.
+        let current = nw("nw").package("tuning", "1.0.0").build();
+        let mut edited = package("tuning", "1.0.0");
+        edited.image = "example/old".into();
+        let old = nw("nw").with_package("tuning", edited).build();
+        let entry = [("tuning", "1.0.0", Stage::Apply, State::InProgress)];
+        for (first, second, stale_node) in [(&current, &old, "n2"), (&old, &current, "n1")] {
+            let snap = world()
+                .node(node("n1").state("nw", &entry))
+                .node(node("n2").state("nw", &entry))
+                .nw(nw("nw").package("tuning", "1.0.0"))
+                .job(job(first, "tuning", Stage::Apply, "n1"))
+                .job(job(second, "tuning", Stage::Apply, "n2"))
+                .build();
+            let stale = job(&current, "tuning", Stage::Apply, stale_node);
+            assert_eq!(sweep_of(&snap), [stale.metadata.name.unwrap()]);
+        }
     }
 
     #[test]

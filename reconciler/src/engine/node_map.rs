@@ -1,0 +1,207 @@
+//! A per-node map of a NodeWright's status (`nodeStatus`, `nodeState`, `nodeBootIds`, §1.9)
+//! read through the snapshot and written as an overlay.
+//!
+//! These maps hold one entry per selected node, so copying them at the start of every pass
+//! was the largest cost of building the pass (10,000 nodes × 5 NodeWrights). The pass reads
+//! the snapshot's map in place and records only what it changes; the full map is built once,
+//! at the end, for a NodeWright whose status is written.
+
+use std::collections::BTreeMap;
+
+/// The snapshot's map plus this pass's changes.
+#[derive(Clone, Debug)]
+pub struct NodeMap<'a, V> {
+    /// The map as the snapshot holds it (`None` when absent).
+    base: Option<&'a BTreeMap<String, V>>,
+    /// The whole map was cleared this pass: `base` no longer counts.
+    cleared: bool,
+    /// Node → new value (`None` = removed), overriding `base`.
+    changes: BTreeMap<String, Option<V>>,
+}
+
+impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
+    /// A map that reads as `base` until written.
+    pub fn new(base: Option<&'a BTreeMap<String, V>>) -> NodeMap<'a, V> {
+        NodeMap {
+            base,
+            cleared: false,
+            changes: BTreeMap::new(),
+        }
+    }
+
+    fn base_get(&self, node: &str) -> Option<&V> {
+        if self.cleared {
+            return None;
+        }
+        self.base.and_then(|m| m.get(node))
+    }
+
+    /// The value for a node as the pass leaves it so far.
+    pub fn get(&self, node: &str) -> Option<&V> {
+        match self.changes.get(node) {
+            Some(change) => change.as_ref(),
+            None => self.base_get(node),
+        }
+    }
+
+    /// Sets a node's value; returns whether it differed.
+    pub fn set(&mut self, node: &str, value: &V) -> bool {
+        if self.get(node) == Some(value) {
+            return false;
+        }
+        if self.base_get(node) == Some(value) {
+            self.changes.remove(node);
+        } else {
+            self.changes.insert(node.to_string(), Some(value.clone()));
+        }
+        true
+    }
+
+    /// Removes a node; returns whether it was there.
+    pub fn remove(&mut self, node: &str) -> bool {
+        if self.get(node).is_none() {
+            return false;
+        }
+        if self.base_get(node).is_some() {
+            self.changes.insert(node.to_string(), None);
+        } else {
+            self.changes.remove(node);
+        }
+        true
+    }
+
+    /// Empties the map; returns whether it held anything. An empty map is written as absent.
+    pub fn clear(&mut self) -> bool {
+        let had = !self.is_empty();
+        self.cleared = true;
+        self.changes.clear();
+        had
+    }
+
+    /// Whether no node has a value.
+    pub fn is_empty(&self) -> bool {
+        self.keys().next().is_none()
+    }
+
+    /// The nodes with a value, in name order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        let base = self
+            .base
+            .filter(|_| !self.cleared)
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .filter(|k| !self.changes.contains_key(k.as_str()))
+            .map(String::as_str);
+        let added = self
+            .changes
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| k.as_str());
+        // Both halves are sorted and disjoint; merging keeps name order.
+        MergeSorted {
+            a: base.peekable(),
+            b: added.peekable(),
+        }
+    }
+
+    /// Removes every node for which `keep` is false; returns how many went.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) -> usize {
+        let gone: Vec<String> = self
+            .keys()
+            .filter(|k| !keep(k))
+            .map(str::to_string)
+            .collect();
+        for k in &gone {
+            self.remove(k);
+        }
+        gone.len()
+    }
+
+    /// The map as the status will carry it (`None` when empty, as upstream omits it).
+    pub fn to_map(&self) -> Option<BTreeMap<String, V>> {
+        let map: BTreeMap<String, V> = self
+            .keys()
+            .filter_map(|k| self.get(k).map(|v| (k.to_string(), v.clone())))
+            .collect();
+        (!map.is_empty()).then_some(map)
+    }
+}
+
+/// Merges two sorted, disjoint iterators of names.
+struct MergeSorted<'k, A: Iterator<Item = &'k str>, B: Iterator<Item = &'k str>> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+}
+
+impl<'k, A: Iterator<Item = &'k str>, B: Iterator<Item = &'k str>> Iterator
+    for MergeSorted<'k, A, B>
+{
+    type Item = &'k str;
+    fn next(&mut self) -> Option<&'k str> {
+        match (self.a.peek(), self.b.peek()) {
+            (Some(x), Some(y)) if x <= y => self.a.next(),
+            (Some(_), Some(_)) => self.b.next(),
+            (Some(_), None) => self.a.next(),
+            (None, _) => self.b.next(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> BTreeMap<String, i32> {
+        [("a", 1), ("c", 3), ("e", 5)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+
+    #[test]
+    fn reads_through_and_overlays_writes() {
+        let b = base();
+        let mut m = NodeMap::new(Some(&b));
+        assert_eq!(m.get("c"), Some(&3));
+        assert!(!m.set("c", &3), "same value is no change");
+        assert!(m.set("b", &2));
+        assert!(m.set("c", &30));
+        assert!(m.remove("e"));
+        assert!(!m.remove("zz"));
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+        let out = m.to_map().unwrap();
+        assert_eq!(out.get("c"), Some(&30));
+        assert_eq!(out.len(), 3);
+        // Setting back the snapshot's value drops the override.
+        assert!(m.set("c", &3));
+        assert_eq!(m.to_map().unwrap().get("c"), Some(&3));
+    }
+
+    #[test]
+    fn clear_then_write_ignores_the_snapshot() {
+        let b = base();
+        let mut m = NodeMap::new(Some(&b));
+        assert!(m.clear());
+        assert!(!m.clear());
+        assert_eq!(m.get("a"), None);
+        assert_eq!(m.to_map(), None);
+        assert!(m.set("a", &1));
+        assert_eq!(m.to_map().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn retain_removes_and_counts() {
+        let b = base();
+        let mut m = NodeMap::new(Some(&b));
+        m.set("d", &4);
+        assert_eq!(m.retain(|k| k == "a" || k == "d"), 2);
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "d"]);
+        assert_eq!(m.retain(|_| false), 2);
+        assert!(m.is_empty());
+        assert_eq!(m.to_map(), None);
+        let mut absent: NodeMap<'_, i32> = NodeMap::new(None);
+        assert!(absent.is_empty());
+        assert!(absent.set("x", &1));
+        assert_eq!(absent.keys().collect::<Vec<_>>(), ["x"]);
+    }
+}
