@@ -376,7 +376,29 @@ impl NodeState {
 
     /// The entry for `<name>|<version>`.
     pub fn get(&self, name: &str, version: &str) -> Option<&PackageStatus> {
-        self.0.get(&entry_key(name, version))
+        self.keyed_entries_of(name)
+            .find(|(v, _)| *v == version)
+            .map(|(_, e)| e)
+    }
+
+    /// Every entry of a package, whatever its version, in key order (no key is built: this
+    /// runs for every node, package and pass).
+    pub fn entries_of<'s, 'n>(&'s self, name: &'n str) -> impl Iterator<Item = &'s PackageStatus> {
+        self.keyed_entries_of(name).map(|(_, e)| e)
+    }
+
+    /// (version, entry) of every entry `<name>|<version>`. Keys that start with `name` are
+    /// contiguous in key order, so the walk starts at the first such key and stops after the
+    /// last; keys of other packages that share the prefix (`name-x|…`) are skipped.
+    fn keyed_entries_of<'s, 'n>(
+        &'s self,
+        name: &'n str,
+    ) -> impl Iterator<Item = (&'s str, &'s PackageStatus)> {
+        use std::ops::Bound;
+        self.0
+            .range::<str, _>((Bound::Included(name), Bound::Unbounded))
+            .take_while(move |(k, _)| k.starts_with(name))
+            .filter_map(move |(k, e)| k[name.len()..].strip_prefix('|').map(|v| (v, e)))
     }
 
     /// Inserts or replaces the entry for the package.
@@ -387,14 +409,6 @@ impl NodeState {
     /// Removes the entry for `<name>|<version>`.
     pub fn remove(&mut self, name: &str, version: &str) -> Option<PackageStatus> {
         self.0.remove(&entry_key(name, version))
-    }
-
-    /// Every entry of a package, whatever its version.
-    pub fn entries_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a PackageStatus> + 'a {
-        self.0
-            .iter()
-            .filter(move |(key, _)| split_entry_key(key).0 == name)
-            .map(|(_, entry)| entry)
     }
 
     /// Whether there are no entries.
@@ -417,6 +431,38 @@ mod tests {
         assert_eq!(dax.stage, Some(Stage::PostInterrupt));
         assert_eq!(dax.state, Some(State::Complete));
         assert_eq!(state.get("zeb", "2.1.4").unwrap().restarts, 2);
+    }
+
+    #[test]
+    fn lookups_by_package_skip_packages_that_share_a_name_prefix() {
+        let mut state = NodeState::default();
+        for (name, version) in [
+            ("a", "1"),
+            ("a-b", "1"),
+            ("a", "2"),
+            ("a~z", "1"),
+            ("aa", "1"),
+            ("b", "1"),
+        ] {
+            state.upsert(PackageStatus::new(
+                name,
+                version,
+                "img",
+                Stage::Apply,
+                State::Complete,
+            ));
+        }
+        let versions =
+            |n: &str| -> Vec<String> { state.entries_of(n).map(|e| e.version.clone()).collect() };
+        assert_eq!(versions("a"), ["1", "2"]);
+        assert_eq!(versions("a-b"), ["1"]);
+        assert_eq!(versions("a~z"), ["1"]);
+        assert!(versions("a-").is_empty());
+        assert!(versions("c").is_empty());
+        assert_eq!(state.get("a", "2").unwrap().name, "a");
+        assert_eq!(state.get("a-b", "1").unwrap().name, "a-b");
+        assert!(state.get("a", "3").is_none());
+        assert!(state.get("a-b", "2").is_none());
     }
 
     #[test]

@@ -104,21 +104,14 @@ pub fn has_interrupt_for(pkg: &Package, config_keys: &[String]) -> bool {
         .any(|pat| config_keys.iter().any(|k| glob_match(pat, k)))
 }
 
-/// The entry `<name>|<version>` without building the key (this runs for every node, package
-/// and pass).
+/// The entry `<name>|<version>`.
 fn entry<'s>(state: &'s NodeState, name: &str, version: &str) -> Option<&'s PackageStatus> {
-    state.0.iter().find_map(|(k, e)| {
-        let (n, v) = nodewright_schema::node_state::split_entry_key(k);
-        (n == name && v == version).then_some(e)
-    })
+    state.get(name, version)
 }
 
 /// Whether the node holds any entry of the package (any version).
 fn has_any_entry(state: &NodeState, name: &str) -> bool {
-    state
-        .0
-        .keys()
-        .any(|k| nodewright_schema::node_state::split_entry_key(k).0 == name)
+    state.entries_of(name).next().is_some()
 }
 
 /// Whether one spec package is complete on a node (§6.4, §16.3 (b)).

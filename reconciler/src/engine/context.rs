@@ -7,6 +7,7 @@
 //! changed, which other writers (Job handler, other controllers) may have moved meanwhile.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -259,6 +260,16 @@ impl<'a> NodeWork<'a> {
     }
 
     fn slot_index(&self, nw: &str) -> Result<usize, usize> {
+        // Callers pass the NodeWright's own name, the very `&str` its slot was loaded with, so
+        // an address match finds the slot without comparing bytes (this runs many times per
+        // node and pass); equal address and length mean equal names.
+        if let Some(i) = self
+            .states
+            .iter()
+            .position(|(k, _)| std::ptr::eq(k.as_ptr(), nw.as_ptr()) && k.len() == nw.len())
+        {
+            return Ok(i);
+        }
         self.states.binary_search_by(|(k, _)| k.as_ref().cmp(nw))
     }
 
@@ -530,6 +541,13 @@ pub struct NwView<'a> {
     /// The node's write count when `complete` was computed, parallel to `selected`
     /// ([`NOT_COMPUTED`] before the first computation).
     pub complete_at: Vec<u32>,
+    /// The node's Status as last read from its annotation, with the node's write count then,
+    /// parallel to `selected` (see [`PassCtx::node_status`]).
+    status_memo: Vec<Cell<(u32, Status)>>,
+    /// The node's write count when its `nodeState` mirror was last refreshed, parallel to
+    /// `selected`; reset whenever the mirror changes by other means (see
+    /// [`PassCtx::publish_node`]).
+    published_at: Vec<u32>,
     /// Compartment definitions of this pass (§2.5, §2.8), filled by selection.
     pub compartments: Vec<super::policy::CompartmentDef>,
     /// Compartment index per selected node, parallel to `selected`.
@@ -592,9 +610,15 @@ impl<'a> NwView<'a> {
     }
     /// Clears the `nodeState` mirror (a counted change).
     pub fn clear_node_state(&mut self) {
+        self.forget_published();
         if self.node_state.clear() {
             self.node_state_changes += 1;
         }
+    }
+    /// The mirror changed other than through [`PassCtx::publish_node`]: every node is
+    /// compared again on its next refresh.
+    fn forget_published(&mut self) {
+        self.published_at.fill(NOT_COMPUTED);
     }
     /// Records a node's Status in `status.nodeStatus` (a counted change when it differs).
     pub fn publish_status(&mut self, node: &str, status: Status) {
@@ -611,6 +635,7 @@ impl<'a> NwView<'a> {
     }
     /// Keeps only the named nodes in `nodeStatus`, `nodeState` and `nodeBootIds` (counted).
     pub fn retain_nodes(&mut self, keep: impl Fn(&str) -> bool) {
+        self.forget_published();
         let removed = self.node_status.retain(&keep)
             + self.node_state.retain(&keep)
             + self.node_boot_ids.retain(&keep);
@@ -618,6 +643,7 @@ impl<'a> NwView<'a> {
     }
     /// Drops one node from the `nodeState` mirror (a counted change).
     pub fn drop_node_state(&mut self, node: &str) {
+        self.forget_published();
         if self.node_state.remove(node) {
             self.node_state_changes += 1;
         }
@@ -971,6 +997,8 @@ impl<'a> PassCtx<'a> {
             }
             let complete = vec![false; selected.len()];
             let complete_at = vec![NOT_COMPUTED; selected.len()];
+            let status_memo = vec![Cell::new((NOT_COMPUTED, Status::Unknown)); selected.len()];
+            let published_at = vec![NOT_COMPUTED; selected.len()];
             nws.push(NwView {
                 keys: NwKeys {
                     status: keys::status(name),
@@ -982,6 +1010,8 @@ impl<'a> PassCtx<'a> {
                 pos,
                 complete,
                 complete_at,
+                status_memo,
+                published_at,
                 compartments: Vec::new(),
                 compartment_of: Vec::new(),
                 nw,
@@ -1057,8 +1087,24 @@ impl<'a> PassCtx<'a> {
     }
 
     /// The node's Status for a NodeWright as its annotation reads now (§4.1).
+    /// Read many times per node and pass, so remembered until the node is next written.
     pub fn node_status(&self, nw: usize, node: usize) -> Status {
-        Status::from_annotation(self.nodes[node].annotation(&self.nws[nw].keys.status))
+        let view = &self.nws[nw];
+        let n = &self.nodes[node];
+        let read = || Status::from_annotation(n.annotation(&view.keys.status));
+        match view.pos.get(node) {
+            Some(&p) if p != NOT_SELECTED => {
+                let memo = &view.status_memo[p as usize];
+                let (at, status) = memo.get();
+                if at == n.writes {
+                    return status;
+                }
+                let status = read();
+                memo.set((n.writes, status));
+                status
+            }
+            _ => read(),
+        }
     }
 
     /// Sets a node's Status for a NodeWright: annotation, label, `status.nodeStatus` and
@@ -1080,13 +1126,24 @@ impl<'a> PassCtx<'a> {
     }
 
     /// Refreshes `status.nodeState[node]` from the working node state (§1.9).
+    /// Comparing a node's state with its mirror is the costly part, so a node neither written
+    /// nor re-mirrored since its last refresh is skipped.
     pub fn publish_node(&mut self, nw: usize, node: usize) {
         let view = &mut self.nws[nw];
         let n = &self.nodes[node];
+        let pos = view.pos.get(node).copied().filter(|&p| p != NOT_SELECTED);
+        if let Some(p) = pos
+            && view.published_at[p as usize] == n.writes
+        {
+            return;
+        }
         if let Ok(state) = n.state(view.name)
             && view.node_state.set(n.name, state)
         {
             view.node_state_changes += 1;
+        }
+        if let Some(p) = pos {
+            view.published_at[p as usize] = n.writes;
         }
     }
 
