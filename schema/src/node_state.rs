@@ -376,6 +376,21 @@ impl NodeState {
 
     /// The entry for `<name>|<version>`.
     pub fn get(&self, name: &str, version: &str) -> Option<&PackageStatus> {
+        // A node holds a handful of entries: comparing lengths first rules out almost every
+        // key, and beats a tree search that needs a built key or a range walk.
+        if self.0.len() <= 32 {
+            let len = name.len() + 1 + version.len();
+            return self
+                .0
+                .iter()
+                .find(|(k, _)| {
+                    k.len() == len
+                        && k.as_bytes()[name.len()] == b'|'
+                        && k.starts_with(name)
+                        && k.ends_with(version)
+                })
+                .map(|(_, e)| e);
+        }
         self.keyed_entries_of(name)
             .find(|(v, _)| *v == version)
             .map(|(_, e)| e)
@@ -463,6 +478,21 @@ mod tests {
         assert_eq!(state.get("a-b", "1").unwrap().name, "a-b");
         assert!(state.get("a", "3").is_none());
         assert!(state.get("a-b", "2").is_none());
+        // Large states take the tree walk: same answers.
+        for i in 0..40 {
+            state.upsert(PackageStatus::new(
+                &format!("p{i}"),
+                "1",
+                "img",
+                Stage::Apply,
+                State::Complete,
+            ));
+        }
+        assert_eq!(state.get("a", "2").unwrap().name, "a");
+        assert_eq!(state.get("a-b", "1").unwrap().name, "a-b");
+        assert_eq!(state.get("p39", "1").unwrap().name, "p39");
+        assert!(state.get("a", "3").is_none());
+        assert!(state.get("p4", "2").is_none());
     }
 
     #[test]

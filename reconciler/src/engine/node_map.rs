@@ -119,10 +119,22 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
 
     /// The map as the status will carry it (`None` when empty, as upstream omits it).
     pub fn to_map(&self) -> Option<BTreeMap<String, V>> {
-        let map: BTreeMap<String, V> = self
-            .keys()
-            .filter_map(|k| self.get(k).map(|v| (k.to_string(), v.clone())))
-            .collect();
+        // Cloning the snapshot's map whole and applying the few changes is much cheaper than
+        // rebuilding it entry by entry.
+        let mut map = match self.base {
+            Some(base) if !self.cleared => base.clone(),
+            _ => BTreeMap::new(),
+        };
+        for (k, change) in &self.changes {
+            match change {
+                Some(v) => {
+                    map.insert(k.clone(), v.clone());
+                }
+                None => {
+                    map.remove(k);
+                }
+            }
+        }
         (!map.is_empty()).then_some(map)
     }
 }
