@@ -398,16 +398,16 @@ impl NodeState {
 
     /// Every entry of a package, whatever its version, in key order (no key is built: this
     /// runs for every node, package and pass).
-    pub fn entries_of<'s, 'n>(&'s self, name: &'n str) -> impl Iterator<Item = &'s PackageStatus> {
+    pub fn entries_of<'s>(&'s self, name: &str) -> impl Iterator<Item = &'s PackageStatus> {
         self.keyed_entries_of(name).map(|(_, e)| e)
     }
 
     /// (version, entry) of every entry `<name>|<version>`. Keys that start with `name` are
     /// contiguous in key order, so the walk starts at the first such key and stops after the
     /// last; keys of other packages that share the prefix (`name-x|…`) are skipped.
-    fn keyed_entries_of<'s, 'n>(
+    fn keyed_entries_of<'s>(
         &'s self,
-        name: &'n str,
+        name: &str,
     ) -> impl Iterator<Item = (&'s str, &'s PackageStatus)> {
         use std::ops::Bound;
         self.0
