@@ -548,6 +548,9 @@ pub struct NwView<'a> {
     /// `selected`; reset whenever the mirror changes by other means (see
     /// [`PassCtx::publish_node`]).
     published_at: Vec<u32>,
+    /// The node's write count when introspection last wrote back its Status (§5.12), parallel
+    /// to `selected`; reset like `published_at`.
+    pub(super) written_back_at: Vec<u32>,
     /// Compartment definitions of this pass (§2.5, §2.8), filled by selection.
     pub compartments: Vec<super::policy::CompartmentDef>,
     /// Compartment index per selected node, parallel to `selected`.
@@ -619,6 +622,7 @@ impl<'a> NwView<'a> {
     /// compared again on its next refresh.
     fn forget_published(&mut self) {
         self.published_at.fill(NOT_COMPUTED);
+        self.written_back_at.fill(NOT_COMPUTED);
     }
     /// Records a node's Status in `status.nodeStatus` (a counted change when it differs).
     pub fn publish_status(&mut self, node: &str, status: Status) {
@@ -999,6 +1003,7 @@ impl<'a> PassCtx<'a> {
             let complete_at = vec![NOT_COMPUTED; selected.len()];
             let status_memo = vec![Cell::new((NOT_COMPUTED, Status::Unknown)); selected.len()];
             let published_at = vec![NOT_COMPUTED; selected.len()];
+            let written_back_at = vec![NOT_COMPUTED; selected.len()];
             nws.push(NwView {
                 keys: NwKeys {
                     status: keys::status(name),
@@ -1012,6 +1017,7 @@ impl<'a> PassCtx<'a> {
                 complete_at,
                 status_memo,
                 published_at,
+                written_back_at,
                 compartments: Vec::new(),
                 compartment_of: Vec::new(),
                 nw,

@@ -215,65 +215,67 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
     let selected = view.selected.clone();
     let packages = nw_obj.spec.packages();
 
-    let mut in_cycle_somewhere: BTreeSet<String> = BTreeSet::new();
-    let mut present_somewhere: BTreeSet<String> = BTreeSet::new();
+    // Per node and package, so nothing here allocates unless it has something to record.
+    let mut in_cycle_somewhere: BTreeSet<&str> = BTreeSet::new();
+    let mut present_somewhere: BTreeSet<&str> = BTreeSet::new();
     let mut uninstalling = false;
     let mut uninstall_failing = false;
-    let mut incomplete_somewhere: BTreeSet<String> = BTreeSet::new();
+    let mut incomplete_somewhere: BTreeSet<&str> = BTreeSet::new();
     let mut held_nodes: Vec<String> = Vec::new();
     let mut stale_blockers: Vec<usize> = Vec::new();
+    let applied_key = &view.keys.config_applied;
+    let blocked_key = keys::drain_blocked(&name);
     for &id in &selected {
         let n = ctx.node(id);
         let Ok(state) = n.state(&name) else { continue };
-        let applied = complete::parse_applied(n.annotation(&keys::config_applied(&name)));
+        let applied = complete::parse_applied(n.annotation(applied_key));
         for (pkg_name, p) in packages {
-            let entries: Vec<&PackageStatus> = state.entries_of(pkg_name).collect();
-            if !entries.is_empty() {
-                present_somewhere.insert(pkg_name.clone());
-            }
-            for e in &entries {
+            for e in state.entries_of(pkg_name) {
+                present_somewhere.insert(pkg_name);
                 if e.stage.is_some_and(Stage::is_uninstall_cycle) {
-                    in_cycle_somewhere.insert(pkg_name.clone());
+                    in_cycle_somewhere.insert(pkg_name);
                     uninstalling = true;
                     if e.state == Some(State::Erroring) {
                         uninstall_failing = true;
                     }
                 }
             }
-            if !complete::package_complete(nw_obj, state, &applied, pkg_name, p) {
-                incomplete_somewhere.insert(pkg_name.clone());
+            if !incomplete_somewhere.contains(pkg_name.as_str())
+                && !complete::package_complete(nw_obj, state, &applied, pkg_name, p)
+            {
+                incomplete_somewhere.insert(pkg_name);
             }
         }
         let waiting = waits_on_drain(nw_obj, state, &applied);
         if waiting.is_some() {
-            let node_name = n.name().to_string();
-            if !super::drain::protected_pods(nw_obj, ctx.index.pods_on(&node_name)).is_empty() {
-                held_nodes.push(node_name);
+            let node_name = n.name();
+            if !super::drain::protected_pods(nw_obj, ctx.index.pods_on(node_name)).is_empty() {
+                held_nodes.push(node_name.to_string());
             }
-        } else if n.annotation(&keys::drain_blocked(&name)).is_some() {
+        } else if n.annotation(&blocked_key).is_some() {
             stale_blockers.push(id);
         }
     }
     for id in stale_blockers {
-        ctx.node_mut(id)
-            .remove_annotation(&keys::drain_blocked(&name));
+        ctx.node_mut(id).remove_annotation(&blocked_key);
     }
 
     // §6.15: B depends on A, A being (or having been) uninstalled, B still has work.
     let mut messages = Vec::new();
     for (b, pb) in packages {
-        if complete::uninstall_requested(nw_obj, pb) || !incomplete_somewhere.contains(b) {
+        if complete::uninstall_requested(nw_obj, pb) || !incomplete_somewhere.contains(b.as_str()) {
             continue;
         }
         for dep in pb.depends_on().keys() {
             let Some(pa) = packages.get(dep) else {
                 continue;
             };
-            if in_cycle_somewhere.contains(dep) {
+            if in_cycle_somewhere.contains(dep.as_str()) {
                 messages.push(format!(
                     "package {b} is blocked: dependency {dep} is being uninstalled"
                 ));
-            } else if complete::uninstall_requested(nw_obj, pa) && !present_somewhere.contains(dep)
+            } else if complete::uninstall_requested(nw_obj, pa)
+                && !present_somewhere.contains(dep.as_str())
             {
                 messages.push(format!(
                     "package {b} is blocked: dependency {dep} has been uninstalled"

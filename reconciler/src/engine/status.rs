@@ -17,16 +17,18 @@ use crate::plan::{EventObject, EventType};
 /// Roll-up of node Statuses into the NodeWright Status before overrides (§5.13). Each item
 /// is (complete by package state, node Status).
 pub fn roll_up(nodes: impl IntoIterator<Item = (bool, Status)>) -> Status {
-    let mut remaining = Vec::new();
+    // One walk, no list: which Statuses the not-complete nodes show, as a set of bits.
+    let bit = |s: Status| 1u32 << (s as u32);
+    let mut seen = 0u32;
     for (complete, status) in nodes {
         if !complete {
-            remaining.push(status);
+            seen |= bit(status);
         }
     }
-    if remaining.is_empty() {
+    if seen == 0 {
         return Status::Complete;
     }
-    if remaining.contains(&Status::InProgress) {
+    if seen & bit(Status::InProgress) != 0 {
         return Status::InProgress;
     }
     for bucket in [
@@ -35,7 +37,7 @@ pub fn roll_up(nodes: impl IntoIterator<Item = (bool, Status)>) -> Status {
         Status::Unknown,
         Status::Waiting,
     ] {
-        if remaining.iter().all(|s| *s == bucket) {
+        if seen == bit(bucket) {
             return bucket;
         }
     }
@@ -232,8 +234,12 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
     let name = ctx.nws[nw].name;
     refresh_completion(ctx, nw);
     let selected = ctx.nws[nw].selected.clone();
-    // Write back the current value as-is (§5.12 preamble).
-    for &n in &selected {
+    // Write back the current value as-is (§5.12 preamble). A node not written since its last
+    // write-back, with its mirrors untouched meanwhile, would write back the same values.
+    for (p, &n) in selected.iter().enumerate() {
+        if ctx.nws[nw].written_back_at[p] == ctx.node(n).writes() {
+            continue;
+        }
         let has = ctx.node(n).annotation(&ctx.nws[nw].keys.status).is_some();
         let s = ctx.node_status(nw, n);
         if !has {
@@ -246,6 +252,7 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
             ctx.nws[nw].publish_status(node_name, s);
             ctx.publish_node(nw, n);
         }
+        ctx.nws[nw].written_back_at[p] = ctx.node(n).writes();
     }
     let big_s = nodewright_status(ctx, nw);
     let has_compartments = !ctx.nws[nw].policy_missing;
