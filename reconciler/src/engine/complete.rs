@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use nodewright_schema::keys;
-use nodewright_schema::{NodeState, NodeWright, Package, PackageStatus, Stage, State};
+use nodewright_schema::{NodeState, NodeWright, Package, Stage, State};
 use sha2::{Digest, Sha256};
 
 use super::context::PassCtx;
@@ -104,16 +104,6 @@ pub fn has_interrupt_for(pkg: &Package, config_keys: &[String]) -> bool {
         .any(|pat| config_keys.iter().any(|k| glob_match(pat, k)))
 }
 
-/// The entry `<name>|<version>`.
-fn entry<'s>(state: &'s NodeState, name: &str, version: &str) -> Option<&'s PackageStatus> {
-    state.get(name, version)
-}
-
-/// Whether the node holds any entry of the package (any version).
-fn has_any_entry(state: &NodeState, name: &str) -> bool {
-    state.entries_of(name).next().is_some()
-}
-
 /// Whether one spec package is complete on a node (§6.4, §16.3 (b)).
 pub fn package_complete(
     nw: &NodeWright,
@@ -122,7 +112,7 @@ pub fn package_complete(
     name: &str,
     pkg: &Package,
 ) -> bool {
-    let Some(entry) = entry(state, name, &pkg.version) else {
+    let Some(entry) = state.get(name, &pkg.version) else {
         return false;
     };
     if entry.state != Some(State::Complete) {
@@ -142,12 +132,12 @@ pub fn package_complete(
 pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> bool {
     for (name, pkg) in nw.spec.packages() {
         if uninstall_requested(nw, pkg) {
-            if has_any_entry(state, name) {
+            if state.entries_of(name).next().is_some() {
                 return false;
             }
             continue;
         }
-        let Some(e) = entry(state, name, &pkg.version) else {
+        let Some(e) = state.get(name, &pkg.version) else {
             return false;
         };
         if e.stage.is_some_and(Stage::is_uninstall_cycle) {

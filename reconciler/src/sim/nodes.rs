@@ -252,15 +252,7 @@ impl SimCluster {
                 .iter()
                 .any(|t| t.toleration_seconds.is_none_or(|s| s > limit));
             if !stays {
-                self.delete_pod_graceful(
-                    &key,
-                    None,
-                    Some((
-                        "DeletionByTaintManager",
-                        "Taint manager: deleting due to NoExecute taint",
-                    )),
-                    false,
-                );
+                self.evict_by_taint_manager(&key);
             }
         }
         self.settle();

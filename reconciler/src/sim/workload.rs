@@ -838,6 +838,20 @@ impl SimCluster {
         }
     }
 
+    /// The taint manager's deletion of one pod: graceful, with the DisruptionTarget reason the
+    /// real taint manager sets.
+    pub(super) fn evict_by_taint_manager(&mut self, key: &Key) {
+        self.delete_pod_graceful(
+            key,
+            None,
+            Some((
+                "DeletionByTaintManager",
+                "Taint manager: deleting due to NoExecute taint",
+            )),
+            false,
+        );
+    }
+
     /// The taint manager: pods that do not tolerate a NoExecute taint of their node are
     /// deleted with DisruptionTarget. The lifecycle controller's not-ready taint is left to
     /// the default 300 s toleration every pod gets at admission, longer than any reboot here.
@@ -871,15 +885,7 @@ impl SimCluster {
                 .and_then(|s| s.tolerations.clone())
                 .unwrap_or_default();
             if no_execute.iter().any(|t| !util::tolerated(&tolerations, t)) {
-                self.delete_pod_graceful(
-                    &key,
-                    None,
-                    Some((
-                        "DeletionByTaintManager",
-                        "Taint manager: deleting due to NoExecute taint",
-                    )),
-                    false,
-                );
+                self.evict_by_taint_manager(&key);
             }
         }
     }
