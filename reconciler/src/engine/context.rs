@@ -609,7 +609,8 @@ pub const NOT_COMPUTED: u32 = u32::MAX;
 impl<'a> NwView<'a> {
     /// A mark of the working status, to compare before/after a step.
     pub fn mark(&self) -> StatusMark {
-        StatusMark(without_node_state(&self.status), self.node_state_changes)
+        // `status` carries no per-node maps during a pass (they live in the `NodeMap`s).
+        StatusMark(self.status.clone(), self.node_state_changes)
     }
     /// Clears the `nodeState` mirror (a counted change).
     pub fn clear_node_state(&mut self) {
@@ -1286,7 +1287,7 @@ impl<'a> PassCtx<'a> {
                     .as_ref()
                     .map(without_node_state)
                     .unwrap_or_default();
-            if without_node_state(&v.status) != original || v.node_state_changes > 0 {
+            if v.status != original || v.node_state_changes > 0 {
                 wrote = true;
                 actions.push(Action::PatchNodeWrightStatus {
                     name: v.name.to_string(),
