@@ -282,6 +282,15 @@ fn timed_hooks() -> Hooks {
     }
 }
 
+/// The variant name of an action (its `Debug` up to the first delimiter).
+fn action_kind(action: &nodewright_reconciler::plan::Action) -> String {
+    let text = format!("{action:?}");
+    text.split(['(', ' ', '{'])
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -299,6 +308,18 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10)
         .max(1);
+    if std::env::var_os("ENGINE_BENCH_WARM_ONLY").is_some() {
+        // For profiling steady passes alone: one pass fills the cache, then `runs` more.
+        let mut cache = StateCache::new();
+        let plan = reconcile_cached(&snap, &settings, &mut cache);
+        for action in &plan.actions {
+            eprintln!("action: {}", action_kind(action));
+        }
+        for _ in 0..runs {
+            let _ = reconcile_cached(&snap, &settings, &mut cache);
+        }
+        return;
+    }
     if std::env::var_os("ENGINE_BENCH_CORE_ONLY").is_some() {
         // For profiling the part-1 pass alone.
         for _ in 0..runs {

@@ -152,14 +152,26 @@ pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfi
 
 /// Whether node `node` is complete for NodeWright `nw` in the working state. A malformed
 /// node state is never complete (§4.2).
+///
+/// While the node's state is still the snapshot's parse, the answer is remembered in that
+/// parse (engine/state_cache.rs), keyed by the NodeWright's completion inputs and the node's
+/// `configApplied` value, so later passes over an unchanged node skip the package walk.
 pub fn node_complete(ctx: &PassCtx, nw: usize, node: usize) -> bool {
     let view = &ctx.nws[nw];
     let n = ctx.node(node);
-    let Ok(state) = n.state(view.name) else {
-        return false;
+    let applied = n.annotation(&view.keys.config_applied);
+    let unwritten = n.unwritten_state(view.name);
+    if let Some(known) = unwritten.and_then(|p| p.completion(&view.completion_inputs, applied)) {
+        return known;
+    }
+    let complete = match n.state(view.name) {
+        Ok(state) => state_complete(view.nw, state, &parse_applied(applied)),
+        Err(_) => false,
     };
-    let applied = parse_applied(n.annotation(&view.keys.config_applied));
-    state_complete(view.nw, state, &applied)
+    if let Some(parsed) = unwritten {
+        parsed.remember_completion(&view.completion_inputs, applied, complete);
+    }
+    complete
 }
 
 /// HasInterrupt of a package on a node in the working state (§6.4, §16.3).

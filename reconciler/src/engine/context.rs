@@ -27,7 +27,7 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::node_map::NodeMap;
-use super::state_cache::{ParsedState, StateCache};
+use super::state_cache::{CompletionInputs, ParsedState, StateCache};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,6 +313,16 @@ impl<'a> NodeWork<'a> {
             .insert(i, (Cow::Borrowed(nw), StateSlot::new(original)));
     }
 
+    /// The snapshot's parse of this NodeWright's state, while the working state is still
+    /// exactly that parse (no writer touched it); `None` once written or when absent.
+    pub fn unwritten_state(&self, nw: &str) -> Option<&Arc<ParsedState>> {
+        let slot = &self.states[self.slot_index(nw).ok()?].1;
+        if slot.current.is_some() || slot.deleted {
+            return None;
+        }
+        slot.original.as_ref()
+    }
+
     /// The annotations this node's states were read from, for [`StateCache::retain_pass`].
     fn read_states(&self) -> impl Iterator<Item = (&str, &Arc<ParsedState>)> {
         self.states
@@ -559,6 +569,9 @@ pub struct NwView<'a> {
     pub keys: NwKeys,
     /// Count of changes made to `status.nodeState` (compared instead of the big map).
     pub node_state_changes: u64,
+    /// What node completion reads of this NodeWright; shared with the parse cache so that
+    /// completions remembered in earlier passes are reused while it is unchanged.
+    pub completion_inputs: Arc<CompletionInputs>,
 }
 
 /// The per-NodeWright node keys (§4.1), built once per pass.
@@ -1000,6 +1013,10 @@ impl<'a> PassCtx<'a> {
             for (p, &i) in selected.iter().enumerate() {
                 pos[i] = p as u32;
             }
+            let completion_inputs = match cache {
+                Some(c) => c.completion_inputs(nw),
+                None => Arc::new(CompletionInputs::of(nw)),
+            };
             let complete = vec![false; selected.len()];
             let complete_at = vec![NOT_COMPUTED; selected.len()];
             let status_memo = vec![Cell::new((NOT_COMPUTED, Status::Unknown)); selected.len()];
@@ -1013,6 +1030,7 @@ impl<'a> PassCtx<'a> {
                     config_applied: keys::config_applied(name),
                 },
                 node_state_changes: 0,
+                completion_inputs,
                 pos,
                 complete,
                 complete_at,
@@ -1061,6 +1079,7 @@ impl<'a> PassCtx<'a> {
                 .iter()
                 .flat_map(|n| n.read_states().map(move |(nw, p)| (n.name, nw, p))),
         );
+        cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
     }
 
     /// Node id by name.

@@ -10,18 +10,63 @@
 //! with a warm cache decides exactly what it would with an empty one; the cache only saves the
 //! parse. Like `Memory`, it is lost on restart, and it holds only the nodes and NodeWrights of
 //! the last pass (no growth across passes).
+//!
+//! A parse also remembers the node's completion for its NodeWright (§6.4), which is the other
+//! per-node cost every pass pays. The memo is keyed exactly as well: by the NodeWright's
+//! completion inputs ([`CompletionInputs`], compared once per NodeWright and pass and then
+//! shared by pointer) and by the node's `configApplied_<nw>` value, byte for byte.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use nodewright_schema::NodeState;
 use nodewright_schema::node_state::MalformedNodeState;
+use nodewright_schema::{NodeState, NodeWright, NodeWrightSpec};
+
+/// Everything of a NodeWright that node completion reads besides the node itself
+/// (`complete::state_complete`: the packages, whether the NodeWright is being deleted, and
+/// `status.configUpdates`). The whole spec is kept, not only the packages, so that a later
+/// completion rule reading another spec field stays covered.
+#[derive(Debug, PartialEq)]
+pub struct CompletionInputs {
+    spec: NodeWrightSpec,
+    deleting: bool,
+    config_updates: Option<BTreeMap<String, Vec<String>>>,
+}
+
+impl CompletionInputs {
+    /// The completion inputs of a NodeWright as the snapshot holds it.
+    pub fn of(nw: &NodeWright) -> CompletionInputs {
+        CompletionInputs {
+            spec: nw.spec.clone(),
+            deleting: nw.is_deleting(),
+            config_updates: nw.status.as_ref().and_then(|s| s.config_updates.clone()),
+        }
+    }
+
+    fn matches(&self, nw: &NodeWright) -> bool {
+        self.deleting == nw.is_deleting()
+            && self.config_updates.as_ref()
+                == nw.status.as_ref().and_then(|s| s.config_updates.as_ref())
+            && self.spec == nw.spec
+    }
+}
+
+/// A node's completion under one set of NodeWright inputs and one `configApplied` value.
+#[derive(Debug)]
+struct CompletionMemo {
+    /// Compared by pointer: the pass hands out one `Arc` per distinct input (see
+    /// [`StateCache::completion_inputs`]), and holding it keeps its address from being reused.
+    inputs: Arc<CompletionInputs>,
+    applied: Option<Box<str>>,
+    complete: bool,
+}
 
 /// One node-state annotation as read: the raw value and what it parses to.
 #[derive(Debug)]
 pub struct ParsedState {
     raw: String,
     parsed: Result<NodeState, MalformedNodeState>,
+    completion: Mutex<Option<CompletionMemo>>,
 }
 
 impl ParsedState {
@@ -30,7 +75,42 @@ impl ParsedState {
         ParsedState {
             raw: raw.to_string(),
             parsed: NodeState::parse(raw),
+            completion: Mutex::new(None),
         }
+    }
+
+    /// The completion remembered for exactly these inputs and `configApplied` value.
+    pub fn completion(
+        &self,
+        inputs: &Arc<CompletionInputs>,
+        applied: Option<&str>,
+    ) -> Option<bool> {
+        // A poisoned lock only means a panic elsewhere; the memo itself is always whole.
+        let memo = self
+            .completion
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        memo.as_ref()
+            .filter(|m| Arc::ptr_eq(&m.inputs, inputs) && m.applied.as_deref() == applied)
+            .map(|m| m.complete)
+    }
+
+    /// Remembers the completion computed from this parse under `inputs` and `applied`.
+    pub fn remember_completion(
+        &self,
+        inputs: &Arc<CompletionInputs>,
+        applied: Option<&str>,
+        complete: bool,
+    ) {
+        let mut memo = self
+            .completion
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *memo = Some(CompletionMemo {
+            inputs: Arc::clone(inputs),
+            applied: applied.map(Box::from),
+            complete,
+        });
     }
     /// The annotation value this was parsed from.
     pub fn raw(&self) -> &str {
@@ -56,6 +136,8 @@ struct CachedNode {
 #[derive(Debug, Default)]
 pub struct StateCache {
     nodes: HashMap<String, CachedNode>,
+    /// The completion inputs of each NodeWright of the last pass.
+    completion_inputs: Vec<(String, Arc<CompletionInputs>)>,
     pass: u64,
 }
 
@@ -73,6 +155,27 @@ impl StateCache {
             .iter()
             .find(|(nw, parsed, _)| nw == nodewright && parsed.raw == raw)
             .map(|(_, parsed, _)| Arc::clone(parsed))
+    }
+
+    /// The completion inputs of a NodeWright: the last pass's `Arc` when they are equal (so
+    /// the completions remembered under it still hold), else a new one.
+    pub fn completion_inputs(&self, nw: &NodeWright) -> Arc<CompletionInputs> {
+        self.completion_inputs
+            .iter()
+            .find(|(name, inputs)| name == nw.name() && inputs.matches(nw))
+            .map(|(_, inputs)| Arc::clone(inputs))
+            .unwrap_or_else(|| Arc::new(CompletionInputs::of(nw)))
+    }
+
+    /// Keeps the completion inputs of this pass's NodeWrights (and only those).
+    pub fn retain_completion_inputs<'s>(
+        &mut self,
+        inputs: impl IntoIterator<Item = (&'s str, &'s Arc<CompletionInputs>)>,
+    ) {
+        self.completion_inputs = inputs
+            .into_iter()
+            .map(|(name, inputs)| (name.to_string(), Arc::clone(inputs)))
+            .collect();
     }
 
     /// Number of cached annotations.
@@ -196,6 +299,56 @@ mod tests {
 
     fn parsed(raw: &str) -> Arc<ParsedState> {
         Arc::new(ParsedState::parse(raw))
+    }
+
+    #[test]
+    fn a_remembered_completion_holds_only_for_the_same_inputs_and_applied_config() {
+        let mut nw = NodeWright::new("nw", NodeWrightSpec::default());
+        let mut cache = StateCache::new();
+        let inputs = cache.completion_inputs(&nw);
+        let state = parsed("{}");
+        state.remember_completion(&inputs, Some("{}"), true);
+        assert_eq!(state.completion(&inputs, Some("{}")), Some(true));
+        assert_eq!(
+            state.completion(&inputs, None),
+            None,
+            "configApplied differs"
+        );
+        assert_eq!(state.completion(&inputs, Some("{ }")), None);
+
+        // Equal inputs in the next pass are the same `Arc`, so the memo still holds.
+        cache.retain_completion_inputs([("nw", &inputs)]);
+        let again = cache.completion_inputs(&nw);
+        assert!(Arc::ptr_eq(&inputs, &again));
+        assert_eq!(state.completion(&again, Some("{}")), Some(true));
+
+        // A spec edit, a deletion or a config update each make new inputs.
+        let mut edited = nw.clone();
+        edited.spec.priority = 7;
+        assert_eq!(
+            state.completion(&cache.completion_inputs(&edited), Some("{}")),
+            None
+        );
+        let mut deleting = nw.clone();
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert_eq!(
+            state.completion(&cache.completion_inputs(&deleting), Some("{}")),
+            None
+        );
+        nw.status = Some(nodewright_schema::NodeWrightStatus {
+            config_updates: Some([("pkg".to_string(), vec!["a.conf".to_string()])].into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            state.completion(&cache.completion_inputs(&nw), Some("{}")),
+            None
+        );
+
+        // Another NodeWright's inputs never serve, even when equal.
+        let other = NodeWright::new("other", NodeWrightSpec::default());
+        assert!(!Arc::ptr_eq(&cache.completion_inputs(&other), &inputs));
     }
 
     #[test]
