@@ -40,32 +40,28 @@ pub fn ready_reason(status: Option<Status>) -> &'static str {
 /// The `Ready` message (§12.1): `<c>/<n> nodes complete (…)`, then one segment per non-empty
 /// Status bucket; more than ten names become `(list truncated; see controller logs)`.
 /// `nodes` are (node name, published Status) of the selected nodes.
-pub fn ready_message(nodes: &[(String, Status)]) -> String {
-    let mut sorted: Vec<&(String, Status)> = nodes.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    let names_of = |s: Status| -> Vec<&str> {
-        sorted
-            .iter()
-            .filter(|(_, st)| *st == s)
-            .map(|(n, _)| n.as_str())
-            .collect()
-    };
-    let suffix = |names: &[&str]| -> String {
-        if names.is_empty() {
+pub fn ready_message<S: AsRef<str>>(nodes: &[(S, Status)]) -> String {
+    // A bucket's names are listed (sorted) only when there are at most ten of them, so the
+    // names are sorted only then; a 10,000-node fleet mostly has large buckets.
+    let bucket = |s: Status| -> (usize, String) {
+        let count = nodes.iter().filter(|(_, st)| *st == s).count();
+        let suffix = if count == 0 {
             String::new()
-        } else if names.len() > CONDITION_NODE_LIST_CAP {
+        } else if count > CONDITION_NODE_LIST_CAP {
             " (list truncated; see controller logs)".to_string()
         } else {
+            let mut names: Vec<&str> = nodes
+                .iter()
+                .filter(|(_, st)| *st == s)
+                .map(|(n, _)| n.as_ref())
+                .collect();
+            names.sort_unstable();
             format!(" ({})", names.join(", "))
-        }
+        };
+        (count, suffix)
     };
-    let complete = names_of(Status::Complete);
-    let mut segments = vec![format!(
-        "{}/{} nodes complete{}",
-        complete.len(),
-        nodes.len(),
-        suffix(&complete)
-    )];
+    let (complete, suffix) = bucket(Status::Complete);
+    let mut segments = vec![format!("{complete}/{} nodes complete{suffix}", nodes.len())];
     for s in [
         Status::InProgress,
         Status::Blocked,
@@ -75,8 +71,8 @@ pub fn ready_message(nodes: &[(String, Status)]) -> String {
         Status::Disabled,
         Status::Unknown,
     ] {
-        let names = names_of(s);
-        if names.is_empty() {
+        let (count, suffix) = bucket(s);
+        if count == 0 {
             continue;
         }
         let label = if s == Status::InProgress {
@@ -84,7 +80,7 @@ pub fn ready_message(nodes: &[(String, Status)]) -> String {
         } else {
             s.as_str()
         };
-        segments.push(format!("{} {label}{}", names.len(), suffix(&names)));
+        segments.push(format!("{count} {label}{suffix}"));
     }
     segments.join(", ")
 }
@@ -168,12 +164,12 @@ pub fn refresh_policy_not_found(ctx: &mut PassCtx, nw: usize) {
 /// Recomputes `Ready` and the legacy mirrors (§12.1, §12.3) before the status is saved.
 pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
     let view = &ctx.nws[nw];
-    let nodes: Vec<(String, Status)> = view
+    let nodes: Vec<(&str, Status)> = view
         .selected
         .iter()
         .map(|&n| {
             let name = ctx.node(n).name();
-            (name.to_string(), view.published_node_status(name))
+            (name, view.published_node_status(name))
         })
         .collect();
     let status = view.status.status;

@@ -27,7 +27,7 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::node_map::NodeMap;
-use super::state_cache::{CompletionInputs, ParsedState, StateCache};
+use super::state_cache::{CachedStates, CompletionInputs, ParsedState, StateCache};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,7 +293,7 @@ impl<'a> NodeWork<'a> {
 
     /// Loads a NodeWright's state from the snapshot annotation `key` (`nodeState_<nw>`),
     /// reusing `cache`'s parse when it was made from the same value.
-    fn load_state_cached(&mut self, nw: &'a str, key: &str, cache: Option<&StateCache>) {
+    fn load_state_cached(&mut self, nw: &'a str, key: &str, cache: Option<CachedStates<'_>>) {
         let Err(i) = self.slot_index(nw) else {
             return;
         };
@@ -306,7 +306,7 @@ impl<'a> NodeWork<'a> {
             .map(String::as_str);
         let original = raw.map(|raw| {
             cache
-                .and_then(|c| c.get(self.name, nw, raw))
+                .and_then(|c| c.get(nw, raw))
                 .unwrap_or_else(|| Arc::new(ParsedState::parse(raw)))
         });
         self.states
@@ -975,6 +975,11 @@ impl<'a> PassCtx<'a> {
                 .cmp(&nodes[b].created)
                 .then_with(|| nodes[a].name.cmp(nodes[b].name))
         });
+        // One cache lookup per node, shared by every NodeWright selecting it.
+        let cached: Vec<Option<CachedStates<'_>>> = match cache {
+            Some(c) => nodes.iter().map(|n| c.node(n.name)).collect(),
+            None => Vec::new(),
+        };
         let mut nws = Vec::with_capacity(nw_refs.len());
         for nw in nw_refs {
             let name = nw.name();
@@ -995,7 +1000,7 @@ impl<'a> PassCtx<'a> {
                 .collect();
             let state_key = keys::node_state(name);
             for &i in &selected {
-                nodes[i].load_state_cached(name, &state_key, cache);
+                nodes[i].load_state_cached(name, &state_key, cached.get(i).copied().flatten());
             }
             let (policy, policy_missing) = match nw.spec.deployment_policy.as_deref() {
                 Some(p) if !p.is_empty() => {

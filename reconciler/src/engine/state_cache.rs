@@ -131,6 +131,21 @@ struct CachedNode {
     states: Vec<(String, Arc<ParsedState>, u64)>,
 }
 
+/// The cached annotations of one node, from [`StateCache::node`].
+#[derive(Clone, Copy, Debug)]
+pub struct CachedStates<'c>(&'c CachedNode);
+
+impl CachedStates<'_> {
+    /// The parse of `raw` for this NodeWright, when cached from exactly this value.
+    pub fn get(&self, nodewright: &str, raw: &str) -> Option<Arc<ParsedState>> {
+        self.0
+            .states
+            .iter()
+            .find(|(nw, parsed, _)| nw == nodewright && parsed.raw == raw)
+            .map(|(_, parsed, _)| Arc::clone(parsed))
+    }
+}
+
 /// Parsed node-state annotations by node and NodeWright, carried from one pass to the next
 /// by the caller of [`super::reconcile_cached`]. An empty cache is always correct.
 #[derive(Debug, Default)]
@@ -149,12 +164,12 @@ impl StateCache {
 
     /// The parse of `raw` for this node and NodeWright, when cached from exactly this value.
     pub fn get(&self, node: &str, nodewright: &str, raw: &str) -> Option<Arc<ParsedState>> {
-        self.nodes
-            .get(node)?
-            .states
-            .iter()
-            .find(|(nw, parsed, _)| nw == nodewright && parsed.raw == raw)
-            .map(|(_, parsed, _)| Arc::clone(parsed))
+        self.node(node)?.get(nodewright, raw)
+    }
+
+    /// The cached annotations of one node (one lookup serves all its NodeWrights).
+    pub fn node(&self, node: &str) -> Option<CachedStates<'_>> {
+        self.nodes.get(node).map(CachedStates)
     }
 
     /// The completion inputs of a NodeWright: the last pass's `Arc` when they are equal (so
