@@ -8,7 +8,11 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+// The pass's lookup tables are keyed by object names and UIDs; Fx hashing is deterministic
+// (the engine uses no randomness) and several times cheaper than SipHash on short keys.
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -760,21 +764,21 @@ impl<'a> NwView<'a> {
 #[derive(Debug, Default)]
 pub struct SnapIndex<'a> {
     /// Jobs by name.
-    pub job_by_name: HashMap<&'a str, &'a Job>,
+    pub job_by_name: FxHashMap<&'a str, &'a Job>,
     /// Jobs by UID.
-    pub job_by_uid: HashMap<&'a str, &'a Job>,
+    pub job_by_uid: FxHashMap<&'a str, &'a Job>,
     /// Jobs by NodeWright `name` label, then `node` label.
-    pub jobs_on: HashMap<&'a str, HashMap<&'a str, Vec<&'a Job>>>,
+    pub jobs_on: FxHashMap<&'a str, FxHashMap<&'a str, Vec<&'a Job>>>,
     /// Jobs by NodeWright `name` label (any node, with or without a `node` label).
-    pub jobs_of_nw: HashMap<&'a str, Vec<&'a Job>>,
+    pub jobs_of_nw: FxHashMap<&'a str, Vec<&'a Job>>,
     /// Jobs by `node` label (any NodeWright).
-    pub jobs_on_node: HashMap<&'a str, Vec<&'a Job>>,
+    pub jobs_on_node: FxHashMap<&'a str, Vec<&'a Job>>,
     /// Pods by their Job's controller UID label.
-    pub pods_of_job: HashMap<&'a str, Vec<&'a Pod>>,
+    pub pods_of_job: FxHashMap<&'a str, Vec<&'a Pod>>,
     /// Pods by `spec.nodeName`.
-    pub pods_on_node: HashMap<&'a str, Vec<&'a Pod>>,
+    pub pods_on_node: FxHashMap<&'a str, Vec<&'a Pod>>,
     /// ConfigMaps by name.
-    pub config_map_by_name: HashMap<&'a str, &'a ConfigMap>,
+    pub config_map_by_name: FxHashMap<&'a str, &'a ConfigMap>,
 }
 
 impl<'a> SnapIndex<'a> {
@@ -858,13 +862,13 @@ impl<'a> SnapIndex<'a> {
 #[derive(Debug, Default)]
 struct EmittedIndex {
     /// `CreateJob` names.
-    created_jobs: HashSet<String>,
+    created_jobs: FxHashSet<String>,
     /// `node` labels of non-interrupt `CreateJob`s.
-    stage_jobs_on: HashSet<String>,
+    stage_jobs_on: FxHashSet<String>,
     /// `DeleteJob` names.
-    deleted_jobs: HashSet<String>,
+    deleted_jobs: FxHashSet<String>,
     /// `UpsertConfigMap` names.
-    upserted_config_maps: HashSet<String>,
+    upserted_config_maps: FxHashSet<String>,
 }
 
 impl EmittedIndex {
@@ -910,10 +914,10 @@ pub struct PassCtx<'a> {
     pub runtime_taint: Taint,
     /// Every node by id (index in `snap.nodes`).
     pub nodes: Vec<NodeWork<'a>>,
-    node_ids: HashMap<&'a str, usize>,
+    node_ids: FxHashMap<&'a str, usize>,
     /// Nodes whose Job `node` label differs from their name (names over 63 characters), by
     /// label; the first node id wins.
-    long_labels: HashMap<String, usize>,
+    long_labels: FxHashMap<String, usize>,
     /// Some label maps to more than one node (see [`AmbiguousNodeLabel`]).
     label_collision: bool,
     /// NodeWrights sorted by priority, then name.
@@ -944,10 +948,10 @@ impl<'a> PassCtx<'a> {
     ) -> PassCtx<'a> {
         let runtime_taint = settings.runtime_required_taint();
         let mut nodes: Vec<NodeWork<'a>> = snap.nodes.iter().map(NodeWork::new).collect();
-        let node_ids: HashMap<&'a str, usize> =
+        let node_ids: FxHashMap<&'a str, usize> =
             nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
         let mut label_collision = node_ids.len() != nodes.len();
-        let mut long_labels: HashMap<String, usize> = HashMap::new();
+        let mut long_labels: FxHashMap<String, usize> = FxHashMap::default();
         for (i, n) in nodes.iter().enumerate() {
             if n.name.len() > LABEL_MAX {
                 let label = names::node_label_value(n.name);

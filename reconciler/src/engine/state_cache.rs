@@ -16,8 +16,10 @@
 //! completion inputs ([`CompletionInputs`], compared once per NodeWright and pass and then
 //! shared by pointer) and by the node's `configApplied_<nw>` value, byte for byte.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
+
+use rustc_hash::FxHashMap;
 
 use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright, NodeWrightSpec};
@@ -150,7 +152,7 @@ impl CachedStates<'_> {
 /// by the caller of [`super::reconcile_cached`]. An empty cache is always correct.
 #[derive(Debug, Default)]
 pub struct StateCache {
-    nodes: HashMap<String, CachedNode>,
+    nodes: FxHashMap<String, CachedNode>,
     /// The completion inputs of each NodeWright of the last pass.
     completion_inputs: Vec<(String, Arc<CompletionInputs>)>,
     pass: u64,
