@@ -7,7 +7,7 @@
 //! changed, which other writers (Job handler, other controllers) may have moved meanwhile.
 
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::collections::BTreeMap;
 
 // The pass's lookup tables are keyed by object names and UIDs; Fx hashing is deterministic
@@ -30,6 +30,7 @@ use crate::plan::{Action, Event, EventObject, EventType, NodePatch, NodeStateDel
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
+use super::jobs::{self, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{CachedStates, CompletionInputs, ParsedState, StateCache};
 
@@ -779,11 +780,19 @@ pub struct SnapIndex<'a> {
     pub pods_on_node: FxHashMap<&'a str, Vec<&'a Pod>>,
     /// ConfigMaps by name.
     pub config_map_by_name: FxHashMap<&'a str, &'a ConfigMap>,
+    /// The parsed `package` annotation of each snapshot Job (parallel to `snap.jobs`), parsed
+    /// on first use: handlers and the sweep read it several times per Job and pass.
+    package_annotations: Vec<OnceCell<Option<PackageAnnotation>>>,
 }
 
 impl<'a> SnapIndex<'a> {
     fn build(snap: &'a Snapshot) -> SnapIndex<'a> {
-        let mut ix = SnapIndex::default();
+        let mut ix = SnapIndex {
+            package_annotations: std::iter::repeat_with(OnceCell::new)
+                .take(snap.jobs.len())
+                .collect(),
+            ..SnapIndex::default()
+        };
         for job in &snap.jobs {
             let m = &job.metadata;
             if let Some(name) = m.name.as_deref() {
@@ -1091,6 +1100,32 @@ impl<'a> PassCtx<'a> {
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
     }
 
+    /// The parsed `package` annotation of a Job (§4.7): parsed once per pass for a Job of the
+    /// snapshot (every Job the pass reads), on each call for any other.
+    pub fn package_annotation(&self, job: &Job) -> Option<Cow<'_, PackageAnnotation>> {
+        match self.snapshot_job_index(job) {
+            Some(i) => self.index.package_annotations[i]
+                .get_or_init(|| jobs::read_package_annotation(job))
+                .as_ref()
+                .map(Cow::Borrowed),
+            None => jobs::read_package_annotation(job).map(Cow::Owned),
+        }
+    }
+
+    /// Whether a Job was invalidated (§4.7).
+    pub fn job_invalid(&self, job: &Job) -> bool {
+        self.package_annotation(job).is_some_and(|p| p.invalid)
+    }
+
+    /// The position of `job` in `snap.jobs` when it is one of them (found by address: every
+    /// Job the pass handles is borrowed from the snapshot).
+    fn snapshot_job_index(&self, job: &Job) -> Option<usize> {
+        let jobs = &self.snap.jobs;
+        let offset = (job as *const Job as usize).checked_sub(jobs.as_ptr() as usize)?;
+        let i = offset / std::mem::size_of::<Job>();
+        (i < jobs.len() && std::ptr::eq(&jobs[i], job)).then_some(i)
+    }
+
     /// Node id by name.
     pub fn node_id(&self, name: &str) -> Option<usize> {
         self.node_ids.get(name).copied()
@@ -1325,5 +1360,67 @@ impl<'a> PassCtx<'a> {
         }
         actions.extend(events.into_iter().map(Action::RecordEvent));
         (actions, requeue_active || wrote, requeue_after, errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use k8s_openapi::api::batch::v1::Job;
+    use nodewright_schema::keys;
+
+    use super::PassCtx;
+    use crate::engine::jobs::PackageAnnotation;
+    use crate::settings::Settings;
+    use crate::snapshot::Snapshot;
+
+    fn job(name: &str, annotation: &str) -> Job {
+        let mut job = Job::default();
+        job.metadata.name = Some(name.into());
+        job.metadata.annotations = Some(
+            [(
+                keys::JOB_ANNOTATION_PACKAGE.to_string(),
+                annotation.to_string(),
+            )]
+            .into(),
+        );
+        job
+    }
+
+    #[test]
+    fn package_annotations_are_parsed_once_for_snapshot_jobs_and_afresh_for_others() {
+        let annotation = PackageAnnotation {
+            name: "driver".into(),
+            version: "1.0.0".into(),
+            invalid: true,
+            ..PackageAnnotation::default()
+        };
+        let snap = Snapshot {
+            jobs: vec![job("a", &annotation.to_json()), job("b", "not json")],
+            ..Snapshot::default()
+        };
+        let settings = Settings::default();
+        let ctx = PassCtx::new(&snap, &settings);
+
+        let first = ctx.package_annotation(&snap.jobs[0]);
+        assert!(matches!(first, Some(Cow::Borrowed(p)) if *p == annotation));
+        let again = ctx.package_annotation(&snap.jobs[0]);
+        assert!(
+            std::ptr::eq(first.as_deref().unwrap(), again.as_deref().unwrap()),
+            "the second read is the same parse"
+        );
+        assert!(ctx.job_invalid(&snap.jobs[0]));
+        assert_eq!(ctx.package_annotation(&snap.jobs[1]), None);
+        assert!(!ctx.job_invalid(&snap.jobs[1]));
+
+        // A Job that is not one of the snapshot's (an equal copy) is parsed on its own.
+        let copy = snap.jobs[0].clone();
+        assert!(matches!(ctx.package_annotation(&copy), Some(Cow::Owned(p)) if p == annotation));
+        let other = job("c", &PackageAnnotation::default().to_json());
+        assert_eq!(
+            ctx.package_annotation(&other).map(Cow::into_owned),
+            Some(PackageAnnotation::default())
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! exactly once: the state write comes first, the `state-recorded` marker after it, and a
 //! re-served completion finds its postcondition already true (§8.8 step 2).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
@@ -137,7 +138,7 @@ pub fn run(ctx: &mut PassCtx<'_>) {
         let Some(nw) = ctx.nw_index(nw_name) else {
             continue;
         };
-        if jobs::is_invalid(job) {
+        if ctx.job_invalid(job) {
             continue;
         }
         if !jobs::is_processed(job) {
@@ -168,7 +169,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
         mark_processed(ctx, job, true);
         return;
     };
-    let Some(pkg) = jobs::read_package_annotation(job) else {
+    let Some(pkg) = ctx.package_annotation(job).map(Cow::into_owned) else {
         mark_processed(ctx, job, true);
         return;
     };
@@ -387,8 +388,10 @@ fn fail_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
         mark_processed(ctx, job, false);
         return;
     };
-    let (Some(pkg), Some(stage)) = (jobs::read_package_annotation(job), jobs::job_stage(job))
-    else {
+    let (Some(pkg), Some(stage)) = (
+        ctx.package_annotation(job).map(Cow::into_owned),
+        jobs::job_stage(job),
+    ) else {
         mark_processed(ctx, job, false);
         return;
     };
@@ -451,8 +454,10 @@ fn write_erroring(ctx: &mut PassCtx<'_>, nw: usize, job: &Job, restarts: Option<
     let Some(node) = node_of(ctx, job) else {
         return;
     };
-    let (Some(pkg), Some(stage)) = (jobs::read_package_annotation(job), jobs::job_stage(job))
-    else {
+    let (Some(pkg), Some(stage)) = (
+        ctx.package_annotation(job).map(Cow::into_owned),
+        jobs::job_stage(job),
+    ) else {
         return;
     };
     let nw_name = ctx.nws[nw].name.to_string();

@@ -812,7 +812,8 @@ pub fn job_name(job: &Job) -> &str {
     job.metadata.name.as_deref().unwrap_or_default()
 }
 
-/// The parsed `package` annotation.
+/// The parsed `package` annotation. A pass reads it through
+/// [`super::context::PassCtx::package_annotation`], which parses each Job once.
 pub fn read_package_annotation(job: &Job) -> Option<PackageAnnotation> {
     annotation(job, keys::JOB_ANNOTATION_PACKAGE).and_then(|v| serde_json::from_str(v).ok())
 }
@@ -825,11 +826,6 @@ pub fn job_stage(job: &Job) -> Option<Stage> {
 /// Whether it is an interrupt Job (`interrupt` label).
 pub fn is_interrupt_job(job: &Job) -> bool {
     label(job, keys::JOB_LABEL_INTERRUPT) == Some("True")
-}
-
-/// Whether the Job was invalidated (§4.7).
-pub fn is_invalid(job: &Job) -> bool {
-    read_package_annotation(job).is_some_and(|p| p.invalid)
 }
 
 /// Whether a Job belongs to this NodeWright and runs on this node.

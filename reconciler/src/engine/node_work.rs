@@ -484,7 +484,7 @@ fn parked(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job) -> bool {
     if !jobs::is_failed(job) {
         return false;
     }
-    let Some(annotation) = jobs::read_package_annotation(job) else {
+    let Some(annotation) = ctx.package_annotation(job) else {
         return false;
     };
     let state = current_state(ctx, nw, node);

@@ -1,6 +1,7 @@
 //! The Job sweep of the preamble (spec/operator.md §8.14 rules 1, 2 and 4, §16.3 parked-Job
 //! staleness) and pause → suspend / resume (§8.15).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::batch::v1::Job;
@@ -29,7 +30,7 @@ fn node_of(ctx: &PassCtx<'_>, nw: usize, job: &Job) -> Option<usize> {
 
 /// What a Job would look like if built now (for staleness), from the Job's own stage.
 fn expected(nw: &NodeWright, ctx: &PassCtx<'_>, job: &Job, node: &str) -> Option<Job> {
-    let pkg = jobs::read_package_annotation(job)?;
+    let pkg = ctx.package_annotation(job)?;
     let stage = jobs::job_stage(job)?;
     let package = nw.spec.packages().get(&pkg.name)?;
     if jobs::is_interrupt_job(job) {
@@ -67,7 +68,7 @@ fn expected(nw: &NodeWright, ctx: &PassCtx<'_>, job: &Job, node: &str) -> Option
 
 fn delete(ctx: &mut PassCtx<'_>, job: &Job, reason: &str, invalidate: bool) {
     let name = jobs::job_name(job).to_string();
-    if invalidate && let Some(mut pkg) = jobs::read_package_annotation(job) {
+    if invalidate && let Some(mut pkg) = ctx.package_annotation(job).map(Cow::into_owned) {
         pkg.invalid = true;
         ctx.emit(Action::AnnotateJob {
             name: name.clone(),
@@ -101,7 +102,7 @@ fn validation_failure(
     built: &mut ExpectedJobs,
 ) -> Option<&'static str> {
     let view = &ctx.nws[nw];
-    let pkg = jobs::read_package_annotation(job)?;
+    let pkg = ctx.package_annotation(job)?;
     let stage = jobs::job_stage(job)?;
     let spec = view.nw.spec.packages().get(&pkg.name);
     let uninstall_exempt =
@@ -133,8 +134,7 @@ fn validation_failure(
 /// Whether a processed finished Job must go so its stage can run again (§8.14 rule 2).
 fn rerun_due(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job) -> bool {
     let view = &ctx.nws[nw];
-    let (Some(pkg), Some(stage)) = (jobs::read_package_annotation(job), jobs::job_stage(job))
-    else {
+    let (Some(pkg), Some(stage)) = (ctx.package_annotation(job), jobs::job_stage(job)) else {
         return false;
     };
     let Ok(state) = ctx.node(node).state(view.name) else {
@@ -167,7 +167,7 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let all = nw_jobs(ctx, nw);
     let mut built = ExpectedJobs::new();
     for job in all {
-        if jobs::is_invalid(job) {
+        if ctx.job_invalid(job) {
             // An invalid Job was marked for foreground deletion (§4.7); when that delete did
             // not land (an API error between the two writes), it is issued again. Left alone it
             // would shadow its stage forever: handlers skip invalid Jobs and no rule deletes them.
@@ -216,7 +216,7 @@ fn deleted_this_pass(ctx: &PassCtx<'_>, job: &Job) -> bool {
 /// Paused NodeWright (§8.15): suspend its unfinished, valid, not yet suspended Jobs.
 pub fn suspend_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
     for job in nw_jobs(ctx, nw) {
-        if jobs::is_unfinished(job) && !jobs::is_invalid(job) && !jobs::is_suspended(job) {
+        if jobs::is_unfinished(job) && !ctx.job_invalid(job) && !jobs::is_suspended(job) {
             ctx.emit(Action::SuspendJob {
                 name: jobs::job_name(job).to_string(),
                 suspend: true,
@@ -235,7 +235,7 @@ pub fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
     for job in nw_jobs(ctx, nw) {
         if jobs::is_unfinished(job)
             && jobs::is_suspended(job)
-            && !jobs::is_invalid(job)
+            && !ctx.job_invalid(job)
             && !deleted_this_pass(ctx, job)
         {
             ctx.emit(Action::SuspendJob {
