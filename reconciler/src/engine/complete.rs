@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use nodewright_schema::keys;
-use nodewright_schema::{NodeState, NodeWright, Package, Stage, State};
+use nodewright_schema::{NodeState, NodeWright, NodeWrightSpec, Package, Stage, State};
 use sha2::{Digest, Sha256};
 
 use super::context::PassCtx;
@@ -124,6 +124,30 @@ pub fn package_complete(
         _ => false,
     };
     stage_done && changed_config_keys(applied, name, pkg).is_empty()
+}
+
+/// Everything of a NodeWright that node completion reads besides the node itself
+/// ([`state_complete`]: the packages, whether the NodeWright is being deleted, and
+/// `status.configUpdates`). The whole spec is kept, not only the packages, so that a later
+/// completion rule reading another spec field stays covered. Completions remembered across
+/// passes are keyed by these (engine/state_cache.rs), so any new read of the NodeWright in
+/// [`state_complete`] must be added here.
+#[derive(Debug, PartialEq)]
+pub struct CompletionInputs {
+    spec: NodeWrightSpec,
+    deleting: bool,
+    config_updates: Option<BTreeMap<String, Vec<String>>>,
+}
+
+impl CompletionInputs {
+    /// The completion inputs of a NodeWright as the snapshot holds it.
+    pub fn of(nw: &NodeWright) -> CompletionInputs {
+        CompletionInputs {
+            spec: nw.spec.clone(),
+            deleting: nw.is_deleting(),
+            config_updates: nw.status.as_ref().and_then(|s| s.config_updates.clone()),
+        }
+    }
 }
 
 /// Whether a node is complete for a NodeWright given its parsed state and record (§6.4 with

@@ -30,9 +30,10 @@ use crate::plan::{Action, Event, EventObject, EventType, NodePatch, NodeStateDel
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
+use super::complete::CompletionInputs;
 use super::jobs::{self, PackageAnnotation};
 use super::node_map::NodeMap;
-use super::state_cache::{CachedStates, CompletionInputs, ParsedState, StateCache};
+use super::state_cache::{CachedStates, ParsedState, StateCache};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

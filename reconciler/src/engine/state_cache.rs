@@ -16,42 +16,14 @@
 //! completion inputs ([`CompletionInputs`], compared once per NodeWright and pass and then
 //! shared by pointer) and by the node's `configApplied_<nw>` value, byte for byte.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rustc_hash::FxHashMap;
 
 use nodewright_schema::node_state::MalformedNodeState;
-use nodewright_schema::{NodeState, NodeWright, NodeWrightSpec};
+use nodewright_schema::{NodeState, NodeWright};
 
-/// Everything of a NodeWright that node completion reads besides the node itself
-/// (`complete::state_complete`: the packages, whether the NodeWright is being deleted, and
-/// `status.configUpdates`). The whole spec is kept, not only the packages, so that a later
-/// completion rule reading another spec field stays covered.
-#[derive(Debug, PartialEq)]
-pub struct CompletionInputs {
-    spec: NodeWrightSpec,
-    deleting: bool,
-    config_updates: Option<BTreeMap<String, Vec<String>>>,
-}
-
-impl CompletionInputs {
-    /// The completion inputs of a NodeWright as the snapshot holds it.
-    pub fn of(nw: &NodeWright) -> CompletionInputs {
-        CompletionInputs {
-            spec: nw.spec.clone(),
-            deleting: nw.is_deleting(),
-            config_updates: nw.status.as_ref().and_then(|s| s.config_updates.clone()),
-        }
-    }
-
-    fn matches(&self, nw: &NodeWright) -> bool {
-        self.deleting == nw.is_deleting()
-            && self.config_updates.as_ref()
-                == nw.status.as_ref().and_then(|s| s.config_updates.as_ref())
-            && self.spec == nw.spec
-    }
-}
+use super::complete::CompletionInputs;
 
 /// A node's completion under one set of NodeWright inputs and one `configApplied` value.
 #[derive(Debug)]
@@ -177,11 +149,12 @@ impl StateCache {
     /// The completion inputs of a NodeWright: the last pass's `Arc` when they are equal (so
     /// the completions remembered under it still hold), else a new one.
     pub fn completion_inputs(&self, nw: &NodeWright) -> Arc<CompletionInputs> {
+        let current = CompletionInputs::of(nw);
         self.completion_inputs
             .iter()
-            .find(|(name, inputs)| name == nw.name() && inputs.matches(nw))
+            .find(|(name, inputs)| name == nw.name() && **inputs == current)
             .map(|(_, inputs)| Arc::clone(inputs))
-            .unwrap_or_else(|| Arc::new(CompletionInputs::of(nw)))
+            .unwrap_or_else(|| Arc::new(current))
     }
 
     /// Keeps the completion inputs of this pass's NodeWrights (and only those).
@@ -242,6 +215,8 @@ impl StateCache {
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
+
+    use nodewright_schema::NodeWrightSpec;
 
     use super::*;
     use crate::engine::{reconcile, reconcile_cached};
