@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, NodeCondition, Taint};
-use nodewright_schema::{NodeWrightStatus, PackageStatus};
+use nodewright_schema::{NodeState, NodeWrightStatus, PackageStatus, Status};
 
 /// Everything one pass decided.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -116,12 +116,13 @@ pub enum Action {
         /// ConfigMap name (operator namespace).
         name: String,
     },
-    /// Merge-patch the NodeWright status subresource to this value.
+    /// Merge-patch the NodeWright status subresource (§5.15): the status fields whole, the
+    /// per-node maps as changes against the snapshot.
     PatchNodeWrightStatus {
         /// NodeWright name.
         name: String,
-        /// The complete new status (the executor sends the difference).
-        status: Box<NodeWrightStatus>,
+        /// What to write (the executor sends the difference from the live value).
+        patch: Box<StatusPatch>,
     },
     /// Set or remove annotations on a NodeWright (metadata-only merge patch: the spec and
     /// `metadata.generation` are untouched), e.g. pause/disable (§1.8, §14.5).
@@ -396,6 +397,159 @@ pub fn apply_node_patch(
     Ok(())
 }
 
+/// A NodeWright status write (§5.15: "merge-patched against the snapshot").
+///
+/// The per-node maps (`nodeStatus`, `nodeState`, `nodeBootIds`) hold an entry per selected
+/// node, thousands on a large fleet, while a pass changes a few; they travel as changes, so a
+/// pass neither copies them whole nor overwrites entries another writer added since the
+/// snapshot. Every other field is small and travels whole.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatusPatch {
+    /// The status without its per-node maps (those three fields are always `None` here).
+    fields: NodeWrightStatus,
+    /// Changes to `nodeStatus`.
+    pub node_status: MapPatch<Status>,
+    /// Changes to `nodeState`.
+    pub node_state: MapPatch<NodeState>,
+    /// Changes to `nodeBootIds`.
+    pub node_boot_ids: MapPatch<String>,
+}
+
+/// Changes to one per-node map of the status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapPatch<V> {
+    /// Drop every entry first (a cleared map, or a whole-value write).
+    pub replace: bool,
+    /// Node name → new value, `None` removes.
+    pub set: BTreeMap<String, Option<V>>,
+}
+
+impl<V> Default for MapPatch<V> {
+    fn default() -> Self {
+        MapPatch {
+            replace: false,
+            set: BTreeMap::new(),
+        }
+    }
+}
+
+impl<V: PartialEq> MapPatch<V> {
+    /// A patch that makes the map exactly `map` (absent = empty).
+    pub fn whole(map: Option<BTreeMap<String, V>>) -> MapPatch<V> {
+        MapPatch {
+            replace: true,
+            set: map
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, Some(v)))
+                .collect(),
+        }
+    }
+
+    /// Whether applying changes nothing, whatever the map holds.
+    pub fn is_empty(&self) -> bool {
+        !self.replace && self.set.is_empty()
+    }
+
+    /// `map` with the changes applied; an empty result is absent, as upstream omits it.
+    /// `changed` is set when the result differs from `map`.
+    pub fn apply(
+        &self,
+        map: Option<BTreeMap<String, V>>,
+        changed: &mut bool,
+    ) -> Option<BTreeMap<String, V>>
+    where
+        V: Clone,
+    {
+        let had = map.is_some();
+        let mut map = map.unwrap_or_default();
+        if self.replace {
+            let kept: BTreeMap<String, V> = self
+                .set
+                .iter()
+                .filter_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())))
+                .collect();
+            *changed |= kept != map;
+            map = kept;
+        } else {
+            for (node, value) in &self.set {
+                match value {
+                    Some(v) => {
+                        if map.get(node) != Some(v) {
+                            map.insert(node.clone(), v.clone());
+                            *changed = true;
+                        }
+                    }
+                    None => *changed |= map.remove(node).is_some(),
+                }
+            }
+        }
+        if map.is_empty() {
+            *changed |= had;
+            None
+        } else {
+            *changed |= !had;
+            Some(map)
+        }
+    }
+}
+
+impl StatusPatch {
+    /// A patch of `fields` (their per-node maps are ignored) and the given map changes.
+    pub fn new(
+        mut fields: NodeWrightStatus,
+        node_status: MapPatch<Status>,
+        node_state: MapPatch<NodeState>,
+        node_boot_ids: MapPatch<String>,
+    ) -> StatusPatch {
+        fields.node_status = None;
+        fields.node_state = None;
+        fields.node_boot_ids = None;
+        StatusPatch {
+            fields,
+            node_status,
+            node_state,
+            node_boot_ids,
+        }
+    }
+
+    /// A patch that makes the status exactly `status` (a verb's whole-status write, a `PUT`
+    /// of the status subresource).
+    pub fn whole(mut status: NodeWrightStatus) -> StatusPatch {
+        let node_status = MapPatch::whole(status.node_status.take());
+        let node_state = MapPatch::whole(status.node_state.take());
+        let node_boot_ids = MapPatch::whole(status.node_boot_ids.take());
+        StatusPatch::new(status, node_status, node_state, node_boot_ids)
+    }
+
+    /// The status fields written whole (per-node maps are `None`).
+    pub fn fields(&self) -> &NodeWrightStatus {
+        &self.fields
+    }
+
+    /// Applies the patch in place; returns whether the status changed.
+    pub fn apply(&self, status: &mut NodeWrightStatus) -> bool {
+        let node_status = status.node_status.take();
+        let node_state = status.node_state.take();
+        let node_boot_ids = status.node_boot_ids.take();
+        let mut changed = *status != self.fields;
+        if changed {
+            *status = self.fields.clone();
+        }
+        status.node_status = self.node_status.apply(node_status, &mut changed);
+        status.node_state = self.node_state.apply(node_state, &mut changed);
+        status.node_boot_ids = self.node_boot_ids.apply(node_boot_ids, &mut changed);
+        changed
+    }
+
+    /// `status` (absent = empty) with the patch applied.
+    pub fn applied_to(&self, status: Option<&NodeWrightStatus>) -> NodeWrightStatus {
+        let mut out = status.cloned().unwrap_or_default();
+        self.apply(&mut out);
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,5 +641,69 @@ mod tests {
             "{}",
             &text[..20]
         );
+    }
+
+    fn status_with_nodes(nodes: &[(&str, Status)]) -> NodeWrightStatus {
+        NodeWrightStatus {
+            status: Some(Status::InProgress),
+            node_status: Some(
+                nodes
+                    .iter()
+                    .map(|(n, s)| (n.to_string(), *s))
+                    .collect(),
+            ),
+            ..NodeWrightStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_status_patch_keeps_node_entries_it_does_not_name() {
+        // Another writer added n3 after the snapshot; the pass changed n1 and dropped n2.
+        let mut live = status_with_nodes(&[
+            ("n1", Status::InProgress),
+            ("n2", Status::Complete),
+            ("n3", Status::Waiting),
+        ]);
+        let mut changes = MapPatch::default();
+        changes.set.insert("n1".into(), Some(Status::Complete));
+        changes.set.insert("n2".into(), None);
+        let fields = NodeWrightStatus {
+            status: Some(Status::Complete),
+            ..NodeWrightStatus::default()
+        };
+        let patch = StatusPatch::new(
+            fields,
+            changes,
+            MapPatch::default(),
+            MapPatch::default(),
+        );
+        assert!(patch.apply(&mut live));
+        assert_eq!(live.status, Some(Status::Complete));
+        assert_eq!(
+            live.node_status,
+            Some(BTreeMap::from([
+                ("n1".to_string(), Status::Complete),
+                ("n3".to_string(), Status::Waiting),
+            ]))
+        );
+        assert!(!patch.apply(&mut live), "a second application changes nothing");
+    }
+
+    #[test]
+    fn a_whole_status_patch_replaces_the_maps_and_writes_an_empty_map_as_absent() {
+        let live = status_with_nodes(&[("n1", Status::InProgress), ("n2", Status::Complete)]);
+        let wanted = status_with_nodes(&[("n2", Status::Complete)]);
+        let patch = StatusPatch::whole(wanted.clone());
+        assert_eq!(patch.fields().node_status, None);
+        assert_eq!(patch.applied_to(Some(&live)), wanted);
+
+        let emptied = StatusPatch::whole(NodeWrightStatus {
+            node_status: Some(BTreeMap::new()),
+            ..wanted.clone()
+        });
+        let mut out = live.clone();
+        assert!(emptied.apply(&mut out));
+        assert_eq!(out.node_status, None);
+        assert!(!emptied.apply(&mut out));
     }
 }

@@ -20,6 +20,7 @@ use nodewright_reconciler::cluster::{Cluster, Desired};
 use nodewright_reconciler::controller::Controller;
 use nodewright_reconciler::plan::{
     Action, Event, EventObject, EventType, NodePatch, NodeStateDelta, Outcome, PodRef,
+    StatusPatch,
 };
 use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::sim::http::{ServeOptions, SimServer};
@@ -497,7 +498,7 @@ async fn every_action_kind_has_its_effect_through_the_api() {
     cluster
         .execute(&Action::PatchNodeWrightStatus {
             name: "rollout".into(),
-            status: Box::new(status.clone()),
+            patch: Box::new(StatusPatch::whole(status.clone())),
         })
         .await
         .unwrap();

@@ -454,7 +454,7 @@ fn one_of_each_action() -> Vec<Action> {
         Action::DeleteConfigMap { name: "cm".into() },
         Action::PatchNodeWrightStatus {
             name: "tuning".into(),
-            status: Box::default(),
+            patch: Box::default(),
         },
         Action::PatchNodeWrightAnnotations {
             name: "tuning".into(),

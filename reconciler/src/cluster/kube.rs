@@ -842,15 +842,18 @@ impl Cluster for KubeCluster {
                     Err(e) => Err(api_error("delete configmap", e)),
                 }
             }
-            Action::PatchNodeWrightStatus { name, status } => {
+            Action::PatchNodeWrightStatus { name, patch } => {
                 for _ in 0..CONFLICT_RETRIES {
                     let current = match nodewrights.get_status(name).await {
                         Ok(nw) => nw,
                         Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
                         Err(e) => return Err(api_error("get nodewright status", e)),
                     };
+                    // The per-node maps travel as changes: apply them to the live status so
+                    // entries another writer added since the snapshot stay (§5.15).
+                    let new = patch.applied_to(current.status.as_ref());
                     let old = to_value(&current.status.clone().unwrap_or_default());
-                    let diff = merge_diff(&old, &to_value(status));
+                    let diff = merge_diff(&old, &to_value(&new));
                     if diff.as_object().is_some_and(|o| o.is_empty()) {
                         return Ok(Outcome::Done);
                     }

@@ -26,7 +26,9 @@ use nodewright_schema::{
 };
 use nodewright_schema::{keys, names};
 
-use crate::plan::{Action, Event, EventObject, EventType, NodePatch, NodeStateDelta};
+use crate::plan::{
+    Action, Event, EventObject, EventType, NodePatch, NodeStateDelta, StatusPatch,
+};
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
@@ -672,14 +674,14 @@ impl<'a> NwView<'a> {
             self.node_state_changes += 1;
         }
     }
-    /// The working status with its per-node maps, as it is written.
-    pub fn full_status(&self) -> NodeWrightStatus {
-        NodeWrightStatus {
-            node_status: self.node_status.to_map(),
-            node_state: self.node_state.to_map(),
-            node_boot_ids: self.node_boot_ids.to_map(),
-            ..self.status.clone()
-        }
+    /// The status write: the working status fields and this pass's per-node map changes.
+    fn into_status_patch(self) -> StatusPatch {
+        StatusPatch::new(
+            self.status,
+            self.node_status.into_patch(),
+            self.node_state.into_patch(),
+            self.node_boot_ids.into_patch(),
+        )
     }
     /// `disable` annotation (§5.11).
     pub fn disabled(&self) -> bool {
@@ -1345,7 +1347,7 @@ impl<'a> PassCtx<'a> {
         }
         wrote |= !node_conditions.is_empty();
         actions.extend(node_conditions);
-        for v in &nws {
+        for v in nws {
             let original =
                 v.nw.status
                     .as_ref()
@@ -1355,7 +1357,7 @@ impl<'a> PassCtx<'a> {
                 wrote = true;
                 actions.push(Action::PatchNodeWrightStatus {
                     name: v.name.to_string(),
-                    status: Box::new(v.full_status()),
+                    patch: Box::new(v.into_status_patch()),
                 });
             }
         }

@@ -3,10 +3,12 @@
 //!
 //! These maps hold one entry per selected node, so copying them at the start of every pass
 //! was the largest cost of building the pass (10,000 nodes × 5 NodeWrights). The pass reads
-//! the snapshot's map in place and records only what it changes; the full map is built once,
-//! at the end, for a NodeWright whose status is written.
+//! the snapshot's map in place and records only what it changes, and the status write
+//! carries only those changes ([`MapPatch`]).
 
 use std::collections::BTreeMap;
+
+use crate::plan::MapPatch;
 
 /// The snapshot's map plus this pass's changes.
 #[derive(Clone, Debug)]
@@ -117,25 +119,12 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
         gone.len()
     }
 
-    /// The map as the status will carry it (`None` when empty, as upstream omits it).
-    pub fn to_map(&self) -> Option<BTreeMap<String, V>> {
-        // Cloning the snapshot's map whole and applying the few changes is much cheaper than
-        // rebuilding it entry by entry.
-        let mut map = match self.base {
-            Some(base) if !self.cleared => base.clone(),
-            _ => BTreeMap::new(),
-        };
-        for (k, change) in &self.changes {
-            match change {
-                Some(v) => {
-                    map.insert(k.clone(), v.clone());
-                }
-                None => {
-                    map.remove(k);
-                }
-            }
+    /// This pass's changes, as the status write carries them (§5.15).
+    pub fn into_patch(self) -> MapPatch<V> {
+        MapPatch {
+            replace: self.cleared,
+            set: self.changes,
         }
-        (!map.is_empty()).then_some(map)
     }
 }
 
@@ -163,6 +152,11 @@ impl<'k, A: Iterator<Item = &'k str>, B: Iterator<Item = &'k str>> Iterator
 mod tests {
     use super::*;
 
+    /// The map a status write of `m` leaves, when the live map is the snapshot's.
+    fn written(m: &NodeMap<'_, i32>) -> Option<BTreeMap<String, i32>> {
+        m.clone().into_patch().apply(m.base.cloned(), &mut false)
+    }
+
     fn base() -> BTreeMap<String, i32> {
         [("a", 1), ("c", 3), ("e", 5)]
             .into_iter()
@@ -181,12 +175,12 @@ mod tests {
         assert!(m.remove("e"));
         assert!(!m.remove("zz"));
         assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
-        let out = m.to_map().unwrap();
+        let out = written(&m).unwrap();
         assert_eq!(out.get("c"), Some(&30));
         assert_eq!(out.len(), 3);
         // Setting back the snapshot's value drops the override.
         assert!(m.set("c", &3));
-        assert_eq!(m.to_map().unwrap().get("c"), Some(&3));
+        assert_eq!(written(&m).unwrap().get("c"), Some(&3));
     }
 
     #[test]
@@ -196,9 +190,9 @@ mod tests {
         assert!(m.clear());
         assert!(!m.clear());
         assert_eq!(m.get("a"), None);
-        assert_eq!(m.to_map(), None);
+        assert_eq!(written(&m), None);
         assert!(m.set("a", &1));
-        assert_eq!(m.to_map().unwrap().len(), 1);
+        assert_eq!(written(&m).unwrap().len(), 1);
     }
 
     #[test]
@@ -210,7 +204,7 @@ mod tests {
         assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "d"]);
         assert_eq!(m.retain(|_| false), 2);
         assert!(m.is_empty());
-        assert_eq!(m.to_map(), None);
+        assert_eq!(written(&m), None);
         let mut absent: NodeMap<'_, i32> = NodeMap::new(None);
         assert!(absent.is_empty());
         assert!(absent.set("x", &1));

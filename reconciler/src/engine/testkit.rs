@@ -466,13 +466,13 @@ pub fn apply(snap: &mut Snapshot, plan: &crate::plan::Plan) {
                     spec.unschedulable = Some(u);
                 }
             }
-            Action::PatchNodeWrightStatus { name, status } => {
+            Action::PatchNodeWrightStatus { name, patch } => {
                 if let Some(nw) = snap
                     .nodewrights
                     .iter_mut()
                     .find(|n| n.metadata.name.as_deref() == Some(name))
                 {
-                    nw.status = Some((**status).clone());
+                    patch.apply(nw.status.get_or_insert_with(Default::default));
                 }
             }
             Action::PatchNodeConditions { node, set, remove } => {

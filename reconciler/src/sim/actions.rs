@@ -195,13 +195,13 @@ impl SimCluster {
                     None => Outcome::NotFound,
                 }
             }
-            Action::PatchNodeWrightStatus { name, status } => {
+            Action::PatchNodeWrightStatus { name, patch } => {
                 let rv = self.next_rv();
                 let Some(nw) = self.nodewrights.get_mut(name) else {
                     return Ok(Outcome::NotFound);
                 };
-                if nw.status.as_ref() != Some(status) {
-                    nw.status = Some((**status).clone());
+                let had = nw.status.is_some();
+                if patch.apply(nw.status.get_or_insert_with(Default::default)) || !had {
                     nw.metadata.resource_version = Some(rv);
                 }
                 Outcome::Done

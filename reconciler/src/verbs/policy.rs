@@ -59,9 +59,10 @@ mod tests {
             ..Snapshot::default()
         };
         let plan = plan_reset(&snap, "tuning").unwrap();
-        let Action::PatchNodeWrightStatus { status, .. } = &plan.actions[0] else {
+        let Action::PatchNodeWrightStatus { patch, .. } = &plan.actions[0] else {
             panic!()
         };
+        let status = patch.fields();
         assert_eq!(
             status.compartment_statuses.as_ref().unwrap()["a"].batch_state,
             Some(BatchState::reset())

@@ -10,7 +10,7 @@ use nodewright_schema::{BatchState, NodeWright, NodeWrightStatus, keys};
 use super::{
     NodePatterns, VerbError, VerbPlan, node_annotation, node_name, node_state_of, selects,
 };
-use crate::plan::{Action, NodePatch, NodeStateDelta};
+use crate::plan::{Action, MapPatch, NodePatch, NodeStateDelta, StatusPatch};
 use crate::snapshot::Snapshot;
 
 /// Options of `reset <nw>`.
@@ -311,7 +311,13 @@ pub fn reset_batch_state(plan: &mut VerbPlan, nw: &NodeWright, clear_order: bool
     if nw.status.as_ref() != Some(&status) {
         plan.actions.push(Action::PatchNodeWrightStatus {
             name: nw.name().to_string(),
-            status: Box::new(status),
+            // The per-node maps are the controller's; a reset leaves them as they are live.
+            patch: Box::new(StatusPatch::new(
+                status,
+                MapPatch::default(),
+                MapPatch::default(),
+                MapPatch::default(),
+            )),
         });
     }
     had_compartments
@@ -443,9 +449,10 @@ mod tests {
         )]));
         let snap = snapshot(vec![], vec![nw]);
         let plan = plan_reset(&snap, "tuning", &ResetOptions::default()).unwrap();
-        let Action::PatchNodeWrightStatus { status, .. } = &plan.actions[0] else {
+        let Action::PatchNodeWrightStatus { patch, .. } = &plan.actions[0] else {
             panic!()
         };
+        let status = patch.fields();
         assert_eq!(status.node_order_offset, Some(0));
         assert_eq!(
             status.compartment_statuses.as_ref().unwrap()["__default__"].batch_state,

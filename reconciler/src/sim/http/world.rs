@@ -26,7 +26,7 @@ use super::error::ApiError;
 use super::resources::{self, RESOURCES, Rid};
 use super::select::Selectors;
 use crate::cluster::ClusterError;
-use crate::plan::{Action, NodePatch, Outcome};
+use crate::plan::{Action, NodePatch, Outcome, StatusPatch};
 use crate::sim::{EvictionError, NodeInput, PdbInput, SimCluster, util};
 
 /// `(namespace or "", name)`.
@@ -869,7 +869,7 @@ impl Inner {
                     .sim
                     .execute(&Action::PatchNodeWrightStatus {
                         name: name.to_string(),
-                        status: Box::new(after.status.unwrap_or_default()),
+                        patch: Box::new(StatusPatch::whole(after.status.unwrap_or_default())),
                     })
                     .map_err(sim_error)?;
                 outcome_error(outcome, rid, name)
