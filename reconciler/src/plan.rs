@@ -646,12 +646,7 @@ mod tests {
     fn status_with_nodes(nodes: &[(&str, Status)]) -> NodeWrightStatus {
         NodeWrightStatus {
             status: Some(Status::InProgress),
-            node_status: Some(
-                nodes
-                    .iter()
-                    .map(|(n, s)| (n.to_string(), *s))
-                    .collect(),
-            ),
+            node_status: Some(nodes.iter().map(|(n, s)| (n.to_string(), *s)).collect()),
             ..NodeWrightStatus::default()
         }
     }
@@ -671,12 +666,7 @@ mod tests {
             status: Some(Status::Complete),
             ..NodeWrightStatus::default()
         };
-        let patch = StatusPatch::new(
-            fields,
-            changes,
-            MapPatch::default(),
-            MapPatch::default(),
-        );
+        let patch = StatusPatch::new(fields, changes, MapPatch::default(), MapPatch::default());
         assert!(patch.apply(&mut live));
         assert_eq!(live.status, Some(Status::Complete));
         assert_eq!(
@@ -686,7 +676,10 @@ mod tests {
                 ("n3".to_string(), Status::Waiting),
             ]))
         );
-        assert!(!patch.apply(&mut live), "a second application changes nothing");
+        assert!(
+            !patch.apply(&mut live),
+            "a second application changes nothing"
+        );
     }
 
     #[test]

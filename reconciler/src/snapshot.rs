@@ -5,6 +5,7 @@
 //! anything else: no clock, no API, no files.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -20,8 +21,11 @@ pub struct Snapshot {
     pub nodewrights: Vec<NodeWright>,
     /// Every DeploymentPolicy.
     pub policies: Vec<DeploymentPolicy>,
-    /// Every Node.
-    pub nodes: Vec<Node>,
+    /// Every Node. Shared, so an adapter hands over the same allocation for a node that did
+    /// not change since its last snapshot, and a cache that holds the `Arc` can tell, exactly,
+    /// that nothing in it changed (`Arc::ptr_eq`; a writer must `Arc::make_mut`, which copies
+    /// while the cache still holds the old one).
+    pub nodes: Vec<Arc<Node>>,
     /// Jobs in the operator namespace carrying the NodeWright `name` label.
     pub jobs: Vec<Job>,
     /// Pods the lifecycle looks at: package pods in the operator namespace, and workload pods

@@ -19,8 +19,7 @@ use nodewright_reconciler::cluster::sim::{SimAdapter, block_on};
 use nodewright_reconciler::cluster::{Cluster, Desired};
 use nodewright_reconciler::controller::Controller;
 use nodewright_reconciler::plan::{
-    Action, Event, EventObject, EventType, NodePatch, NodeStateDelta, Outcome, PodRef,
-    StatusPatch,
+    Action, Event, EventObject, EventType, NodePatch, NodeStateDelta, Outcome, PodRef, StatusPatch,
 };
 use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::sim::http::{ServeOptions, SimServer};

@@ -1019,7 +1019,10 @@ mod tests {
                     &[("pool", "gpu")],
                     &[("nodewright.nvidia.com/status_gpu", "complete")],
                 ),
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             nodewrights: vec![nodewright("gpu", &[("pool", "gpu")], &[("pkg", "1.0.0")])],
             ..Snapshot::default()
         }

@@ -593,7 +593,9 @@ fn disruption_budget_message(e: &kube::Error) -> Option<String> {
 
 impl Cluster for KubeCluster {
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
-        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        // The reflector replaces a node's `Arc` when it changes, so an unchanged node reaches the
+        // engine as the same allocation as last pass (see `Snapshot::nodes`).
+        let nodes: Vec<Arc<Node>> = self.nodes.state();
         let under_drain: BTreeSet<String> = nodes
             .iter()
             .filter(|n| {

@@ -9,6 +9,7 @@ use nodewright_schema::keys::{self, condition, reason};
 use nodewright_schema::{State, Status};
 
 use super::context::PassCtx;
+use super::state_cache::NodeFact;
 use crate::plan::Action;
 use crate::settings::constants::{CONDITION_NODE_LIST_CAP, MALFORMED_NODE_LIST_CAP};
 
@@ -266,21 +267,40 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
                     &erroring_msg,
                 ),
             ];
-            let existing = node
-                .node()
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref());
-            for (type_, on, why, msg) in wanted {
+            // Whether each condition already reads as wanted depends only on the snapshot's
+            // node object and on (complete, erroring): remembered across passes per node.
+            let input = u8::from(complete) | u8::from(erroring) << 1;
+            let memo = node.memo();
+            let current =
+                match memo.and_then(|m| m.get(view.name, NodeFact::ConditionsCurrent, input)) {
+                    Some(bits) => bits,
+                    None => {
+                        let existing = node
+                            .node()
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref());
+                        let mut bits = 0;
+                        for (i, (type_, on, why, msg)) in wanted.iter().enumerate() {
+                            let status = if *on { "True" } else { "False" };
+                            let same = existing
+                                .and_then(|l| l.iter().find(|c| &c.type_ == *type_))
+                                .is_some_and(|c| {
+                                    c.reason.as_deref() == Some(*why)
+                                        && c.status == status
+                                        && c.message.as_deref() == Some(msg.as_str())
+                                });
+                            bits |= u8::from(same) << i;
+                        }
+                        if let Some(m) = memo {
+                            m.remember(view.name, NodeFact::ConditionsCurrent, input, bits);
+                        }
+                        bits
+                    }
+                };
+            for (i, (type_, on, why, msg)) in wanted.into_iter().enumerate() {
                 let status = if on { "True" } else { "False" };
-                let same = existing
-                    .and_then(|l| l.iter().find(|c| &c.type_ == type_))
-                    .is_some_and(|c| {
-                        c.reason.as_deref() == Some(why)
-                            && c.status == status
-                            && c.message.as_deref() == Some(msg.as_str())
-                    });
-                if !same {
+                if current & (1 << i) == 0 {
                     per_node.entry(n).or_default().push(NodeCondition {
                         type_: type_.clone(),
                         status: status.to_string(),

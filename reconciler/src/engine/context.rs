@@ -26,16 +26,14 @@ use nodewright_schema::{
 };
 use nodewright_schema::{keys, names};
 
-use crate::plan::{
-    Action, Event, EventObject, EventType, NodePatch, NodeStateDelta, StatusPatch,
-};
+use crate::plan::{Action, Event, EventObject, EventType, NodePatch, NodeStateDelta, StatusPatch};
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::complete::CompletionInputs;
 use super::jobs::{self, PackageAnnotation};
 use super::node_map::NodeMap;
-use super::state_cache::{CachedStates, ParsedState, StateCache};
+use super::state_cache::{CachedStates, NodeMemo, ParsedState, StateCache};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +130,11 @@ pub struct NodeWork<'a> {
     writes: u32,
     /// Per NodeWright name, sorted by name; parsed on first use.
     states: Vec<(Cow<'a, str>, StateSlot)>,
+    /// Values derived from the snapshot's node object, shared with the caller's cache (absent
+    /// without one).
+    memo: Option<Arc<NodeMemo>>,
+    /// The cache's memo was made for this very node object, so its parses are this node's.
+    unchanged: bool,
 }
 
 impl<'a> NodeWork<'a> {
@@ -151,7 +154,15 @@ impl<'a> NodeWork<'a> {
             dirty: false,
             writes: 0,
             states: Vec::new(),
+            memo: None,
+            unchanged: false,
         }
+    }
+
+    /// Values derived from the snapshot's node object alone, remembered across passes; `None`
+    /// without a cache. Facts about the working copy must not go through it.
+    pub fn memo(&self) -> Option<&NodeMemo> {
+        self.memo.as_deref()
     }
 
     /// The node as the snapshot holds it.
@@ -169,6 +180,10 @@ impl<'a> NodeWork<'a> {
     /// Current (working) annotation value.
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.get(key).map(String::as_str)
+    }
+    /// Whether this pass wrote the annotations (they may no longer read as the snapshot's).
+    pub fn annotations_written(&self) -> bool {
+        matches!(self.annotations, Cow::Owned(_))
     }
     /// All working annotations.
     pub fn annotations(&self) -> &BTreeMap<String, String> {
@@ -312,9 +327,16 @@ impl<'a> NodeWork<'a> {
             .as_ref()
             .and_then(|a| a.get(key))
             .map(String::as_str);
+        let unchanged = self.unchanged;
         let original = raw.map(|raw| {
             cache
-                .and_then(|c| c.get(nw, raw))
+                .and_then(|c| {
+                    if unchanged {
+                        c.get_unchanged(nw)
+                    } else {
+                        c.get(nw, raw)
+                    }
+                })
                 .unwrap_or_else(|| Arc::new(ParsedState::parse(raw)))
         });
         self.states
@@ -959,7 +981,7 @@ impl<'a> PassCtx<'a> {
         cache: Option<&StateCache>,
     ) -> PassCtx<'a> {
         let runtime_taint = settings.runtime_required_taint();
-        let mut nodes: Vec<NodeWork<'a>> = snap.nodes.iter().map(NodeWork::new).collect();
+        let mut nodes: Vec<NodeWork<'a>> = snap.nodes.iter().map(|n| NodeWork::new(n)).collect();
         let node_ids: FxHashMap<&'a str, usize> =
             nodes.iter().enumerate().map(|(i, n)| (n.name, i)).collect();
         let mut label_collision = node_ids.len() != nodes.len();
@@ -996,6 +1018,13 @@ impl<'a> PassCtx<'a> {
             Some(c) => nodes.iter().map(|n| c.node(n.name)).collect(),
             None => Vec::new(),
         };
+        if cache.is_some() {
+            for ((work, node), entry) in nodes.iter_mut().zip(&snap.nodes).zip(&cached) {
+                let hit = entry.and_then(|c| c.memo_for(node));
+                work.unchanged = hit.is_some();
+                work.memo = Some(hit.unwrap_or_else(|| Arc::new(NodeMemo::new(node))));
+            }
+        }
         let mut nws = Vec::with_capacity(nw_refs.len());
         for nw in nw_refs {
             let name = nw.name();
@@ -1095,10 +1124,13 @@ impl<'a> PassCtx<'a> {
 
     /// Hands the node-state annotations this pass read to `cache`, for the next pass.
     pub fn fill_cache(&self, cache: &mut StateCache) {
-        cache.retain_pass(
+        cache.retain_pass_with_memos(
             self.nodes
                 .iter()
                 .flat_map(|n| n.read_states().map(move |(nw, p)| (n.name, nw, p))),
+            self.nodes
+                .iter()
+                .filter_map(|n| n.memo.as_ref().map(|m| (n.name, m))),
         );
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
     }

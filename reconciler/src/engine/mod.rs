@@ -48,6 +48,7 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use context::{Flow, NodeWorkResult, PassCtx};
+use state_cache::NodeFact;
 pub use state_cache::StateCache;
 
 /// A preamble hook that may end the pass.
@@ -309,8 +310,22 @@ fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
     let version = ctx.settings.operator_version.clone();
     for n in ctx.nws[nw].selected.clone() {
         let node = ctx.node_mut(n);
-        if node.state_present(name) && node.annotation(&key).is_none() {
+        if node.state_present(name) && !version_stamped(node, name, &key) {
             node.set_annotation(key.clone(), version.clone());
         }
     }
+}
+
+/// Whether the node's working annotations carry `key` (its `version_<nw>`); remembered
+/// across passes for an unchanged node whose annotations this pass has not written.
+fn version_stamped(node: &context::NodeWork<'_>, nw: &str, key: &str) -> bool {
+    let memo = node.memo().filter(|_| !node.annotations_written());
+    if let Some(known) = memo.and_then(|m| m.get(nw, NodeFact::VersionStamped, 0)) {
+        return known != 0;
+    }
+    let stamped = node.annotation(key).is_some();
+    if let Some(m) = memo {
+        m.remember(nw, NodeFact::VersionStamped, 0, u8::from(stamped));
+    }
+    stamped
 }

@@ -18,6 +18,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use k8s_openapi::api::core::v1::Node;
 use rustc_hash::FxHashMap;
 
 use nodewright_schema::node_state::MalformedNodeState;
@@ -96,6 +97,83 @@ impl ParsedState {
     }
 }
 
+/// What a derived value of a node is: the kinds [`NodeMemo`] remembers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeFact {
+    /// Which of the NodeWright's two node conditions already read as wanted (§4.5), for one
+    /// combination of the node's completion and erroring.
+    ConditionsCurrent,
+    /// Whether the snapshot node carries the NodeWright's `version_<nw>` annotation (§4.1).
+    VersionStamped,
+}
+
+/// Values derived from one node object alone, per NodeWright, kept from pass to pass while the
+/// snapshot hands over the same object.
+///
+/// The key is the node's `Arc` (`Arc::ptr_eq`): the memo holds it, so its allocation cannot be
+/// reused for another value, and a writer of a shared node must copy it (`Arc::make_mut`).
+/// Each fact is remembered under a small `input` (what else it depends on, encoded by its
+/// reader), so a memo can never answer for inputs it was not computed from.
+#[derive(Debug)]
+pub struct NodeMemo {
+    node: Arc<Node>,
+    facts: Mutex<Vec<RememberedFact>>,
+}
+
+/// One fact of a [`NodeMemo`].
+#[derive(Debug)]
+struct RememberedFact {
+    nodewright: Box<str>,
+    fact: NodeFact,
+    input: u8,
+    value: u8,
+}
+
+impl NodeMemo {
+    /// An empty memo for this node object.
+    pub fn new(node: &Arc<Node>) -> NodeMemo {
+        NodeMemo {
+            node: Arc::clone(node),
+            facts: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether this memo was made for exactly this node object.
+    pub fn is_for(&self, node: &Arc<Node>) -> bool {
+        Arc::ptr_eq(&self.node, node)
+    }
+
+    /// The value remembered for this NodeWright, fact and input.
+    pub fn get(&self, nodewright: &str, fact: NodeFact, input: u8) -> Option<u8> {
+        // A poisoned lock only means a panic elsewhere; the list itself is always whole.
+        let facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
+        facts
+            .iter()
+            .find(|f| f.fact == fact && f.input == input && &*f.nodewright == nodewright)
+            .map(|f| f.value)
+    }
+
+    /// Remembers a value (replacing the one for another input).
+    pub fn remember(&self, nodewright: &str, fact: NodeFact, input: u8, value: u8) {
+        let mut facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
+        match facts
+            .iter_mut()
+            .find(|f| f.fact == fact && &*f.nodewright == nodewright)
+        {
+            Some(slot) => {
+                slot.input = input;
+                slot.value = value;
+            }
+            None => facts.push(RememberedFact {
+                nodewright: nodewright.into(),
+                fact,
+                input,
+                value,
+            }),
+        }
+    }
+}
+
 /// The cached annotations of one node, per NodeWright name.
 #[derive(Debug, Default)]
 struct CachedNode {
@@ -103,6 +181,8 @@ struct CachedNode {
     seen: u64,
     /// NodeWright name, parsed annotation, pass counter value when last used.
     states: Vec<(String, Arc<ParsedState>, u64)>,
+    /// What the last pass derived from the node object it saw.
+    memo: Option<Arc<NodeMemo>>,
 }
 
 /// The cached annotations of one node, from [`StateCache::node`].
@@ -117,6 +197,22 @@ impl CachedStates<'_> {
             .iter()
             .find(|(nw, parsed, _)| nw == nodewright && parsed.raw == raw)
             .map(|(_, parsed, _)| Arc::clone(parsed))
+    }
+
+    /// The parse cached for this NodeWright, which is the parse of its annotation whenever
+    /// [`CachedStates::memo_for`] answers for the node: every parse of the entry was read from
+    /// the node object the memo holds.
+    pub fn get_unchanged(&self, nodewright: &str) -> Option<Arc<ParsedState>> {
+        self.0
+            .states
+            .iter()
+            .find(|(nw, _, _)| nw == nodewright)
+            .map(|(_, parsed, _)| Arc::clone(parsed))
+    }
+
+    /// The last pass's memo, when it was made for exactly this node object.
+    pub fn memo_for(&self, node: &Arc<Node>) -> Option<Arc<NodeMemo>> {
+        self.0.memo.as_ref().filter(|m| m.is_for(node)).cloned()
     }
 }
 
@@ -185,8 +281,36 @@ impl StateCache {
         &mut self,
         read: impl IntoIterator<Item = (&'s str, &'s str, &'s Arc<ParsedState>)>,
     ) {
+        self.retain_pass_with_memos(read, std::iter::empty());
+    }
+
+    /// [`StateCache::retain_pass`], also keeping each node's memo of this pass (and dropping
+    /// those of nodes it does not name). A memo is kept only with the parses read from the
+    /// same node object, which [`CachedStates::get_unchanged`] relies on.
+    pub fn retain_pass_with_memos<'s>(
+        &mut self,
+        read: impl IntoIterator<Item = (&'s str, &'s str, &'s Arc<ParsedState>)>,
+        memos: impl IntoIterator<Item = (&'s str, &'s Arc<NodeMemo>)>,
+    ) {
         self.pass += 1;
         let pass = self.pass;
+        for node in self.nodes.values_mut() {
+            node.memo = None;
+        }
+        for (node, memo) in memos {
+            let entry = match self.nodes.get_mut(node) {
+                Some(entry) => entry,
+                None => self.nodes.entry(node.to_string()).or_default(),
+            };
+            if entry.seen == pass {
+                // Two nodes of one name (only a hand-built snapshot has them): the entry's
+                // parses may come from either, so no memo may vouch for them.
+                entry.memo = None;
+                continue;
+            }
+            entry.seen = pass;
+            entry.memo = Some(Arc::clone(memo));
+        }
         for (node, nodewright, parsed) in read {
             let entry = match self.nodes.get_mut(node) {
                 Some(entry) => entry,
@@ -207,7 +331,7 @@ impl StateCache {
         }
         self.nodes.retain(|_, n| {
             n.states.retain(|(_, _, seen)| *seen == pass);
-            n.seen == pass && !n.states.is_empty()
+            n.seen == pass && (!n.states.is_empty() || n.memo.is_some())
         });
     }
 }
@@ -227,8 +351,9 @@ mod tests {
     thread_local! {
         /// The cache carried from pass to pass (and scenario to scenario) by `cold_and_warm`.
         static CACHE: RefCell<StateCache> = RefCell::new(StateCache::new());
-        /// Passes compared, and of those, annotations served from the cache.
-        static COUNTS: RefCell<(usize, usize)> = const { RefCell::new((0, 0)) };
+        /// Passes compared, annotations served from the cache, and nodes whose memo was
+        /// still theirs (the same object as the pass before).
+        static COUNTS: RefCell<(usize, usize, usize)> = const { RefCell::new((0, 0, 0)) };
     }
 
     /// The scenario runner's reconcile: every pass runs cold (no cache) and warm (the cache
@@ -248,26 +373,31 @@ mod tests {
         COUNTS.with(|c| {
             let mut c = c.borrow_mut();
             c.0 += 1;
-            c.1 += hits;
+            c.1 += hits.0;
+            c.2 += hits.1;
         });
         warm
     }
 
-    /// Node-state annotations of the snapshot the cache can serve as they are.
-    fn hits(cache: &StateCache, snapshot: &Snapshot) -> usize {
-        let mut n = 0;
+    /// Node-state annotations of the snapshot the cache can serve as they are, and nodes
+    /// whose memo the cache still holds for the very same object.
+    fn hits(cache: &StateCache, snapshot: &Snapshot) -> (usize, usize) {
+        let (mut annotations, mut memos) = (0, 0);
         for node in &snapshot.nodes {
             let name = node.metadata.name.as_deref().unwrap_or_default();
+            if cache.node(name).and_then(|c| c.memo_for(node)).is_some() {
+                memos += 1;
+            }
             for nw in &snapshot.nodewrights {
                 let key = nodewright_schema::keys::node_state(nw.name());
                 if let Some(raw) = node.metadata.annotations.as_ref().and_then(|a| a.get(&key))
                     && cache.get(name, nw.name(), raw).is_some()
                 {
-                    n += 1;
+                    annotations += 1;
                 }
             }
         }
-        n
+        (annotations, memos)
     }
 
     #[test]
@@ -281,11 +411,15 @@ mod tests {
             // Divergence panics inside the pass; scenario verdicts are the corpus test's job.
             let _ = crate::scenario::run_file(file, &hooks);
         }
-        let (passes, hits) = COUNTS.with(|c| *c.borrow());
+        let (passes, hits, memos) = COUNTS.with(|c| *c.borrow());
         assert!(passes > 1000, "only {passes} passes compared");
         assert!(
             hits > passes,
             "the cache served only {hits} annotations over {passes} passes"
+        );
+        assert!(
+            memos > passes,
+            "only {memos} node memos carried over {passes} passes"
         );
     }
 
@@ -363,5 +497,107 @@ mod tests {
         assert_eq!(cache.len(), 1);
         cache.retain_pass(std::iter::empty());
         assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn a_node_memo_answers_only_for_the_very_node_object_it_was_made_for() {
+        use k8s_openapi::api::core::v1::Node;
+        let node = Arc::new(crate::engine::testkit::node("n1").build());
+        let memo = Arc::new(NodeMemo::new(&node));
+        memo.remember("nw", NodeFact::ConditionsCurrent, 1, 3);
+        assert_eq!(memo.get("nw", NodeFact::ConditionsCurrent, 1), Some(3));
+        assert_eq!(
+            memo.get("nw", NodeFact::ConditionsCurrent, 2),
+            None,
+            "other input"
+        );
+        assert_eq!(memo.get("other", NodeFact::ConditionsCurrent, 1), None);
+        assert_eq!(memo.get("nw", NodeFact::VersionStamped, 1), None);
+        memo.remember("nw", NodeFact::ConditionsCurrent, 2, 0);
+        assert_eq!(
+            memo.get("nw", NodeFact::ConditionsCurrent, 1),
+            None,
+            "replaced"
+        );
+
+        let state = parsed("{}");
+        let mut cache = StateCache::new();
+        cache.retain_pass_with_memos([("n1", "nw", &state)], [("n1", &memo)]);
+        let entry = cache.node("n1").expect("cached");
+        assert!(entry.memo_for(&node).is_some());
+        assert!(entry.get_unchanged("nw").is_some());
+        // An equal copy, or the node changed through `make_mut` while the cache holds it, is
+        // another object: the memo does not answer for it.
+        let copy: Arc<Node> = Arc::new((*node).clone());
+        assert!(entry.memo_for(&copy).is_none());
+        let mut written = Arc::clone(&node);
+        Arc::make_mut(&mut written)
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("k".into(), "v".into());
+        assert!(entry.memo_for(&written).is_none());
+
+        // Two nodes of one name: neither memo may vouch for the entry's parses.
+        let twin = Arc::new(NodeMemo::new(&copy));
+        cache.retain_pass_with_memos([("n1", "nw", &state)], [("n1", &memo), ("n1", &twin)]);
+        let entry = cache.node("n1").expect("cached");
+        assert!(entry.memo_for(&node).is_none() && entry.memo_for(&copy).is_none());
+        // A pass that does not name the node drops its memo.
+        cache.retain_pass([("n1", "nw", &state)]);
+        assert!(cache.node("n1").and_then(|e| e.memo_for(&node)).is_none());
+    }
+
+    #[test]
+    fn a_warm_pass_sees_a_node_changed_behind_the_cache() {
+        use crate::engine::testkit::{apply, node, nw, settings, world};
+        let mut snap = world()
+            .node(node("n1"))
+            .node(node("n2"))
+            .nw(nw("a").package("p", "1.0.0"))
+            .build();
+        let settings = settings();
+        let mut cache = StateCache::new();
+        for _ in 0..3 {
+            let plan = reconcile_cached(&snap, &settings, &mut cache);
+            assert_eq!(plan, reconcile(&snap, &settings));
+            apply(&mut snap, &plan);
+        }
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        assert!(
+            cache
+                .node("n1")
+                .and_then(|e| e.memo_for(&snap.nodes[0]))
+                .is_some(),
+            "the cache remembers n1 as this pass saw it"
+        );
+        // Someone else drops n1's version stamp and its node conditions.
+        let n1 = Arc::make_mut(&mut snap.nodes[0]);
+        let version = nodewright_schema::keys::node_version("a");
+        assert!(
+            n1.metadata
+                .annotations
+                .as_mut()
+                .and_then(|a| a.remove(&version))
+                .is_some(),
+            "the first passes stamped the version"
+        );
+        n1.status = None;
+        let warm = reconcile_cached(&snap, &settings, &mut cache);
+        assert_eq!(warm, reconcile(&snap, &settings));
+        let restores = |action: &crate::plan::Action| match action {
+            crate::plan::Action::PatchNode(p) => {
+                p.node == "n1" && p.annotations.contains_key(&version)
+            }
+            _ => false,
+        };
+        assert!(warm.actions.iter().any(restores), "{:#?}", warm.actions);
+        assert!(
+            warm.actions.iter().any(|a| matches!(
+                a,
+                crate::plan::Action::PatchNodeConditions { node, .. } if node == "n1"
+            )),
+            "the node conditions are written again"
+        );
     }
 }

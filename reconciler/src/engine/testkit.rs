@@ -2,6 +2,7 @@
 //! snapshot to run a pass over. Shared by both halves of the engine.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -352,7 +353,7 @@ pub fn world() -> World {
 impl World {
     /// Adds a node.
     pub fn node(mut self, n: NodeB) -> Self {
-        self.0.nodes.push(n.build());
+        self.0.nodes.push(Arc::new(n.build()));
         self
     }
     /// Adds `count` nodes `n0..` created one second apart, with an optional label.
@@ -362,7 +363,7 @@ impl World {
             if let Some((k, v)) = label {
                 b = b.label(k, v);
             }
-            self.0.nodes.push(b.build());
+            self.0.nodes.push(Arc::new(b.build()));
         }
         self
     }
@@ -416,6 +417,7 @@ pub fn apply(snap: &mut Snapshot, plan: &crate::plan::Plan) {
                 else {
                     continue;
                 };
+                let n = Arc::make_mut(n);
                 let ann = n.metadata.annotations.get_or_insert_with(BTreeMap::new);
                 for (k, v) in &p.annotations {
                     match v {
@@ -483,6 +485,7 @@ pub fn apply(snap: &mut Snapshot, plan: &crate::plan::Plan) {
                 else {
                     continue;
                 };
+                let n = Arc::make_mut(n);
                 let list = n
                     .status
                     .get_or_insert_with(NodeStatus::default)
@@ -553,6 +556,7 @@ pub fn fake_work(
 pub fn finish_jobs(snap: &mut Snapshot, nw: &str, fail: impl Fn(&str) -> bool) {
     let key = keys::node_state(nw);
     for n in &mut snap.nodes {
+        let n = Arc::make_mut(n);
         let name = n.metadata.name.clone().unwrap_or_default();
         let Some(ann) = n.metadata.annotations.as_mut() else {
             continue;

@@ -23,6 +23,7 @@ mod workload;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -274,7 +275,7 @@ impl SimCluster {
         refresh(&mut snapshot.policies, self.policies.values(), |p| {
             &p.metadata
         });
-        refresh(&mut snapshot.nodes, self.nodes.values(), |n| &n.metadata);
+        refresh_shared(&mut snapshot.nodes, self.nodes.values(), |n| &n.metadata);
         refresh(
             &mut snapshot.jobs,
             self.jobs.values().filter(|j| {
@@ -410,6 +411,34 @@ fn refresh<'a, T: Clone + 'a>(
     current: impl Iterator<Item = &'a T>,
     meta: impl Fn(&T) -> &ObjectMeta,
 ) {
+    refresh_held(old, current, meta, |held| held, T::clone);
+}
+
+/// [`refresh`] for objects the snapshot shares (`Arc`): an unchanged object stays the same
+/// allocation, which is what lets the engine's cache recognise it.
+fn refresh_shared<'a, T: Clone + 'a>(
+    old: &mut Vec<Arc<T>>,
+    current: impl Iterator<Item = &'a T>,
+    meta: impl Fn(&T) -> &ObjectMeta,
+) {
+    refresh_held(
+        old,
+        current,
+        meta,
+        |held| &**held,
+        |object| Arc::new(object.clone()),
+    );
+}
+
+/// Rebuilds `old` in the order of `current`, keeping each held object whose key, uid and
+/// resourceVersion are unchanged and making a fresh one (`hold`) otherwise.
+fn refresh_held<'a, T: 'a, H>(
+    old: &mut Vec<H>,
+    current: impl Iterator<Item = &'a T>,
+    meta: impl Fn(&T) -> &ObjectMeta,
+    view: impl Fn(&H) -> &T,
+    hold: impl Fn(&T) -> H,
+) {
     fn key(m: &ObjectMeta) -> (&str, &str) {
         (
             m.namespace.as_deref().unwrap_or_default(),
@@ -419,14 +448,14 @@ fn refresh<'a, T: Clone + 'a>(
     let mut previous = std::mem::take(old).into_iter().peekable();
     for object in current {
         let m = meta(object);
-        while previous.peek().is_some_and(|p| key(meta(p)) < key(m)) {
+        while previous.peek().is_some_and(|p| key(meta(view(p))) < key(m)) {
             previous.next();
         }
         let reused = previous.next_if(|p| {
-            let pm = meta(p);
+            let pm = meta(view(p));
             key(pm) == key(m) && pm.uid == m.uid && pm.resource_version == m.resource_version
         });
-        old.push(reused.unwrap_or_else(|| object.clone()));
+        old.push(reused.unwrap_or_else(|| hold(object)));
     }
 }
 

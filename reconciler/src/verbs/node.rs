@@ -221,7 +221,10 @@ mod tests {
             nodes: vec![
                 node("n1", &[], &[]),
                 node("n2", &[("nodewright.nvidia.com/ignore", "true")], &[]),
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             ..Snapshot::default()
         };
         let all = NodePatterns::new(&["n.*".into()]).unwrap();
@@ -259,7 +262,7 @@ mod tests {
             ],
         ));
         let snap = Snapshot {
-            nodes: vec![n1],
+            nodes: vec![std::sync::Arc::new(n1)],
             nodewrights: vec![nodewright("tuning", &[("pool", "gpu")], &[])],
             ..Snapshot::default()
         };

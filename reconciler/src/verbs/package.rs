@@ -411,7 +411,10 @@ mod tests {
             nodes: vec![
                 node("n1", &[], &[("nodewright.nvidia.com/nodeState_gpu", STATE)]),
                 node("n2", &[], &[]),
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             nodewrights: vec![nodewright(
                 "gpu",
                 &[],

@@ -92,6 +92,7 @@ pub fn plan_node_reset(
     let matching: Vec<&Node> = snapshot
         .nodes
         .iter()
+        .map(|n| &**n)
         .filter(|n| patterns.matches(node_name(n)))
         .collect();
     if matching.is_empty() {
@@ -333,7 +334,7 @@ mod tests {
 
     fn snapshot(nodes: Vec<Node>, nws: Vec<NodeWright>) -> Snapshot {
         Snapshot {
-            nodes,
+            nodes: nodes.into_iter().map(std::sync::Arc::new).collect(),
             nodewrights: nws,
             ..Snapshot::default()
         }
