@@ -320,24 +320,18 @@ impl<'a> NodeWork<'a> {
         let Err(i) = self.slot_index(nw) else {
             return;
         };
-        let raw = self
-            .node
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str);
-        let unchanged = self.unchanged;
-        let original = raw.map(|raw| {
-            cache
-                .and_then(|c| {
-                    if unchanged {
-                        c.get_unchanged(nw)
-                    } else {
-                        c.get(nw, raw)
-                    }
-                })
-                .unwrap_or_else(|| Arc::new(ParsedState::parse(raw)))
+        // The very node object of the last pass: its parse was read from this annotation, so
+        // the annotation is there with exactly that value.
+        let kept = cache
+            .filter(|_| self.unchanged)
+            .and_then(|c| c.get_unchanged(nw));
+        let original = kept.or_else(|| {
+            let raw = self.node.metadata.annotations.as_ref()?.get(key)?;
+            Some(
+                cache
+                    .and_then(|c| c.get(nw, raw))
+                    .unwrap_or_else(|| Arc::new(ParsedState::parse(raw))),
+            )
         });
         self.states
             .insert(i, (Cow::Borrowed(nw), StateSlot::new(original)));
