@@ -15,6 +15,9 @@ use crate::snapshot::{Memory, Snapshot};
 /// A [`SimCluster`] behind the [`Cluster`] port.
 pub struct SimAdapter {
     world: Mutex<SimCluster>,
+    /// The last snapshot handed out, refreshed for the next one: an unchanged node keeps its
+    /// `Arc`, as the kube adapter's reflector does, so the engine's cache recognises it.
+    last: Mutex<Snapshot>,
 }
 
 impl SimAdapter {
@@ -22,6 +25,7 @@ impl SimAdapter {
     pub fn new(world: SimCluster) -> Self {
         SimAdapter {
             world: Mutex::new(world),
+            last: Mutex::new(Snapshot::default()),
         }
     }
 
@@ -46,7 +50,13 @@ impl SimAdapter {
 
 impl Cluster for SimAdapter {
     fn snapshot(&self) -> impl Future<Output = Result<Snapshot, ClusterError>> + Send {
-        let snapshot = self.world().snapshot(Memory::default());
+        // As for the world: a panic while refreshing leaves a snapshot the next refresh mends.
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        self.world().refresh_snapshot(&mut last);
+        let snapshot = Snapshot {
+            memory: Memory::default(),
+            ..last.clone()
+        };
         std::future::ready(Ok(snapshot))
     }
 
@@ -191,5 +201,39 @@ mod tests {
         }))
         .unwrap();
         assert!(cluster.world().nodewrights().is_empty());
+    }
+
+    #[test]
+    fn an_unchanged_node_reaches_the_next_snapshot_as_the_same_object() {
+        use crate::plan::NodePatch;
+        let cluster = adapter();
+        cluster.world().add_node(NodeInput {
+            name: "n2".into(),
+            ..NodeInput::default()
+        });
+        let first = block_on(cluster.snapshot()).unwrap();
+        let mut patch = NodePatch::new("n2");
+        patch.labels.insert("pool".into(), Some("gpu".into()));
+        block_on(cluster.execute(&Action::PatchNode(patch))).unwrap();
+        let second = block_on(cluster.snapshot()).unwrap();
+        let node = |s: &Snapshot, name: &str| {
+            s.nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(name))
+                .cloned()
+                .unwrap()
+        };
+        assert!(std::sync::Arc::ptr_eq(
+            &node(&first, "n1"),
+            &node(&second, "n1")
+        ));
+        assert!(!std::sync::Arc::ptr_eq(
+            &node(&first, "n2"),
+            &node(&second, "n2")
+        ));
+        assert_eq!(
+            node(&second, "n2").metadata.labels.as_ref().unwrap()["pool"],
+            "gpu"
+        );
     }
 }
