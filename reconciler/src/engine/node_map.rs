@@ -6,15 +6,25 @@
 //! the snapshot's map in place and records only what it changes, and the status write
 //! carries only those changes ([`MapPatch`]).
 
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
+use rustc_hash::FxHashMap;
+
 use crate::plan::MapPatch;
+
+/// Below this many entries a tree lookup is as cheap as hashing the name.
+const INDEX_FROM: usize = 64;
 
 /// The snapshot's map plus this pass's changes.
 #[derive(Clone, Debug)]
 pub struct NodeMap<'a, V> {
     /// The map as the snapshot holds it (`None` when absent).
     base: Option<&'a BTreeMap<String, V>>,
+    /// `base` by name, built on the first lookup of a large map: a pass looks up every
+    /// selected node in it several times, and a tree of thousands of names costs a dozen
+    /// string comparisons per lookup.
+    index: OnceCell<FxHashMap<&'a str, &'a V>>,
     /// The whole map was cleared this pass: `base` no longer counts.
     cleared: bool,
     /// Node → new value (`None` = removed), overriding `base`.
@@ -26,6 +36,7 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
     pub fn new(base: Option<&'a BTreeMap<String, V>>) -> NodeMap<'a, V> {
         NodeMap {
             base,
+            index: OnceCell::new(),
             cleared: false,
             changes: BTreeMap::new(),
         }
@@ -35,7 +46,14 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
         if self.cleared {
             return None;
         }
-        self.base.and_then(|m| m.get(node))
+        let base = self.base?;
+        if base.len() < INDEX_FROM {
+            return base.get(node);
+        }
+        self.index
+            .get_or_init(|| base.iter().map(|(k, v)| (k.as_str(), v)).collect())
+            .get(node)
+            .copied()
     }
 
     /// The value for a node as the pass leaves it so far.
@@ -209,5 +227,30 @@ mod tests {
         assert!(absent.is_empty());
         assert!(absent.set("x", &1));
         assert_eq!(absent.keys().collect::<Vec<_>>(), ["x"]);
+    }
+
+    #[test]
+    fn a_large_map_reads_the_same_through_its_index() {
+        let big: BTreeMap<String, i32> = (0..INDEX_FROM as i32 * 2)
+            .map(|i| (format!("n{i:03}"), i))
+            .collect();
+        let mut m = NodeMap::new(Some(&big));
+        assert_eq!(m.get("n005"), Some(&5));
+        assert_eq!(m.get("n5"), None);
+        assert!(!m.set("n007", &7));
+        assert!(m.set("n007", &70));
+        assert!(m.remove("n008"));
+        assert!(!m.remove("n008"));
+        assert_eq!(m.get("n007"), Some(&70));
+        assert_eq!(m.get("n008"), None);
+        let out = written(&m).unwrap();
+        assert_eq!(out.len(), big.len() - 1);
+        assert_eq!(out["n007"], 70);
+        assert!(m.clear());
+        assert_eq!(
+            m.get("n005"),
+            None,
+            "a cleared map no longer reads the snapshot"
+        );
     }
 }
