@@ -19,7 +19,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{
     DeploymentPolicy, NodeState, NodeWright, NodeWrightStatus, PackageStatus, Status,
@@ -1020,23 +1020,29 @@ impl<'a> PassCtx<'a> {
             }
         }
         let mut nws = Vec::with_capacity(nw_refs.len());
+        // NodeWrights often target the same pool: each distinct selector is matched once.
+        let mut selections: Vec<(Option<&LabelSelector>, Vec<usize>)> = Vec::new();
         for nw in nw_refs {
             let name = nw.name();
-            // Parsed once per pass; an invalid selector selects nothing.
-            let selector = nw
-                .spec
-                .node_selectors
-                .as_ref()
-                .map(nodewright_schema::selector::Selector::parse);
-            let selected: Vec<usize> = order
-                .iter()
-                .copied()
-                .filter(|&i| match &selector {
-                    None => true,
-                    Some(Ok(sel)) => sel.matches(&nodes[i].labels),
-                    Some(Err(_)) => false,
-                })
-                .collect();
+            let wanted = nw.spec.node_selectors.as_ref();
+            let selected = match selections.iter().find(|(s, _)| *s == wanted) {
+                Some((_, selected)) => selected.clone(),
+                None => {
+                    // Parsed once per pass; an invalid selector selects nothing.
+                    let selector = wanted.map(nodewright_schema::selector::Selector::parse);
+                    let selected: Vec<usize> = order
+                        .iter()
+                        .copied()
+                        .filter(|&i| match &selector {
+                            None => true,
+                            Some(Ok(sel)) => sel.matches(&nodes[i].labels),
+                            Some(Err(_)) => false,
+                        })
+                        .collect();
+                    selections.push((wanted, selected.clone()));
+                    selected
+                }
+            };
             let state_key = keys::node_state(name);
             for &i in &selected {
                 nodes[i].load_state_cached(name, &state_key, cached.get(i).copied().flatten());
