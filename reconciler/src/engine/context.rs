@@ -1124,13 +1124,10 @@ impl<'a> PassCtx<'a> {
 
     /// Hands the node-state annotations this pass read to `cache`, for the next pass.
     pub fn fill_cache(&self, cache: &mut StateCache) {
-        cache.retain_pass_with_memos(
+        cache.retain_nodes(
             self.nodes
                 .iter()
-                .flat_map(|n| n.read_states().map(move |(nw, p)| (n.name, nw, p))),
-            self.nodes
-                .iter()
-                .filter_map(|n| n.memo.as_ref().map(|m| (n.name, m))),
+                .map(|n| (n.name, n.memo.as_ref(), n.read_states())),
         );
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
     }

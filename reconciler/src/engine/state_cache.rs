@@ -281,23 +281,25 @@ impl StateCache {
         &mut self,
         read: impl IntoIterator<Item = (&'s str, &'s str, &'s Arc<ParsedState>)>,
     ) {
-        self.retain_pass_with_memos(read, std::iter::empty());
+        self.retain_nodes(
+            read.into_iter()
+                .map(|(node, nw, parsed)| (node, None, [(nw, parsed)])),
+        );
     }
 
-    /// [`StateCache::retain_pass`], also keeping each node's memo of this pass (and dropping
-    /// those of nodes it does not name). A memo is kept only with the parses read from the
-    /// same node object, which [`CachedStates::get_unchanged`] relies on.
-    pub fn retain_pass_with_memos<'s>(
+    /// Replaces the cache content with the nodes of a pass: each node's name, its memo, and
+    /// the parses read from it. Like [`StateCache::retain_pass`], and each memo is kept with
+    /// the parses read from the same node object, which [`CachedStates::get_unchanged`]
+    /// relies on.
+    pub fn retain_nodes<'s, S>(
         &mut self,
-        read: impl IntoIterator<Item = (&'s str, &'s str, &'s Arc<ParsedState>)>,
-        memos: impl IntoIterator<Item = (&'s str, &'s Arc<NodeMemo>)>,
-    ) {
+        nodes: impl IntoIterator<Item = (&'s str, Option<&'s Arc<NodeMemo>>, S)>,
+    ) where
+        S: IntoIterator<Item = (&'s str, &'s Arc<ParsedState>)>,
+    {
         self.pass += 1;
         let pass = self.pass;
-        for node in self.nodes.values_mut() {
-            node.memo = None;
-        }
-        for (node, memo) in memos {
+        for (node, memo, read) in nodes {
             let entry = match self.nodes.get_mut(node) {
                 Some(entry) => entry,
                 None => self.nodes.entry(node.to_string()).or_default(),
@@ -306,27 +308,22 @@ impl StateCache {
                 // Two nodes of one name (only a hand-built snapshot has them): the entry's
                 // parses may come from either, so no memo may vouch for them.
                 entry.memo = None;
-                continue;
+            } else {
+                entry.seen = pass;
+                entry.memo = memo.cloned();
             }
-            entry.seen = pass;
-            entry.memo = Some(Arc::clone(memo));
-        }
-        for (node, nodewright, parsed) in read {
-            let entry = match self.nodes.get_mut(node) {
-                Some(entry) => entry,
-                None => self.nodes.entry(node.to_string()).or_default(),
-            };
-            entry.seen = pass;
-            match entry.states.iter_mut().find(|(nw, _, _)| nw == nodewright) {
-                Some(slot) => {
-                    if !Arc::ptr_eq(&slot.1, parsed) {
-                        slot.1 = Arc::clone(parsed);
+            for (nodewright, parsed) in read {
+                match entry.states.iter_mut().find(|(nw, _, _)| nw == nodewright) {
+                    Some(slot) => {
+                        if !Arc::ptr_eq(&slot.1, parsed) {
+                            slot.1 = Arc::clone(parsed);
+                        }
+                        slot.2 = pass;
                     }
-                    slot.2 = pass;
+                    None => entry
+                        .states
+                        .push((nodewright.to_string(), Arc::clone(parsed), pass)),
                 }
-                None => entry
-                    .states
-                    .push((nodewright.to_string(), Arc::clone(parsed), pass)),
             }
         }
         self.nodes.retain(|_, n| {
@@ -522,7 +519,7 @@ mod tests {
 
         let state = parsed("{}");
         let mut cache = StateCache::new();
-        cache.retain_pass_with_memos([("n1", "nw", &state)], [("n1", &memo)]);
+        cache.retain_nodes([("n1", Some(&memo), [("nw", &state)])]);
         let entry = cache.node("n1").expect("cached");
         assert!(entry.memo_for(&node).is_some());
         assert!(entry.get_unchanged("nw").is_some());
@@ -540,7 +537,10 @@ mod tests {
 
         // Two nodes of one name: neither memo may vouch for the entry's parses.
         let twin = Arc::new(NodeMemo::new(&copy));
-        cache.retain_pass_with_memos([("n1", "nw", &state)], [("n1", &memo), ("n1", &twin)]);
+        cache.retain_nodes([
+            ("n1", Some(&memo), [("nw", &state)]),
+            ("n1", Some(&twin), [("nw", &state)]),
+        ]);
         let entry = cache.node("n1").expect("cached");
         assert!(entry.memo_for(&node).is_none() && entry.memo_for(&copy).is_none());
         // A pass that does not name the node drops its memo.
