@@ -3,13 +3,13 @@
 //! and the per-node conditions in `node.status.conditions` (§4.5).
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::NodeCondition;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodewright_schema::keys::{self, condition, reason};
 use nodewright_schema::{State, Status};
 
 use super::context::PassCtx;
-use super::state_cache::NodeFact;
+use super::state_cache::{NodeFact, NodeMemo};
 use crate::plan::Action;
 use crate::settings::constants::{CONDITION_NODE_LIST_CAP, MALFORMED_NODE_LIST_CAP};
 
@@ -245,10 +245,10 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
                 .0
                 .values()
                 .any(|e| matches!(e.state, Some(State::Erroring) | Some(State::Unknown)));
-            let wanted = [
+            let wanted: [WantedCondition<'_>; 2] = [
                 (
                     &not_ready_type,
-                    !complete,
+                    if complete { "False" } else { "True" },
                     if complete {
                         reason::COMPLETE
                     } else {
@@ -258,7 +258,7 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
                 ),
                 (
                     &erroring_type,
-                    erroring,
+                    if erroring { "True" } else { "False" },
                     if erroring {
                         reason::PACKAGES_ERRORING
                     } else {
@@ -270,36 +270,14 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
             // Whether each condition already reads as wanted depends only on the snapshot's
             // node object and on (complete, erroring): remembered across passes per node.
             let input = u8::from(complete) | u8::from(erroring) << 1;
-            let memo = node.memo();
-            let current =
-                match memo.and_then(|m| m.get(view.name, NodeFact::ConditionsCurrent, input)) {
-                    Some(bits) => bits,
-                    None => {
-                        let existing = node
-                            .node()
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref());
-                        let mut bits = 0;
-                        for (i, (type_, on, why, msg)) in wanted.iter().enumerate() {
-                            let status = if *on { "True" } else { "False" };
-                            let same = existing
-                                .and_then(|l| l.iter().find(|c| &c.type_ == *type_))
-                                .is_some_and(|c| {
-                                    c.reason.as_deref() == Some(*why)
-                                        && c.status == status
-                                        && c.message.as_deref() == Some(msg.as_str())
-                                });
-                            bits |= u8::from(same) << i;
-                        }
-                        if let Some(m) = memo {
-                            m.remember(view.name, NodeFact::ConditionsCurrent, input, bits);
-                        }
-                        bits
-                    }
-                };
-            for (i, (type_, on, why, msg)) in wanted.into_iter().enumerate() {
-                let status = if on { "True" } else { "False" };
+            let current = NodeMemo::recall(
+                node.memo(),
+                view.name,
+                NodeFact::ConditionsCurrent,
+                input,
+                || conditions_current(node.node(), &wanted),
+            );
+            for (i, (type_, status, why, msg)) in wanted.into_iter().enumerate() {
                 if current & (1 << i) == 0 {
                     per_node.entry(n).or_default().push(NodeCondition {
                         type_: type_.clone(),
@@ -321,6 +299,27 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
             remove: Vec::new(),
         })
         .collect()
+}
+
+/// A node condition as the pass wants it: type, status, reason, message.
+type WantedCondition<'a> = (&'a String, &'static str, &'static str, &'a String);
+
+/// Bit `i` is set when the node already carries `wanted[i]` with that status, reason and
+/// message.
+fn conditions_current(node: &Node, wanted: &[WantedCondition<'_>]) -> u8 {
+    let existing = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let mut bits = 0;
+    for (i, (type_, status, why, msg)) in wanted.iter().enumerate() {
+        let same = existing
+            .and_then(|l| l.iter().find(|c| &c.type_ == *type_))
+            .is_some_and(|c| {
+                c.reason.as_deref() == Some(*why)
+                    && c.status == *status
+                    && c.message.as_deref() == Some(msg.as_str())
+            });
+        bits |= u8::from(same) << i;
+    }
+    bits
 }
 
 /// Whether the NodeWright carries no finalizer or this pass removes it.

@@ -48,8 +48,8 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use context::{Flow, NodeWorkResult, PassCtx};
-use state_cache::NodeFact;
 pub use state_cache::StateCache;
+use state_cache::{NodeFact, NodeMemo};
 
 /// A preamble hook that may end the pass.
 pub type StepFn = fn(&mut PassCtx<'_>, usize) -> Flow;
@@ -320,12 +320,7 @@ fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
 /// across passes for an unchanged node whose annotations this pass has not written.
 fn version_stamped(node: &context::NodeWork<'_>, nw: &str, key: &str) -> bool {
     let memo = node.memo().filter(|_| !node.annotations_written());
-    if let Some(known) = memo.and_then(|m| m.get(nw, NodeFact::VersionStamped, 0)) {
-        return known != 0;
-    }
-    let stamped = node.annotation(key).is_some();
-    if let Some(m) = memo {
-        m.remember(nw, NodeFact::VersionStamped, 0, u8::from(stamped));
-    }
-    stamped
+    NodeMemo::recall(memo, nw, NodeFact::VersionStamped, 0, || {
+        u8::from(node.annotation(key).is_some())
+    }) != 0
 }

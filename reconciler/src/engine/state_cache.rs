@@ -153,6 +153,26 @@ impl NodeMemo {
             .map(|f| f.value)
     }
 
+    /// The value `memo` remembers for this NodeWright, fact and input, or `compute`d (and
+    /// remembered) when it has none; always computed without a memo.
+    pub fn recall(
+        memo: Option<&NodeMemo>,
+        nodewright: &str,
+        fact: NodeFact,
+        input: u8,
+        compute: impl FnOnce() -> u8,
+    ) -> u8 {
+        let Some(memo) = memo else {
+            return compute();
+        };
+        if let Some(value) = memo.get(nodewright, fact, input) {
+            return value;
+        }
+        let value = compute();
+        memo.remember(nodewright, fact, input, value);
+        value
+    }
+
     /// Remembers a value (replacing the one for another input).
     pub fn remember(&self, nodewright: &str, fact: NodeFact, input: u8, value: u8) {
         let mut facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
