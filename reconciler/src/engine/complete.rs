@@ -3,6 +3,7 @@
 //! and every package's applied-config record matches its current `configMap`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use nodewright_schema::keys;
 use nodewright_schema::{NodeState, NodeWright, NodeWrightSpec, Package, Stage, State};
@@ -174,28 +175,98 @@ pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfi
     true
 }
 
-/// Whether node `node` is complete for NodeWright `nw` in the working state. A malformed
-/// node state is never complete (§4.2).
+/// What one node's state says about each package of a NodeWright, derived in one walk:
+/// completion (§6.4, §16.3), the drain wait (§7.x via [`super::packages::waits_on_drain`]),
+/// and the per-package facts the package-lane conditions aggregate (§6.15, §12.2).
 ///
-/// While the node's state is still the snapshot's parse, the answer is remembered in that
+/// It depends only on the node's state, its `configApplied_<nw>` record and the NodeWright's
+/// [`CompletionInputs`], so it is remembered with the node's parse (engine/state_cache.rs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeDigest {
+    /// The node is complete for the NodeWright ([`state_complete`]).
+    pub complete: bool,
+    /// Some entry is `erroring` or `unknown` (the node's Erroring condition, §4.5).
+    pub erroring: bool,
+    /// Some interrupt package still waits on a drain ([`super::packages::waits_on_drain`]).
+    pub waits_on_drain: bool,
+    /// Some entry of a spec package is in its uninstall cycle.
+    pub uninstalling: bool,
+    /// Some entry of a spec package in its uninstall cycle is `erroring`.
+    pub uninstall_failing: bool,
+    /// Per spec package, in spec order.
+    pub packages: Box<[PackageMarks]>,
+}
+
+/// Per-package facts of one node (see [`NodeDigest`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PackageMarks {
+    /// The node has an entry of the package (any version).
+    pub present: bool,
+    /// One of those entries is in the uninstall cycle.
+    pub in_cycle: bool,
+    /// The package is not complete on the node ([`package_complete`]).
+    pub incomplete: bool,
+}
+
+impl NodeDigest {
+    /// Derives the digest of a node state under a NodeWright and the node's applied record.
+    pub fn of(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> NodeDigest {
+        let mut uninstalling = false;
+        let mut uninstall_failing = false;
+        let mut packages = Vec::with_capacity(nw.spec.packages().len());
+        for (name, pkg) in nw.spec.packages() {
+            let mut marks = PackageMarks::default();
+            for e in state.entries_of(name) {
+                marks.present = true;
+                if e.stage.is_some_and(Stage::is_uninstall_cycle) {
+                    marks.in_cycle = true;
+                    uninstalling = true;
+                    uninstall_failing |= e.state == Some(State::Erroring);
+                }
+            }
+            marks.incomplete = !package_complete(nw, state, applied, name, pkg);
+            packages.push(marks);
+        }
+        NodeDigest {
+            complete: state_complete(nw, state, applied),
+            erroring: state
+                .0
+                .values()
+                .any(|e| matches!(e.state, Some(State::Erroring) | Some(State::Unknown))),
+            waits_on_drain: super::packages::waits_on_drain(nw, state, applied).is_some(),
+            uninstalling,
+            uninstall_failing,
+            packages: packages.into_boxed_slice(),
+        }
+    }
+}
+
+/// The digest of node `node` for NodeWright `nw` in the working state; `None` when the node's
+/// state annotation is malformed (such a node is never complete, §4.2).
+///
+/// While the node's state is still the snapshot's parse, the digest is remembered in that
 /// parse (engine/state_cache.rs), keyed by the NodeWright's completion inputs and the node's
 /// `configApplied` value, so later passes over an unchanged node skip the package walk.
-pub fn node_complete(ctx: &PassCtx, nw: usize, node: usize) -> bool {
+pub fn node_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDigest>> {
     let view = &ctx.nws[nw];
     let n = ctx.node(node);
     let applied = n.annotation(&view.keys.config_applied);
     let unwritten = n.unwritten_state(view.name);
-    if let Some(known) = unwritten.and_then(|p| p.completion(&view.completion_inputs, applied)) {
-        return known;
+    if let Some(known) = unwritten.and_then(|p| p.digest(&view.completion_inputs, applied)) {
+        return Some(known);
     }
-    let complete = match n.state(view.name) {
-        Ok(state) => state_complete(view.nw, state, &parse_applied(applied)),
-        Err(_) => false,
-    };
+    let state = n.state(view.name).ok()?;
+    let digest = Arc::new(NodeDigest::of(view.nw, state, &parse_applied(applied)));
     if let Some(parsed) = unwritten {
-        parsed.remember_completion(&view.completion_inputs, applied, complete);
+        parsed.remember_digest(&view.completion_inputs, applied, Arc::clone(&digest));
     }
-    complete
+    Some(digest)
+}
+
+/// Whether node `node` is complete for NodeWright `nw` in the working state. A malformed
+/// node state is never complete (§4.2).
+pub fn node_complete(ctx: &PassCtx, nw: usize, node: usize) -> bool {
+    node_digest(ctx, nw, node).is_some_and(|d| d.complete)
 }
 
 /// HasInterrupt of a package on a node in the working state (§6.4, §16.3).

@@ -5,8 +5,8 @@
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use nodewright_schema::Status;
 use nodewright_schema::keys::{self, condition, reason};
-use nodewright_schema::{State, Status};
 
 use super::context::PassCtx;
 use super::state_cache::{NodeFact, NodeMemo};
@@ -226,7 +226,7 @@ pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
 /// state parses, as actions for the nodes where they differ from the snapshot.
 pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
     let mut per_node: std::collections::BTreeMap<usize, Vec<NodeCondition>> = Default::default();
-    for view in &ctx.nws {
+    for (nw, view) in ctx.nws.iter().enumerate() {
         if view.deleting() && finalizer_released(ctx, view) {
             // Cleanup removed this NodeWright's node conditions (§11.1); do not re-add them.
             continue;
@@ -237,14 +237,11 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
         let erroring_msg = format!("Package Erroring or Unknown for {}", view.name);
         for (p, &n) in view.selected.iter().enumerate() {
             let node = ctx.node(n);
-            let Ok(state) = node.state(view.name) else {
+            let Some(digest) = super::complete::node_digest(ctx, nw, n) else {
                 continue;
             };
             let complete = view.complete.get(p).copied().unwrap_or(false);
-            let erroring = state
-                .0
-                .values()
-                .any(|e| matches!(e.state, Some(State::Erroring) | Some(State::Unknown)));
+            let erroring = digest.erroring;
             let wanted: [WantedCondition<'_>; 2] = [
                 (
                     &not_ready_type,

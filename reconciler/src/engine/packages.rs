@@ -215,39 +215,27 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
     let selected = view.selected.clone();
     let packages = nw_obj.spec.packages();
 
-    // Per node and package, so nothing here allocates unless it has something to record.
-    let mut in_cycle_somewhere: BTreeSet<&str> = BTreeSet::new();
-    let mut present_somewhere: BTreeSet<&str> = BTreeSet::new();
+    // Per node, the digest of its packages (remembered across passes for an unchanged node),
+    // folded into per-package facts in spec order.
+    let mut marks = vec![complete::PackageMarks::default(); packages.len()];
     let mut uninstalling = false;
     let mut uninstall_failing = false;
-    let mut incomplete_somewhere: BTreeSet<&str> = BTreeSet::new();
     let mut held_nodes: Vec<String> = Vec::new();
     let mut stale_blockers: Vec<usize> = Vec::new();
-    let applied_key = &view.keys.config_applied;
     let blocked_key = keys::drain_blocked(&name);
     for &id in &selected {
-        let n = ctx.node(id);
-        let Ok(state) = n.state(&name) else { continue };
-        let applied = complete::parse_applied(n.annotation(applied_key));
-        for (pkg_name, p) in packages {
-            for e in state.entries_of(pkg_name) {
-                present_somewhere.insert(pkg_name);
-                if e.stage.is_some_and(Stage::is_uninstall_cycle) {
-                    in_cycle_somewhere.insert(pkg_name);
-                    uninstalling = true;
-                    if e.state == Some(State::Erroring) {
-                        uninstall_failing = true;
-                    }
-                }
-            }
-            if !incomplete_somewhere.contains(pkg_name.as_str())
-                && !complete::package_complete(nw_obj, state, &applied, pkg_name, p)
-            {
-                incomplete_somewhere.insert(pkg_name);
-            }
+        let Some(digest) = complete::node_digest(ctx, nw, id) else {
+            continue;
+        };
+        for (all, node) in marks.iter_mut().zip(&digest.packages) {
+            all.present |= node.present;
+            all.in_cycle |= node.in_cycle;
+            all.incomplete |= node.incomplete;
         }
-        let waiting = waits_on_drain(nw_obj, state, &applied);
-        if waiting.is_some() {
+        uninstalling |= digest.uninstalling;
+        uninstall_failing |= digest.uninstall_failing;
+        let n = ctx.node(id);
+        if digest.waits_on_drain {
             let node_name = n.name();
             if !super::drain::protected_pods(nw_obj, ctx.index.pods_on(node_name)).is_empty() {
                 held_nodes.push(node_name.to_string());
@@ -256,6 +244,12 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
             stale_blockers.push(id);
         }
     }
+    let marks_of = |pkg: &str| {
+        packages
+            .keys()
+            .position(|k| k == pkg)
+            .map_or(complete::PackageMarks::default(), |i| marks[i])
+    };
     for id in stale_blockers {
         ctx.node_mut(id).remove_annotation(&blocked_key);
     }
@@ -263,20 +257,18 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
     // §6.15: B depends on A, A being (or having been) uninstalled, B still has work.
     let mut messages = Vec::new();
     for (b, pb) in packages {
-        if complete::uninstall_requested(nw_obj, pb) || !incomplete_somewhere.contains(b.as_str()) {
+        if complete::uninstall_requested(nw_obj, pb) || !marks_of(b).incomplete {
             continue;
         }
         for dep in pb.depends_on().keys() {
             let Some(pa) = packages.get(dep) else {
                 continue;
             };
-            if in_cycle_somewhere.contains(dep.as_str()) {
+            if marks_of(dep).in_cycle {
                 messages.push(format!(
                     "package {b} is blocked: dependency {dep} is being uninstalled"
                 ));
-            } else if complete::uninstall_requested(nw_obj, pa)
-                && !present_somewhere.contains(dep.as_str())
-            {
+            } else if complete::uninstall_requested(nw_obj, pa) && !marks_of(dep).present {
                 messages.push(format!(
                     "package {b} is blocked: dependency {dep} has been uninstalled"
                 ));

@@ -24,16 +24,16 @@ use rustc_hash::FxHashMap;
 use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright};
 
-use super::complete::CompletionInputs;
+use super::complete::{CompletionInputs, NodeDigest};
 
-/// A node's completion under one set of NodeWright inputs and one `configApplied` value.
+/// A node's digest under one set of NodeWright inputs and one `configApplied` value.
 #[derive(Debug)]
-struct CompletionMemo {
+struct DigestMemo {
     /// Compared by pointer: the pass hands out one `Arc` per distinct input (see
     /// [`StateCache::completion_inputs`]), and holding it keeps its address from being reused.
     inputs: Arc<CompletionInputs>,
     applied: Option<Box<str>>,
-    complete: bool,
+    digest: Arc<NodeDigest>,
 }
 
 /// One node-state annotation as read: the raw value and what it parses to.
@@ -41,7 +41,7 @@ struct CompletionMemo {
 pub struct ParsedState {
     raw: String,
     parsed: Result<NodeState, MalformedNodeState>,
-    completion: Mutex<Option<CompletionMemo>>,
+    digest: Mutex<Option<DigestMemo>>,
 }
 
 impl ParsedState {
@@ -50,41 +50,35 @@ impl ParsedState {
         ParsedState {
             raw: raw.to_string(),
             parsed: NodeState::parse(raw),
-            completion: Mutex::new(None),
+            digest: Mutex::new(None),
         }
     }
 
-    /// The completion remembered for exactly these inputs and `configApplied` value.
-    pub fn completion(
+    /// The digest remembered for exactly these inputs and `configApplied` value.
+    pub fn digest(
         &self,
         inputs: &Arc<CompletionInputs>,
         applied: Option<&str>,
-    ) -> Option<bool> {
+    ) -> Option<Arc<NodeDigest>> {
         // A poisoned lock only means a panic elsewhere; the memo itself is always whole.
-        let memo = self
-            .completion
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let memo = self.digest.lock().unwrap_or_else(PoisonError::into_inner);
         memo.as_ref()
             .filter(|m| Arc::ptr_eq(&m.inputs, inputs) && m.applied.as_deref() == applied)
-            .map(|m| m.complete)
+            .map(|m| Arc::clone(&m.digest))
     }
 
-    /// Remembers the completion computed from this parse under `inputs` and `applied`.
-    pub fn remember_completion(
+    /// Remembers the digest derived from this parse under `inputs` and `applied`.
+    pub fn remember_digest(
         &self,
         inputs: &Arc<CompletionInputs>,
         applied: Option<&str>,
-        complete: bool,
+        digest: Arc<NodeDigest>,
     ) {
-        let mut memo = self
-            .completion
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *memo = Some(CompletionMemo {
+        let mut memo = self.digest.lock().unwrap_or_else(PoisonError::into_inner);
+        *memo = Some(DigestMemo {
             inputs: Arc::clone(inputs),
             applied: applied.map(Box::from),
-            complete,
+            digest,
         });
     }
     /// The annotation value this was parsed from.
@@ -445,31 +439,34 @@ mod tests {
     }
 
     #[test]
-    fn a_remembered_completion_holds_only_for_the_same_inputs_and_applied_config() {
+    fn a_remembered_digest_holds_only_for_the_same_inputs_and_applied_config() {
         let mut nw = NodeWright::new("nw", NodeWrightSpec::default());
         let mut cache = StateCache::new();
         let inputs = cache.completion_inputs(&nw);
         let state = parsed("{}");
-        state.remember_completion(&inputs, Some("{}"), true);
-        assert_eq!(state.completion(&inputs, Some("{}")), Some(true));
+        let complete = |d: Option<Arc<NodeDigest>>| d.map(|d| d.complete);
+        let digest = NodeDigest::of(&nw, &NodeState::default(), &Default::default());
+        assert!(digest.complete, "no packages: complete");
+        state.remember_digest(&inputs, Some("{}"), Arc::new(digest));
+        assert_eq!(complete(state.digest(&inputs, Some("{}"))), Some(true));
         assert_eq!(
-            state.completion(&inputs, None),
+            complete(state.digest(&inputs, None)),
             None,
             "configApplied differs"
         );
-        assert_eq!(state.completion(&inputs, Some("{ }")), None);
+        assert_eq!(complete(state.digest(&inputs, Some("{ }"))), None);
 
         // Equal inputs in the next pass are the same `Arc`, so the memo still holds.
         cache.retain_completion_inputs([("nw", &inputs)]);
         let again = cache.completion_inputs(&nw);
         assert!(Arc::ptr_eq(&inputs, &again));
-        assert_eq!(state.completion(&again, Some("{}")), Some(true));
+        assert_eq!(complete(state.digest(&again, Some("{}"))), Some(true));
 
         // A spec edit, a deletion or a config update each make new inputs.
         let mut edited = nw.clone();
         edited.spec.priority = 7;
         assert_eq!(
-            state.completion(&cache.completion_inputs(&edited), Some("{}")),
+            complete(state.digest(&cache.completion_inputs(&edited), Some("{}"))),
             None
         );
         let mut deleting = nw.clone();
@@ -477,7 +474,7 @@ mod tests {
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
         );
         assert_eq!(
-            state.completion(&cache.completion_inputs(&deleting), Some("{}")),
+            complete(state.digest(&cache.completion_inputs(&deleting), Some("{}"))),
             None
         );
         nw.status = Some(nodewright_schema::NodeWrightStatus {
@@ -485,7 +482,7 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(
-            state.completion(&cache.completion_inputs(&nw), Some("{}")),
+            complete(state.digest(&cache.completion_inputs(&nw), Some("{}"))),
             None
         );
 
