@@ -256,6 +256,17 @@ pub fn node_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDige
         return Some(known);
     }
     let state = n.state(view.name).ok()?;
+    if state.0.is_empty() {
+        let mut empty = view.empty_digest.borrow_mut();
+        if let Some((at, digest)) = empty.as_ref()
+            && at.as_deref() == applied
+        {
+            return Some(Arc::clone(digest));
+        }
+        let digest = Arc::new(NodeDigest::of(view.nw, state, &parse_applied(applied)));
+        *empty = Some((applied.map(Box::from), Arc::clone(&digest)));
+        return Some(digest);
+    }
     let digest = Arc::new(NodeDigest::of(view.nw, state, &parse_applied(applied)));
     if let Some(parsed) = unwritten {
         parsed.remember_digest(&view.completion_inputs, applied, Arc::clone(&digest));

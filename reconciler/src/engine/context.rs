@@ -7,7 +7,7 @@
 //! changed, which other writers (Job handler, other controllers) may have moved meanwhile.
 
 use std::borrow::Cow;
-use std::cell::{Cell, OnceCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::BTreeMap;
 
 // The pass's lookup tables are keyed by object names and UIDs; Fx hashing is deterministic
@@ -30,7 +30,7 @@ use crate::plan::{Action, Event, EventObject, EventType, NodePatch, NodeStateDel
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
-use super::complete::CompletionInputs;
+use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{CachedStates, NodeMemo, ParsedState, StateCache};
@@ -596,6 +596,10 @@ pub struct NwView<'a> {
     /// What node completion reads of this NodeWright; shared with the parse cache so that
     /// completions remembered in earlier passes are reused while it is unchanged.
     pub completion_inputs: Arc<CompletionInputs>,
+    /// The digest of an empty node state (no annotation yet, the common case before a node's
+    /// first package) under the last `configApplied` value asked for: the same for every such
+    /// node, so it is derived once per pass rather than once per node.
+    pub empty_digest: RefCell<Option<(Option<Box<str>>, Arc<NodeDigest>)>>,
 }
 
 /// The per-NodeWright node keys (§4.1), built once per pass.
@@ -1081,6 +1085,7 @@ impl<'a> PassCtx<'a> {
                 },
                 node_state_changes: 0,
                 completion_inputs,
+                empty_digest: RefCell::new(None),
                 pos,
                 complete,
                 complete_at,
