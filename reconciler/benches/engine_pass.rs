@@ -296,7 +296,9 @@ fn action_kind(action: &nodewright_reconciler::plan::Action) -> String {
 /// on this shared machine, CPU time swings by 2x, instruction counts do not.
 #[inline(never)]
 fn steady_pass(snap: &Snapshot, settings: &Settings, cache: &mut StateCache) {
-    drop(std::hint::black_box(reconcile_cached(snap, settings, cache)));
+    drop(std::hint::black_box(reconcile_cached(
+        snap, settings, cache,
+    )));
 }
 
 fn ms(d: Duration) -> f64 {

@@ -180,11 +180,31 @@ pub fn upsert_node_metadata(ctx: &mut PassCtx<'_>, nw: usize, node: usize) {
 pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let view = &ctx.nws[nw];
     let nw_name = view.name.to_string();
-    let selected: BTreeSet<String> = view
-        .selected
-        .iter()
-        .map(|&id| names::node_metadata_configmap(&nw_name, ctx.node(id).name()))
-        .collect();
+    // A ConfigMap is kept when it has the name of a selected node's ConfigMap. It names its
+    // node in an annotation, so one name is derived per ConfigMap; the names of every
+    // selected node (a hash each) only when some ConfigMap does not say, or says wrongly.
+    let mut every_name: Option<BTreeSet<String>> = None;
+    let mut belongs = |name: &str, cm: &ConfigMap| {
+        let node = cm
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::CONFIGMAP_ANNOTATION_NODE_NAME));
+        if let Some(node) = node
+            && ctx.node_id(node).is_some_and(|id| view.selects(id))
+            && names::node_metadata_configmap(&nw_name, node) == name
+        {
+            return true;
+        }
+        every_name
+            .get_or_insert_with(|| {
+                view.selected
+                    .iter()
+                    .map(|&id| names::node_metadata_configmap(&nw_name, ctx.node(id).name()))
+                    .collect()
+            })
+            .contains(name)
+    };
     let packages = packages_json(view.nw, ctx.settings);
     let mut deletes = Vec::new();
     let mut refresh = HashSet::new();
@@ -199,7 +219,7 @@ pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             continue;
         }
         let name = cm.metadata.name.clone().unwrap_or_default();
-        if !selected.contains(&name) {
+        if !belongs(&name, cm) {
             deletes.push(name);
         } else if cm.data.as_ref().and_then(|d| d.get("packages.json")) != Some(&packages) {
             refresh.insert(name);
@@ -505,6 +525,71 @@ mod tests {
         let mut p = testkit::package("tuning", "1.0.0");
         p.config_map = Some(BTreeMap::from([("a.conf".to_string(), value.to_string())]));
         p
+    }
+
+    #[test]
+    fn node_metadata_configmaps_are_kept_by_name_whatever_their_node_annotation_says() {
+        let nw = testkit::nw("nw").selects("pool", "gpu").build();
+        let s = settings();
+        let meta = |node: &str| {
+            node_metadata_configmap(
+                &nw,
+                &s,
+                node,
+                &BTreeMap::new(),
+                &BTreeMap::from([("pool".to_string(), "gpu".to_string())]),
+            )
+            .unwrap()
+        };
+        let set_node = |mut cm: ConfigMap, node: Option<&str>| {
+            let a = cm.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            match node {
+                Some(node) => a.insert(keys::CONFIGMAP_ANNOTATION_NODE_NAME.into(), node.into()),
+                None => a.remove(keys::CONFIGMAP_ANNOTATION_NODE_NAME),
+            };
+            cm
+        };
+        let mut snap = world()
+            .node(node("n1").label("pool", "gpu"))
+            .node(node("n2").label("pool", "gpu"))
+            .node(node("n3").label("pool", "gpu"))
+            .node(node("other").label("pool", "cpu"))
+            .nw(testkit::nw("nw").selects("pool", "gpu"))
+            .build();
+        let packages = packages_json(&snap.nodewrights[0], &s);
+        snap.config_maps = vec![
+            // Kept: names its own, selected node.
+            meta("n1"),
+            // Kept: n2's ConfigMap, though its annotation names another node.
+            set_node(meta("n2"), Some("n1")),
+            // Kept: n3's ConfigMap without the annotation.
+            set_node(meta("n3"), None),
+            // Deleted: a node the NodeWright does not select.
+            meta("other"),
+            // Deleted: a name no selected node has, though it names a selected node.
+            {
+                let mut cm = meta("n1");
+                cm.metadata.name = Some("nw-n1-metadata-stale".into());
+                cm
+            },
+        ];
+        for cm in &mut snap.config_maps {
+            cm.data
+                .get_or_insert_with(BTreeMap::new)
+                .insert("packages.json".into(), packages.clone());
+        }
+        let mut ctx = PassCtx::new(&snap, &s);
+        assert_eq!(node_metadata(&mut ctx, 0), Flow::Continue);
+        let deleted: Vec<&str> = ctx
+            .emitted()
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeleteConfigMap { name } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        let other = names::node_metadata_configmap("nw", "other");
+        assert_eq!(deleted, vec![other.as_str(), "nw-n1-metadata-stale"]);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::snapshot::Snapshot;
 use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, PackageAnnotation};
 use super::node_map::NodeMap;
-use super::state_cache::{CachedStates, NodeMemo, ParsedState, StateCache};
+use super::state_cache::{CachedStates, NodeMemo, ParsedPackage, ParsedState, StateCache};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -805,15 +805,34 @@ pub struct SnapIndex<'a> {
     pub config_map_by_name: FxHashMap<&'a str, &'a ConfigMap>,
     /// The parsed `package` annotation of each snapshot Job (parallel to `snap.jobs`), parsed
     /// on first use: handlers and the sweep read it several times per Job and pass.
-    package_annotations: Vec<OnceCell<Option<PackageAnnotation>>>,
+    package_annotations: Vec<OnceCell<ParsedPackage>>,
 }
 
 impl<'a> SnapIndex<'a> {
-    fn build(snap: &'a Snapshot) -> SnapIndex<'a> {
-        let mut ix = SnapIndex {
-            package_annotations: std::iter::repeat_with(OnceCell::new)
+    /// With a cache, every Job's `package` annotation is resolved now (from the cache when
+    /// the last pass parsed the same value), so the pass can hand the parses back to it.
+    fn build(snap: &'a Snapshot, cache: Option<&StateCache>) -> SnapIndex<'a> {
+        let package_annotations = match cache {
+            None => std::iter::repeat_with(OnceCell::new)
                 .take(snap.jobs.len())
                 .collect(),
+            Some(cache) => snap
+                .jobs
+                .iter()
+                .map(|job| {
+                    let parsed = match jobs::package_annotation_raw(job) {
+                        Some(raw) => match cache.package_annotation(raw) {
+                            Some(parsed) => Arc::clone(parsed),
+                            None => Arc::new(jobs::parse_package_annotation(raw)),
+                        },
+                        None => Arc::new(None),
+                    };
+                    OnceCell::from(parsed)
+                })
+                .collect(),
+        };
+        let mut ix = SnapIndex {
+            package_annotations,
             ..SnapIndex::default()
         };
         for job in &snap.jobs {
@@ -1117,7 +1136,7 @@ impl<'a> PassCtx<'a> {
             long_labels,
             label_collision,
             nws,
-            index: SnapIndex::build(snap),
+            index: SnapIndex::build(snap, cache),
             actions: Vec::new(),
             emitted_index: EmittedIndex::default(),
             events: Vec::new(),
@@ -1135,6 +1154,15 @@ impl<'a> PassCtx<'a> {
                 .map(|n| (n.name, n.memo.as_ref(), n.read_states())),
         );
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
+        cache.retain_package_annotations(
+            self.snap
+                .jobs
+                .iter()
+                .zip(&self.index.package_annotations)
+                .filter_map(|(job, parsed)| {
+                    Some((jobs::package_annotation_raw(job)?, parsed.get()?))
+                }),
+        );
     }
 
     /// The parsed `package` annotation of a Job (§4.7): parsed once per pass for a Job of the
@@ -1142,7 +1170,8 @@ impl<'a> PassCtx<'a> {
     pub fn package_annotation(&self, job: &Job) -> Option<Cow<'_, PackageAnnotation>> {
         match self.snapshot_job_index(job) {
             Some(i) => self.index.package_annotations[i]
-                .get_or_init(|| jobs::read_package_annotation(job))
+                .get_or_init(|| Arc::new(jobs::read_package_annotation(job)))
+                .as_ref()
                 .as_ref()
                 .map(Cow::Borrowed),
             None => jobs::read_package_annotation(job).map(Cow::Owned),

@@ -815,7 +815,17 @@ pub fn job_name(job: &Job) -> &str {
 /// The parsed `package` annotation. A pass reads it through
 /// [`super::context::PassCtx::package_annotation`], which parses each Job once.
 pub fn read_package_annotation(job: &Job) -> Option<PackageAnnotation> {
-    annotation(job, keys::JOB_ANNOTATION_PACKAGE).and_then(|v| serde_json::from_str(v).ok())
+    package_annotation_raw(job).and_then(parse_package_annotation)
+}
+
+/// The raw `package` annotation of a Job (§4.7).
+pub fn package_annotation_raw(job: &Job) -> Option<&str> {
+    annotation(job, keys::JOB_ANNOTATION_PACKAGE)
+}
+
+/// Parses a `package` annotation value; `None` when it does not parse.
+pub fn parse_package_annotation(raw: &str) -> Option<PackageAnnotation> {
+    serde_json::from_str(raw).ok()
 }
 
 /// The stage a Job runs (its `stage` label).

@@ -25,6 +25,7 @@ use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright};
 
 use super::complete::{CompletionInputs, NodeDigest};
+use super::jobs::PackageAnnotation;
 
 /// A node's digest under one set of NodeWright inputs and one `configApplied` value.
 #[derive(Debug)]
@@ -237,8 +238,16 @@ pub struct StateCache {
     nodes: FxHashMap<String, CachedNode>,
     /// The completion inputs of each NodeWright of the last pass.
     completion_inputs: Vec<(String, Arc<CompletionInputs>)>,
+    /// Job `package` annotations (§4.7) by their exact value, with the pass that last saw
+    /// them: every pass reads the annotation of every Job, and at steady state none changed.
+    package_annotations: FxHashMap<Box<str>, (ParsedPackage, u64)>,
+    package_pass: u64,
     pass: u64,
 }
+
+/// A Job's parsed `package` annotation, `None` when it does not parse (shared between the
+/// pass that parsed it and the cache).
+pub type ParsedPackage = Arc<Option<PackageAnnotation>>;
 
 impl StateCache {
     /// An empty cache.
@@ -265,6 +274,32 @@ impl StateCache {
             .find(|(name, inputs)| name == nw.name() && **inputs == current)
             .map(|(_, inputs)| Arc::clone(inputs))
             .unwrap_or_else(|| Arc::new(current))
+    }
+
+    /// The parse of a Job `package` annotation value, when the last pass parsed exactly it.
+    pub fn package_annotation(&self, raw: &str) -> Option<&ParsedPackage> {
+        self.package_annotations.get(raw).map(|(parsed, _)| parsed)
+    }
+
+    /// Keeps the `package` annotation parses of this pass's Jobs (and only those); values
+    /// already cached are kept without allocating.
+    pub fn retain_package_annotations<'s>(
+        &mut self,
+        parsed: impl IntoIterator<Item = (&'s str, &'s ParsedPackage)>,
+    ) {
+        self.package_pass += 1;
+        let pass = self.package_pass;
+        for (raw, parse) in parsed {
+            match self.package_annotations.get_mut(raw) {
+                Some(entry) => entry.1 = pass,
+                None => {
+                    self.package_annotations
+                        .insert(Box::from(raw), (Arc::clone(parse), pass));
+                }
+            }
+        }
+        self.package_annotations
+            .retain(|_, (_, seen)| *seen == pass);
     }
 
     /// Keeps the completion inputs of this pass's NodeWrights (and only those).
@@ -489,6 +524,32 @@ mod tests {
         // Another NodeWright's inputs never serve, even when equal.
         let other = NodeWright::new("other", NodeWrightSpec::default());
         assert!(!Arc::ptr_eq(&cache.completion_inputs(&other), &inputs));
+    }
+
+    #[test]
+    fn job_package_annotations_are_reused_by_exact_value_and_kept_for_one_pass() {
+        let json = PackageAnnotation::default().to_json();
+        let raw = json.as_str();
+        let parsed: ParsedPackage = Arc::new(crate::engine::jobs::parse_package_annotation(raw));
+        assert!(parsed.is_some());
+        let broken: ParsedPackage = Arc::new(None);
+        let mut cache = StateCache::new();
+        cache.retain_package_annotations([(raw, &parsed), ("{", &broken)]);
+        assert!(Arc::ptr_eq(cache.package_annotation(raw).unwrap(), &parsed));
+        assert_eq!(
+            cache.package_annotation("{").map(|p| p.is_none()),
+            Some(true)
+        );
+        assert!(
+            cache.package_annotation(&format!("{raw} ")).is_none(),
+            "another value"
+        );
+
+        // A value the next pass does not read is dropped; one it reads again is kept as is.
+        let again: ParsedPackage = Arc::new(crate::engine::jobs::parse_package_annotation(raw));
+        cache.retain_package_annotations([(raw, &again)]);
+        assert!(Arc::ptr_eq(cache.package_annotation(raw).unwrap(), &parsed));
+        assert!(cache.package_annotation("{").is_none());
     }
 
     #[test]
