@@ -33,7 +33,9 @@ use crate::snapshot::Snapshot;
 use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, PackageAnnotation};
 use super::node_map::NodeMap;
-use super::state_cache::{CachedStates, NodeMemo, ParsedPackage, ParsedState, StateCache};
+use super::state_cache::{
+    CachedStates, NodeMemo, ParsedPackage, ParsedState, StateCache, StatusVersion,
+};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -600,6 +602,9 @@ pub struct NwView<'a> {
     /// first package) under the last `configApplied` value asked for: the same for every such
     /// node, so it is derived once per pass rather than once per node.
     pub empty_digest: RefCell<Option<(Option<Box<str>>, Arc<NodeDigest>)>>,
+    /// The version of the NodeWright as the snapshot holds it (what the `nodeState` mirror
+    /// comparisons remembered in node parses are keyed by).
+    pub status_version: Option<StatusVersion>,
 }
 
 /// The per-NodeWright node keys (§4.1), built once per pass.
@@ -1105,6 +1110,7 @@ impl<'a> PassCtx<'a> {
                 node_state_changes: 0,
                 completion_inputs,
                 empty_digest: RefCell::new(None),
+                status_version: cache.and_then(|_| StatusVersion::of(nw)),
                 pos,
                 complete,
                 complete_at,
@@ -1273,10 +1279,20 @@ impl<'a> PassCtx<'a> {
         {
             return;
         }
-        if let Ok(state) = n.state(view.name)
-            && view.node_state.set(n.name, state)
-        {
-            view.node_state_changes += 1;
+        // The snapshot's mirror was found equal to this very parse under this very status
+        // version in an earlier pass, and neither side moved since: nothing to compare.
+        let unwritten = n
+            .unwritten_state(view.name)
+            .filter(|_| view.node_state.untouched(n.name));
+        let known_equal = unwritten
+            .zip(view.status_version.as_ref())
+            .is_some_and(|(parsed, version)| parsed.mirrored_in(version));
+        if !known_equal && let Ok(state) = n.state(view.name) {
+            if view.node_state.set(n.name, state) {
+                view.node_state_changes += 1;
+            } else if let Some((parsed, version)) = unwritten.zip(view.status_version.as_ref()) {
+                parsed.remember_mirrored(version);
+            }
         }
         if let Some(p) = pos {
             view.published_at[p as usize] = n.writes;

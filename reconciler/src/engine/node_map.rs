@@ -56,6 +56,12 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
             .copied()
     }
 
+    /// Whether the node's value is still the snapshot's: this pass neither changed it nor
+    /// cleared the map.
+    pub fn untouched(&self, node: &str) -> bool {
+        !self.cleared && (self.changes.is_empty() || !self.changes.contains_key(node))
+    }
+
     /// The value for a node as the pass leaves it so far.
     pub fn get(&self, node: &str) -> Option<&V> {
         match self.changes.get(node) {

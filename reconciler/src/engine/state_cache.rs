@@ -43,6 +43,29 @@ pub struct ParsedState {
     raw: String,
     parsed: Result<NodeState, MalformedNodeState>,
     digest: Mutex<Option<DigestMemo>>,
+    /// The NodeWright status version (uid, resourceVersion) whose `nodeState` mirror of this
+    /// node was found equal to this parse.
+    mirrored: Mutex<Option<StatusVersion>>,
+}
+
+/// One version of a NodeWright object: its uid and resourceVersion. The API server moves the
+/// resourceVersion on every write, so equal versions hold equal statuses; a snapshot built by
+/// hand without them has no version, and nothing is remembered against it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusVersion {
+    uid: Box<str>,
+    resource_version: Box<str>,
+}
+
+impl StatusVersion {
+    /// The version of a NodeWright as the snapshot holds it; `None` without uid or
+    /// resourceVersion.
+    pub fn of(nw: &NodeWright) -> Option<StatusVersion> {
+        Some(StatusVersion {
+            uid: nw.metadata.uid.as_deref()?.into(),
+            resource_version: nw.metadata.resource_version.as_deref()?.into(),
+        })
+    }
 }
 
 impl ParsedState {
@@ -52,6 +75,7 @@ impl ParsedState {
             raw: raw.to_string(),
             parsed: NodeState::parse(raw),
             digest: Mutex::new(None),
+            mirrored: Mutex::new(None),
         }
     }
 
@@ -82,6 +106,21 @@ impl ParsedState {
             digest,
         });
     }
+    /// Whether the `nodeState` mirror in the NodeWright status of exactly this version was
+    /// found equal to this parse.
+    pub fn mirrored_in(&self, version: &StatusVersion) -> bool {
+        let mirrored = self.mirrored.lock().unwrap_or_else(PoisonError::into_inner);
+        mirrored.as_ref() == Some(version)
+    }
+
+    /// Remembers that the mirror in this version of the status equals this parse.
+    pub fn remember_mirrored(&self, version: &StatusVersion) {
+        let mut mirrored = self.mirrored.lock().unwrap_or_else(PoisonError::into_inner);
+        if mirrored.as_ref() != Some(version) {
+            *mirrored = Some(version.clone());
+        }
+    }
+
     /// The annotation value this was parsed from.
     pub fn raw(&self) -> &str {
         &self.raw
@@ -676,6 +715,61 @@ mod tests {
                 crate::plan::Action::PatchNodeConditions { node, .. } if node == "n1"
             )),
             "the node conditions are written again"
+        );
+    }
+
+    #[test]
+    fn a_mirror_is_compared_again_once_the_status_moves() {
+        use crate::engine::testkit::{apply, node, nw, settings, world};
+        let mut snap = world()
+            .node(node("n1"))
+            .node(node("n2"))
+            .nw(nw("a").package("p", "1.0.0"))
+            .build();
+        let settings = settings();
+        let mut cache = StateCache::new();
+        let mut version = 0;
+        // Like the API server: every write moves the resourceVersion.
+        let mut bump = |snap: &mut Snapshot| {
+            version += 1;
+            let meta = &mut snap.nodewrights[0].metadata;
+            meta.uid = Some("uid-a".into());
+            meta.resource_version = Some(version.to_string());
+        };
+        bump(&mut snap);
+        for _ in 0..4 {
+            let plan = reconcile_cached(&snap, &settings, &mut cache);
+            assert_eq!(plan, reconcile(&snap, &settings));
+            apply(&mut snap, &plan);
+            bump(&mut snap);
+        }
+        let steady = reconcile_cached(&snap, &settings, &mut cache);
+        assert_eq!(steady, reconcile(&snap, &settings));
+        let mirror_of_n1 = |snap: &Snapshot| {
+            snap.nodewrights[0]
+                .status
+                .as_ref()
+                .and_then(|s| s.node_state.as_ref())
+                .and_then(|m| m.get("n1"))
+                .cloned()
+        };
+        let mirrored = mirror_of_n1(&snap).expect("the first passes mirrored n1's state");
+
+        // Someone else rewrites n1's mirror: a new status version.
+        snap.nodewrights[0]
+            .status
+            .as_mut()
+            .and_then(|s| s.node_state.as_mut())
+            .expect("mirror present")
+            .insert("n1".into(), NodeState::default());
+        bump(&mut snap);
+        let warm = reconcile_cached(&snap, &settings, &mut cache);
+        assert_eq!(warm, reconcile(&snap, &settings));
+        apply(&mut snap, &warm);
+        assert_eq!(
+            mirror_of_n1(&snap),
+            Some(mirrored),
+            "the pass wrote the mirror back"
         );
     }
 }
