@@ -836,8 +836,15 @@ impl<'a> SnapIndex<'a> {
                 })
                 .collect(),
         };
+        // Sized up front: growing maps of thousands of entries rehashes them several times.
+        let (jobs, pods) = (snap.jobs.len(), snap.pods.len());
         let mut ix = SnapIndex {
             package_annotations,
+            job_by_name: sized(jobs),
+            job_by_uid: sized(jobs),
+            pods_of_job: sized(pods),
+            pods_on_node: sized(snap.nodes.len().min(pods)),
+            config_map_by_name: sized(snap.config_maps.len()),
             ..SnapIndex::default()
         };
         for job in &snap.jobs {
@@ -911,6 +918,11 @@ impl<'a> SnapIndex<'a> {
     pub fn pods_on(&self, node: &str) -> &[&'a Pod] {
         self.pods_on_node.get(node).map_or(&[], Vec::as_slice)
     }
+}
+
+/// An empty lookup table with room for `n` entries.
+fn sized<K, V>(n: usize) -> FxHashMap<K, V> {
+    FxHashMap::with_capacity_and_hasher(n, Default::default())
 }
 
 /// Names of what the pass emitted so far, so "already emitted?" checks do not scan the
