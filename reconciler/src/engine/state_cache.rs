@@ -152,6 +152,19 @@ pub enum NodeFact {
 pub struct NodeMemo {
     node: Arc<Node>,
     facts: Mutex<Vec<RememberedFact>>,
+    /// Per NodeWright: the facts found to hold between this node object and one version of
+    /// the NodeWright's status (bits of [`StatusFact`]).
+    status_facts: Mutex<Vec<(Box<str>, StatusVersion, u8)>>,
+}
+
+/// A fact relating a node object to one version of a NodeWright's status (§1.9), remembered
+/// in a [`NodeMemo`] under that [`StatusVersion`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusFact {
+    /// `status.nodeBootIds[node]` holds the node's boot id (§10.6).
+    BootRecorded = 1,
+    /// `status.nodeStatus[node]` holds the node's `status_<nw>` annotation (§5.12).
+    StatusPublished = 2,
 }
 
 /// One fact of a [`NodeMemo`].
@@ -169,6 +182,7 @@ impl NodeMemo {
         NodeMemo {
             node: Arc::clone(node),
             facts: Mutex::new(Vec::new()),
+            status_facts: Mutex::new(Vec::new()),
         }
     }
 
@@ -205,6 +219,36 @@ impl NodeMemo {
         let value = compute();
         memo.remember(nodewright, fact, input, value);
         value
+    }
+
+    /// Whether `fact` was found to hold between this node object and exactly this version
+    /// of the NodeWright's status.
+    pub fn holds(&self, nodewright: &str, version: &StatusVersion, fact: StatusFact) -> bool {
+        let facts = self
+            .status_facts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        facts
+            .iter()
+            .find(|(nw, _, _)| &**nw == nodewright)
+            .is_some_and(|(_, at, bits)| at == version && bits & fact as u8 != 0)
+    }
+
+    /// Remembers that `fact` holds against this version of the status (facts remembered
+    /// against an earlier version are forgotten).
+    pub fn remember_holds(&self, nodewright: &str, version: &StatusVersion, fact: StatusFact) {
+        let mut facts = self
+            .status_facts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match facts.iter_mut().find(|(nw, _, _)| &**nw == nodewright) {
+            Some((_, at, bits)) if at == version => *bits |= fact as u8,
+            Some((_, at, bits)) => {
+                *at = version.clone();
+                *bits = fact as u8;
+            }
+            None => facts.push((nodewright.into(), version.clone(), fact as u8)),
+        }
     }
 
     /// Remembers a value (replacing the one for another input).
@@ -719,11 +763,11 @@ mod tests {
     }
 
     #[test]
-    fn a_mirror_is_compared_again_once_the_status_moves() {
+    fn the_status_mirrors_are_compared_again_once_the_status_moves() {
         use crate::engine::testkit::{apply, node, nw, settings, world};
         let mut snap = world()
-            .node(node("n1"))
-            .node(node("n2"))
+            .node(node("n1").boot("boot-1"))
+            .node(node("n2").boot("boot-2"))
             .nw(nw("a").package("p", "1.0.0"))
             .build();
         let settings = settings();
@@ -754,14 +798,42 @@ mod tests {
                 .cloned()
         };
         let mirrored = mirror_of_n1(&snap).expect("the first passes mirrored n1's state");
+        let status_of_n1 = |snap: &Snapshot| {
+            let status = snap.nodewrights[0].status.as_ref();
+            (
+                status
+                    .and_then(|s| s.node_status.as_ref())
+                    .and_then(|m| m.get("n1"))
+                    .copied(),
+                status
+                    .and_then(|s| s.node_boot_ids.as_ref())
+                    .and_then(|m| m.get("n1"))
+                    .cloned(),
+            )
+        };
+        let published = status_of_n1(&snap);
+        assert_eq!(published.1.as_deref(), Some("boot-1"));
+        assert!(published.0.is_some());
 
-        // Someone else rewrites n1's mirror: a new status version.
-        snap.nodewrights[0]
-            .status
+        // Someone else rewrites n1's three mirrors: a new status version.
+        let status = snap.nodewrights[0].status.as_mut().expect("status written");
+        let entries = status.node_state.as_mut().expect("mirror present");
+        entries.insert("n1".into(), NodeState::default());
+        status
+            .node_status
             .as_mut()
-            .and_then(|s| s.node_state.as_mut())
-            .expect("mirror present")
-            .insert("n1".into(), NodeState::default());
+            .expect("node statuses present")
+            .insert("n1".into(), nodewright_schema::Status::Disabled);
+        status
+            .node_boot_ids
+            .as_mut()
+            .expect("boot ids present")
+            .remove("n1");
+        bump(&mut snap);
+        let warm = reconcile_cached(&snap, &settings, &mut cache);
+        assert_eq!(warm, reconcile(&snap, &settings));
+        apply(&mut snap, &warm);
+        // Reboot tracking ends the pass once it records the boot id (§5.2 step 5).
         bump(&mut snap);
         let warm = reconcile_cached(&snap, &settings, &mut cache);
         assert_eq!(warm, reconcile(&snap, &settings));
@@ -771,5 +843,38 @@ mod tests {
             Some(mirrored),
             "the pass wrote the mirror back"
         );
+        assert_eq!(
+            status_of_n1(&snap),
+            published,
+            "the pass wrote the node's status and boot id back"
+        );
+    }
+
+    #[test]
+    fn a_status_fact_holds_only_for_the_version_it_was_found_in() {
+        let node = Arc::new(Node::default());
+        let memo = NodeMemo::new(&node);
+        let version = |rv: &str| StatusVersion {
+            uid: "uid".into(),
+            resource_version: rv.into(),
+        };
+        assert!(!memo.holds("a", &version("1"), StatusFact::BootRecorded));
+        memo.remember_holds("a", &version("1"), StatusFact::BootRecorded);
+        memo.remember_holds("a", &version("1"), StatusFact::StatusPublished);
+        assert!(memo.holds("a", &version("1"), StatusFact::BootRecorded));
+        assert!(memo.holds("a", &version("1"), StatusFact::StatusPublished));
+        assert!(
+            !memo.holds("b", &version("1"), StatusFact::BootRecorded),
+            "another NodeWright"
+        );
+        assert!(
+            !memo.holds("a", &version("2"), StatusFact::BootRecorded),
+            "another version"
+        );
+        // A fact found in a newer version forgets the older version's facts.
+        memo.remember_holds("a", &version("2"), StatusFact::StatusPublished);
+        assert!(!memo.holds("a", &version("2"), StatusFact::BootRecorded));
+        assert!(!memo.holds("a", &version("1"), StatusFact::StatusPublished));
+        assert!(memo.holds("a", &version("2"), StatusFact::StatusPublished));
     }
 }

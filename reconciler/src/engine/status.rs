@@ -12,6 +12,7 @@ use super::context::PassCtx;
 use super::order;
 use super::policy::{self, Counts, Evaluation};
 use super::select;
+use super::state_cache::StatusFact;
 use crate::plan::{EventObject, EventType};
 
 /// Roll-up of node Statuses into the NodeWright Status before overrides (§5.13). Each item
@@ -86,6 +87,30 @@ pub fn refresh_completion(ctx: &mut PassCtx, nw: usize) {
     }
     ctx.nws[nw].complete = view;
     ctx.nws[nw].complete_at = at;
+}
+
+/// Mirrors a node's Status into `status.nodeStatus` (§5.12). While the node object, its
+/// unwritten annotations and the status version are those of an earlier pass that found the
+/// mirror current, there is nothing to compare.
+fn publish_status(ctx: &mut PassCtx, nw: usize, n: usize, status: Status) {
+    let node = ctx.node(n);
+    let view = &ctx.nws[nw];
+    let memo = node.memo().filter(|_| !node.annotations_written());
+    let known = view
+        .status_version
+        .as_ref()
+        .filter(|_| view.node_status.untouched(node.name()));
+    if let (Some(memo), Some(version)) = (memo, known) {
+        if memo.holds(view.name, version, StatusFact::StatusPublished) {
+            return;
+        }
+        if view.node_status.get(node.name()) == Some(&status) {
+            memo.remember_holds(view.name, version, StatusFact::StatusPublished);
+            return;
+        }
+    }
+    let node_name = node.name();
+    ctx.nws[nw].publish_status(node_name, status);
 }
 
 /// Sets the NodeWright Status, with the transition side effects (§1.10, §2.7, §5.13, §10.2).
@@ -248,8 +273,7 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
             if s == Status::Complete {
                 ctx.uncordon(nw, n);
             }
-            let node_name = ctx.node(n).name();
-            ctx.nws[nw].publish_status(node_name, s);
+            publish_status(ctx, nw, n, s);
             ctx.publish_node(nw, n);
         }
         ctx.nws[nw].written_back_at[p] = ctx.node(n).writes();
