@@ -266,7 +266,7 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
             ];
             // Whether each condition already reads as wanted depends only on the snapshot's
             // node object and on (complete, erroring): remembered across passes per node.
-            let input = u8::from(complete) | u8::from(erroring) << 1;
+            let input = u64::from(complete) | u64::from(erroring) << 1;
             let current = NodeMemo::recall(
                 node.memo(),
                 view.name,

@@ -34,7 +34,7 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CachedStates, NodeMemo, ParsedPackage, ParsedState, StateCache, StatusVersion,
+    CachedStates, NodeFact, NodeMemo, ParsedPackage, ParsedState, StateCache, StatusVersion,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -970,6 +970,14 @@ impl EmittedIndex {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AmbiguousNodeLabel;
 
+/// The nodes one distinct node selector picks in a pass.
+struct Selection<'s> {
+    selector: Option<&'s LabelSelector>,
+    /// The selector's id in the cache (absent without one).
+    id: Option<u64>,
+    nodes: Vec<usize>,
+}
+
 /// The whole working state of one pass.
 pub struct PassCtx<'a> {
     /// What the pass reads.
@@ -980,6 +988,8 @@ pub struct PassCtx<'a> {
     pub now: Timestamp,
     /// The configured runtime-required taint (§4.4).
     pub runtime_taint: Taint,
+    /// The distinct node selectors of the pass with their cache ids, for [`PassCtx::fill_cache`].
+    selector_ids: Vec<(Option<&'a LabelSelector>, u64)>,
     /// Every node by id (index in `snap.nodes`).
     pub nodes: Vec<NodeWork<'a>>,
     node_ids: FxHashMap<&'a str, usize>,
@@ -1061,25 +1071,53 @@ impl<'a> PassCtx<'a> {
         }
         let mut nws = Vec::with_capacity(nw_refs.len());
         // NodeWrights often target the same pool: each distinct selector is matched once.
-        let mut selections: Vec<(Option<&LabelSelector>, Vec<usize>)> = Vec::new();
+        let mut selections: Vec<Selection<'_>> = Vec::new();
+        let mut new_selectors = 0;
         for nw in nw_refs {
             let name = nw.name();
             let wanted = nw.spec.node_selectors.as_ref();
-            let selected = match selections.iter().find(|(s, _)| *s == wanted) {
-                Some((_, selected)) => selected.clone(),
+            let selected = match selections.iter().find(|s| s.selector == wanted) {
+                Some(s) => s.nodes.clone(),
                 None => {
+                    // With a cache, whether a node matches is remembered per node object and
+                    // selector id, so an unchanged node is not matched again.
+                    let id = cache.map(|c| {
+                        c.selector_id(wanted).unwrap_or_else(|| {
+                            new_selectors += 1;
+                            c.new_selector_id(new_selectors - 1)
+                        })
+                    });
                     // Parsed once per pass; an invalid selector selects nothing.
                     let selector = wanted.map(nodewright_schema::selector::Selector::parse);
+                    let matches = |n: &NodeWork<'_>| match &selector {
+                        None => true,
+                        Some(Ok(sel)) => sel.matches(&n.labels),
+                        Some(Err(_)) => false,
+                    };
                     let selected: Vec<usize> = order
                         .iter()
                         .copied()
-                        .filter(|&i| match &selector {
-                            None => true,
-                            Some(Ok(sel)) => sel.matches(&nodes[i].labels),
-                            Some(Err(_)) => false,
+                        .filter(|&i| {
+                            let n = &nodes[i];
+                            match (id, n.memo()) {
+                                (Some(id), Some(memo)) => {
+                                    NodeMemo::recall(
+                                        Some(memo),
+                                        name,
+                                        NodeFact::Selected,
+                                        id,
+                                        || u8::from(matches(n)),
+                                    ) != 0
+                                }
+                                _ => matches(n),
+                            }
                         })
                         .collect();
-                    selections.push((wanted, selected.clone()));
+                    selections.push(Selection {
+                        selector: wanted,
+                        id,
+                        nodes: selected.clone(),
+                    });
                     selected
                 }
             };
@@ -1144,9 +1182,14 @@ impl<'a> PassCtx<'a> {
                 transitioned: false,
             });
         }
+        let selector_ids = selections
+            .iter()
+            .filter_map(|s| Some((s.selector, s.id?)))
+            .collect();
         PassCtx {
             snap,
             settings,
+            selector_ids,
             now: snap.now,
             runtime_taint,
             nodes,
@@ -1172,6 +1215,7 @@ impl<'a> PassCtx<'a> {
                 .map(|n| (n.name, n.memo.as_ref(), n.read_states())),
         );
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
+        cache.retain_selectors(self.selector_ids.iter().copied());
         cache.retain_package_annotations(
             self.snap
                 .jobs

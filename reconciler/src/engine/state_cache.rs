@@ -19,6 +19,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use rustc_hash::FxHashMap;
 
 use nodewright_schema::node_state::MalformedNodeState;
@@ -139,6 +140,9 @@ pub enum NodeFact {
     ConditionsCurrent,
     /// Whether the snapshot node carries the NodeWright's `version_<nw>` annotation (§4.1).
     VersionStamped,
+    /// Whether the node's labels match the NodeWright's node selector (§5.6), under the
+    /// selector's id ([`StateCache::selector_id`]), so an edited selector is matched afresh.
+    Selected,
 }
 
 /// Values derived from one node object alone, per NodeWright, kept from pass to pass while the
@@ -172,7 +176,7 @@ pub enum StatusFact {
 struct RememberedFact {
     nodewright: Box<str>,
     fact: NodeFact,
-    input: u8,
+    input: u64,
     value: u8,
 }
 
@@ -192,7 +196,7 @@ impl NodeMemo {
     }
 
     /// The value remembered for this NodeWright, fact and input.
-    pub fn get(&self, nodewright: &str, fact: NodeFact, input: u8) -> Option<u8> {
+    pub fn get(&self, nodewright: &str, fact: NodeFact, input: u64) -> Option<u8> {
         // A poisoned lock only means a panic elsewhere; the list itself is always whole.
         let facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
         facts
@@ -207,7 +211,7 @@ impl NodeMemo {
         memo: Option<&NodeMemo>,
         nodewright: &str,
         fact: NodeFact,
-        input: u8,
+        input: u64,
         compute: impl FnOnce() -> u8,
     ) -> u8 {
         let Some(memo) = memo else {
@@ -252,7 +256,7 @@ impl NodeMemo {
     }
 
     /// Remembers a value (replacing the one for another input).
-    pub fn remember(&self, nodewright: &str, fact: NodeFact, input: u8, value: u8) {
+    pub fn remember(&self, nodewright: &str, fact: NodeFact, input: u64, value: u8) {
         let mut facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
         match facts
             .iter_mut()
@@ -325,6 +329,10 @@ pub struct StateCache {
     /// them: every pass reads the annotation of every Job, and at steady state none changed.
     package_annotations: FxHashMap<Box<str>, (ParsedPackage, u64)>,
     package_pass: u64,
+    /// The node selectors of the last pass with their ids: equal selectors keep their id, a
+    /// new one gets the next, so an id names one selector for the cache's whole life.
+    selectors: Vec<(Option<LabelSelector>, u64)>,
+    next_selector: u64,
     pass: u64,
 }
 
@@ -357,6 +365,33 @@ impl StateCache {
             .find(|(name, inputs)| name == nw.name() && **inputs == current)
             .map(|(_, inputs)| Arc::clone(inputs))
             .unwrap_or_else(|| Arc::new(current))
+    }
+
+    /// The id of a node selector (`None`: select every node): the last pass's id for an
+    /// equal selector, else `None`.
+    pub fn selector_id(&self, selector: Option<&LabelSelector>) -> Option<u64> {
+        self.selectors
+            .iter()
+            .find(|(s, _)| s.as_ref() == selector)
+            .map(|(_, id)| *id)
+    }
+
+    /// The id the `n`th selector new in this pass gets.
+    pub fn new_selector_id(&self, n: u64) -> u64 {
+        self.next_selector + n
+    }
+
+    /// Keeps this pass's selectors and their ids (and only those).
+    pub fn retain_selectors<'s>(
+        &mut self,
+        selectors: impl IntoIterator<Item = (Option<&'s LabelSelector>, u64)>,
+    ) {
+        self.selectors = selectors
+            .into_iter()
+            .map(|(s, id)| (s.cloned(), id))
+            .collect();
+        let next = self.selectors.iter().map(|(_, id)| id + 1).max();
+        self.next_selector = self.next_selector.max(next.unwrap_or(0));
     }
 
     /// The parse of a Job `package` annotation value, when the last pass parsed exactly it.
@@ -660,6 +695,7 @@ mod tests {
     #[test]
     fn a_node_memo_answers_only_for_the_very_node_object_it_was_made_for() {
         use k8s_openapi::api::core::v1::Node;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
         let node = Arc::new(crate::engine::testkit::node("n1").build());
         let memo = Arc::new(NodeMemo::new(&node));
         memo.remember("nw", NodeFact::ConditionsCurrent, 1, 3);
@@ -876,5 +912,60 @@ mod tests {
         assert!(!memo.holds("a", &version("2"), StatusFact::BootRecorded));
         assert!(!memo.holds("a", &version("1"), StatusFact::StatusPublished));
         assert!(memo.holds("a", &version("2"), StatusFact::StatusPublished));
+    }
+
+    #[test]
+    fn selector_ids_name_one_selector_for_the_cache_s_whole_life() {
+        let pool = |p: &str| LabelSelector {
+            match_labels: Some([("pool".to_string(), p.to_string())].into()),
+            match_expressions: None,
+        };
+        let mut cache = StateCache::new();
+        assert_eq!(cache.selector_id(Some(&pool("a"))), None);
+        let (a, everything) = (cache.new_selector_id(0), cache.new_selector_id(1));
+        cache.retain_selectors([(Some(&pool("a")), a), (None, everything)]);
+        assert_eq!(cache.selector_id(Some(&pool("a"))), Some(a));
+        assert_eq!(cache.selector_id(None), Some(everything));
+        // A pass without `a`: its id is gone and never handed out again.
+        let b = cache.new_selector_id(0);
+        assert!(b != a && b != everything);
+        cache.retain_selectors([(Some(&pool("b")), b)]);
+        assert_eq!(cache.selector_id(Some(&pool("a"))), None);
+        let again = cache.new_selector_id(0);
+        assert!(![a, b, everything].contains(&again));
+    }
+
+    #[test]
+    fn a_warm_pass_follows_an_edited_node_selector() {
+        use crate::engine::context::PassCtx;
+        use crate::engine::testkit::{apply, node, nw, settings, world};
+        let mut snap = world()
+            .node(node("n1").label("pool", "a"))
+            .node(node("n2").label("pool", "b"))
+            .nw(nw("w").selects("pool", "a").package("p", "1.0.0"))
+            .build();
+        let settings = settings();
+        let mut cache = StateCache::new();
+        for _ in 0..3 {
+            let plan = reconcile_cached(&snap, &settings, &mut cache);
+            assert_eq!(plan, reconcile(&snap, &settings));
+            apply(&mut snap, &plan);
+        }
+        let selected = |snap: &Snapshot, cache: &StateCache| {
+            let ctx = PassCtx::new_cached(snap, &settings, Some(cache));
+            ctx.nws[0]
+                .selected
+                .iter()
+                .map(|&n| ctx.node(n).name().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(selected(&snap, &cache), ["n1"]);
+        snap.nodewrights[0].spec.node_selectors = Some(LabelSelector {
+            match_labels: Some([("pool".to_string(), "b".to_string())].into()),
+            match_expressions: None,
+        });
+        assert_eq!(selected(&snap, &cache), ["n2"]);
+        let plan = reconcile_cached(&snap, &settings, &mut cache);
+        assert_eq!(plan, reconcile(&snap, &settings));
     }
 }
