@@ -250,6 +250,28 @@ impl NodeDigest {
 pub fn node_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDigest>> {
     let view = &ctx.nws[nw];
     let n = ctx.node(node);
+    let pos = view
+        .pos
+        .get(node)
+        .filter(|&&p| p != super::context::NOT_SELECTED)
+        .map(|&p| p as usize);
+    if let Some(p) = pos
+        && let Some((at, digest)) = &view.digests.borrow()[p]
+        && *at == n.writes()
+    {
+        return digest.clone();
+    }
+    let digest = derive_digest(ctx, nw, node);
+    if let Some(p) = pos {
+        view.digests.borrow_mut()[p] = Some((n.writes(), digest.clone()));
+    }
+    digest
+}
+
+/// [`node_digest`] without the per-pass memo: from the node's parse when it remembers one.
+fn derive_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDigest>> {
+    let view = &ctx.nws[nw];
+    let n = ctx.node(node);
     let applied = n.annotation(&view.keys.config_applied);
     let unwritten = n.unwritten_state(view.name);
     if let Some(known) = unwritten.and_then(|p| p.digest(&view.completion_inputs, applied)) {

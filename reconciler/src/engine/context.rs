@@ -602,6 +602,9 @@ pub struct NwView<'a> {
     /// first package) under the last `configApplied` value asked for: the same for every such
     /// node, so it is derived once per pass rather than once per node.
     pub empty_digest: RefCell<Option<(Option<Box<str>>, Arc<NodeDigest>)>>,
+    /// Per selected node (parallel to `selected`): its digest and the node's write count it
+    /// was derived at; several steps of a pass read it, and it holds while the count does.
+    pub digests: RefCell<Vec<Option<(u32, Option<Arc<NodeDigest>>)>>>,
     /// The version of the NodeWright as the snapshot holds it (what the `nodeState` mirror
     /// comparisons remembered in node parses are keyed by).
     pub status_version: Option<StatusVersion>,
@@ -1160,6 +1163,7 @@ impl<'a> PassCtx<'a> {
                 node_state_changes: 0,
                 completion_inputs,
                 empty_digest: RefCell::new(None),
+                digests: RefCell::new(vec![None; selected.len()]),
                 status_version: cache.and_then(|_| StatusVersion::of(nw)),
                 pos,
                 complete,
