@@ -601,14 +601,20 @@ pub struct NwView<'a> {
     /// The digest of an empty node state (no annotation yet, the common case before a node's
     /// first package) under the last `configApplied` value asked for: the same for every such
     /// node, so it is derived once per pass rather than once per node.
-    pub empty_digest: RefCell<Option<(Option<Box<str>>, Arc<NodeDigest>)>>,
+    pub empty_digest: RefCell<Option<AppliedDigest>>,
     /// Per selected node (parallel to `selected`): its digest and the node's write count it
     /// was derived at; several steps of a pass read it, and it holds while the count does.
-    pub digests: RefCell<Vec<Option<(u32, Option<Arc<NodeDigest>>)>>>,
+    pub digests: RefCell<Vec<Option<CountedDigest>>>,
     /// The version of the NodeWright as the snapshot holds it (what the `nodeState` mirror
     /// comparisons remembered in node parses are keyed by).
     pub status_version: Option<StatusVersion>,
 }
+
+/// A node digest with the `configApplied` value it was derived under.
+pub type AppliedDigest = (Option<Box<str>>, Arc<NodeDigest>);
+
+/// A node digest (`None`: malformed state) with the node write count it was derived at.
+pub type CountedDigest = (u32, Option<Arc<NodeDigest>>);
 
 /// The per-NodeWright node keys (§4.1), built once per pass.
 #[derive(Clone, Debug)]

@@ -695,7 +695,6 @@ mod tests {
     #[test]
     fn a_node_memo_answers_only_for_the_very_node_object_it_was_made_for() {
         use k8s_openapi::api::core::v1::Node;
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
         let node = Arc::new(crate::engine::testkit::node("n1").build());
         let memo = Arc::new(NodeMemo::new(&node));
         memo.remember("nw", NodeFact::ConditionsCurrent, 1, 3);
