@@ -806,15 +806,15 @@ pub struct SnapIndex<'a> {
     /// Jobs by UID.
     pub job_by_uid: FxHashMap<&'a str, &'a Job>,
     /// Jobs by NodeWright `name` label, then `node` label.
-    pub jobs_on: FxHashMap<&'a str, FxHashMap<&'a str, Vec<&'a Job>>>,
+    pub jobs_on: FxHashMap<&'a str, FxHashMap<&'a str, Few<&'a Job>>>,
     /// Jobs by NodeWright `name` label (any node, with or without a `node` label).
     pub jobs_of_nw: FxHashMap<&'a str, Vec<&'a Job>>,
     /// Jobs by `node` label (any NodeWright).
-    pub jobs_on_node: FxHashMap<&'a str, Vec<&'a Job>>,
+    pub jobs_on_node: FxHashMap<&'a str, Few<&'a Job>>,
     /// Pods by their Job's controller UID label.
-    pub pods_of_job: FxHashMap<&'a str, Vec<&'a Pod>>,
+    pub pods_of_job: FxHashMap<&'a str, Few<&'a Pod>>,
     /// Pods by `spec.nodeName`.
-    pub pods_on_node: FxHashMap<&'a str, Vec<&'a Pod>>,
+    pub pods_on_node: FxHashMap<&'a str, Few<&'a Pod>>,
     /// ConfigMaps by name.
     pub config_map_by_name: FxHashMap<&'a str, &'a ConfigMap>,
     /// The parsed `package` annotation of each snapshot Job (parallel to `snap.jobs`), parsed
@@ -909,7 +909,7 @@ impl<'a> SnapIndex<'a> {
         self.jobs_on
             .get(nw)
             .and_then(|m| m.get(node_label))
-            .map_or(&[], Vec::as_slice)
+            .map_or(&[], Few::as_slice)
     }
     /// Jobs carrying this NodeWright `name` label.
     pub fn nw_jobs(&self, nw: &str) -> &[&'a Job] {
@@ -917,17 +917,21 @@ impl<'a> SnapIndex<'a> {
     }
     /// Jobs carrying this `node` label, any NodeWright.
     pub fn node_jobs(&self, node_label: &str) -> &[&'a Job] {
-        self.jobs_on_node.get(node_label).map_or(&[], Vec::as_slice)
+        self.jobs_on_node.get(node_label).map_or(&[], Few::as_slice)
     }
     /// Pods whose Job controller UID label is `uid`.
     pub fn pods_of(&self, uid: &str) -> &[&'a Pod] {
-        self.pods_of_job.get(uid).map_or(&[], Vec::as_slice)
+        self.pods_of_job.get(uid).map_or(&[], Few::as_slice)
     }
     /// Pods bound to a node (`spec.nodeName`).
     pub fn pods_on(&self, node: &str) -> &[&'a Pod] {
-        self.pods_on_node.get(node).map_or(&[], Vec::as_slice)
+        self.pods_on_node.get(node).map_or(&[], Few::as_slice)
     }
 }
+
+/// The objects under one key of a lookup table: usually one (a Job's pod, a node's Jobs of
+/// one NodeWright), kept inline so building the tables allocates only for the exceptions.
+pub type Few<T> = smallvec::SmallVec<[T; 2]>;
 
 /// An empty lookup table with room for `n` entries.
 fn sized<K, V>(n: usize) -> FxHashMap<K, V> {
