@@ -1085,7 +1085,6 @@ impl<'a> PassCtx<'a> {
         let mut nws = Vec::with_capacity(nw_refs.len());
         // NodeWrights often target the same pool: each distinct selector is matched once.
         let mut selections: Vec<Selection<'_>> = Vec::new();
-        let mut new_selectors = 0;
         for nw in nw_refs {
             let name = nw.name();
             let wanted = nw.spec.node_selectors.as_ref();
@@ -1094,12 +1093,8 @@ impl<'a> PassCtx<'a> {
                 None => {
                     // With a cache, whether a node matches is remembered per node object and
                     // selector id, so an unchanged node is not matched again.
-                    let id = cache.map(|c| {
-                        c.selector_id(wanted).unwrap_or_else(|| {
-                            new_selectors += 1;
-                            c.new_selector_id(new_selectors - 1)
-                        })
-                    });
+                    let id =
+                        cache.map(|c| c.selector_id(wanted).unwrap_or_else(|| c.new_selector_id()));
                     // Parsed once per pass; an invalid selector selects nothing.
                     let selector = wanted.map(nodewright_schema::selector::Selector::parse);
                     let matches = |n: &NodeWork<'_>| match &selector {

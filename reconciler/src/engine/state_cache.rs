@@ -16,6 +16,7 @@
 //! completion inputs ([`CompletionInputs`], compared once per NodeWright and pass and then
 //! shared by pointer) and by the node's `configApplied_<nw>` value, byte for byte.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
@@ -332,7 +333,9 @@ pub struct StateCache {
     /// The node selectors of the last pass with their ids: equal selectors keep their id, a
     /// new one gets the next, so an id names one selector for the cache's whole life.
     selectors: Vec<(Option<LabelSelector>, u64)>,
-    next_selector: u64,
+    /// The next selector id. Handed out through `&self` (a pass reads the cache while it
+    /// builds), and never twice, even by a pass whose selectors are not kept.
+    next_selector: AtomicU64,
     pass: u64,
 }
 
@@ -376,9 +379,9 @@ impl StateCache {
             .map(|(_, id)| *id)
     }
 
-    /// The id the `n`th selector new in this pass gets.
-    pub fn new_selector_id(&self, n: u64) -> u64 {
-        self.next_selector + n
+    /// A fresh selector id, never handed out before.
+    pub fn new_selector_id(&self) -> u64 {
+        self.next_selector.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Keeps this pass's selectors and their ids (and only those).
@@ -390,8 +393,6 @@ impl StateCache {
             .into_iter()
             .map(|(s, id)| (s.cloned(), id))
             .collect();
-        let next = self.selectors.iter().map(|(_, id)| id + 1).max();
-        self.next_selector = self.next_selector.max(next.unwrap_or(0));
     }
 
     /// The parse of a Job `package` annotation value, when the last pass parsed exactly it.
@@ -921,17 +922,19 @@ mod tests {
         };
         let mut cache = StateCache::new();
         assert_eq!(cache.selector_id(Some(&pool("a"))), None);
-        let (a, everything) = (cache.new_selector_id(0), cache.new_selector_id(1));
+        let (a, everything) = (cache.new_selector_id(), cache.new_selector_id());
         cache.retain_selectors([(Some(&pool("a")), a), (None, everything)]);
         assert_eq!(cache.selector_id(Some(&pool("a"))), Some(a));
         assert_eq!(cache.selector_id(None), Some(everything));
         // A pass without `a`: its id is gone and never handed out again.
-        let b = cache.new_selector_id(0);
+        let b = cache.new_selector_id();
         assert!(b != a && b != everything);
         cache.retain_selectors([(Some(&pool("b")), b)]);
         assert_eq!(cache.selector_id(Some(&pool("a"))), None);
-        let again = cache.new_selector_id(0);
-        assert!(![a, b, everything].contains(&again));
+        // Ids handed out by a pass that never kept its selectors are not handed out again.
+        let unkept = cache.new_selector_id();
+        let again = cache.new_selector_id();
+        assert!(![a, b, everything, unkept].contains(&again));
     }
 
     #[test]
