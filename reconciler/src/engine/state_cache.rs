@@ -544,6 +544,16 @@ mod tests {
         warm
     }
 
+    /// `n` warm passes, each of which must plan what a cold pass plans, carried out on `snap`
+    /// (by the test kit, which leaves resourceVersions alone).
+    fn warm_passes(snap: &mut Snapshot, settings: &Settings, cache: &mut StateCache, n: usize) {
+        for _ in 0..n {
+            let plan = reconcile_cached(snap, settings, cache);
+            assert_eq!(plan, reconcile(snap, settings));
+            crate::engine::testkit::apply(snap, &plan);
+        }
+    }
+
     /// Node-state annotations of the snapshot the cache can serve as they are, and nodes
     /// whose memo the cache still holds for the very same object.
     fn hits(cache: &StateCache, snapshot: &Snapshot) -> (usize, usize) {
@@ -747,7 +757,7 @@ mod tests {
 
     #[test]
     fn a_warm_pass_sees_a_node_changed_behind_the_cache() {
-        use crate::engine::testkit::{apply, node, nw, settings, world};
+        use crate::engine::testkit::{node, nw, settings, world};
         let mut snap = world()
             .node(node("n1"))
             .node(node("n2"))
@@ -755,11 +765,7 @@ mod tests {
             .build();
         let settings = settings();
         let mut cache = StateCache::new();
-        for _ in 0..3 {
-            let plan = reconcile_cached(&snap, &settings, &mut cache);
-            assert_eq!(plan, reconcile(&snap, &settings));
-            apply(&mut snap, &plan);
-        }
+        warm_passes(&mut snap, &settings, &mut cache, 3);
         let _ = reconcile_cached(&snap, &settings, &mut cache);
         assert!(
             cache
@@ -800,7 +806,7 @@ mod tests {
 
     #[test]
     fn the_status_mirrors_are_compared_again_once_the_status_moves() {
-        use crate::engine::testkit::{apply, node, nw, settings, world};
+        use crate::engine::testkit::{node, nw, settings, world};
         let mut snap = world()
             .node(node("n1").boot("boot-1"))
             .node(node("n2").boot("boot-2"))
@@ -810,21 +816,21 @@ mod tests {
         let mut cache = StateCache::new();
         let mut version = 0;
         // Like the API server: every write moves the resourceVersion.
-        let mut bump = |snap: &mut Snapshot| {
-            version += 1;
+        fn bump(snap: &mut Snapshot, version: &mut u32) {
+            *version += 1;
             let meta = &mut snap.nodewrights[0].metadata;
             meta.uid = Some("uid-a".into());
             meta.resource_version = Some(version.to_string());
-        };
-        bump(&mut snap);
-        for _ in 0..4 {
-            let plan = reconcile_cached(&snap, &settings, &mut cache);
-            assert_eq!(plan, reconcile(&snap, &settings));
-            apply(&mut snap, &plan);
-            bump(&mut snap);
         }
-        let steady = reconcile_cached(&snap, &settings, &mut cache);
-        assert_eq!(steady, reconcile(&snap, &settings));
+        // One warm pass, carried out like an API server would: the version moves.
+        let mut step = |snap: &mut Snapshot, version: &mut u32| {
+            warm_passes(snap, &settings, &mut cache, 1);
+            bump(snap, version);
+        };
+        bump(&mut snap, &mut version);
+        for _ in 0..4 {
+            step(&mut snap, &mut version);
+        }
         let mirror_of_n1 = |snap: &Snapshot| {
             snap.nodewrights[0]
                 .status
@@ -865,15 +871,10 @@ mod tests {
             .as_mut()
             .expect("boot ids present")
             .remove("n1");
-        bump(&mut snap);
-        let warm = reconcile_cached(&snap, &settings, &mut cache);
-        assert_eq!(warm, reconcile(&snap, &settings));
-        apply(&mut snap, &warm);
-        // Reboot tracking ends the pass once it records the boot id (§5.2 step 5).
-        bump(&mut snap);
-        let warm = reconcile_cached(&snap, &settings, &mut cache);
-        assert_eq!(warm, reconcile(&snap, &settings));
-        apply(&mut snap, &warm);
+        bump(&mut snap, &mut version);
+        // Reboot tracking ends the first pass once it records the boot id (§5.2 step 5).
+        step(&mut snap, &mut version);
+        step(&mut snap, &mut version);
         assert_eq!(
             mirror_of_n1(&snap),
             Some(mirrored),
@@ -940,7 +941,7 @@ mod tests {
     #[test]
     fn a_warm_pass_follows_an_edited_node_selector() {
         use crate::engine::context::PassCtx;
-        use crate::engine::testkit::{apply, node, nw, settings, world};
+        use crate::engine::testkit::{node, nw, settings, world};
         let mut snap = world()
             .node(node("n1").label("pool", "a"))
             .node(node("n2").label("pool", "b"))
@@ -948,11 +949,7 @@ mod tests {
             .build();
         let settings = settings();
         let mut cache = StateCache::new();
-        for _ in 0..3 {
-            let plan = reconcile_cached(&snap, &settings, &mut cache);
-            assert_eq!(plan, reconcile(&snap, &settings));
-            apply(&mut snap, &plan);
-        }
+        warm_passes(&mut snap, &settings, &mut cache, 3);
         let selected = |snap: &Snapshot, cache: &StateCache| {
             let ctx = PassCtx::new_cached(snap, &settings, Some(cache));
             ctx.nws[0]
