@@ -259,26 +259,37 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let packages = nw_obj.spec.packages();
     let selected = view.selected.clone();
 
-    // Packages in their uninstall cycle on any node get no config work (§6.8, §9.2).
-    let mut in_cycle: BTreeSet<String> = BTreeSet::new();
+    // Spec packages in their uninstall cycle on any node get no config work (§6.8, §9.2);
+    // the nodes' package digests say which.
+    let mut in_cycle = vec![false; packages.len()];
     for &id in &selected {
-        if let Ok(state) = ctx.node(id).state(&nw_name) {
-            for e in state.0.values() {
-                if e.stage.is_some_and(Stage::is_uninstall_cycle) {
-                    in_cycle.insert(e.name.clone());
-                }
+        if let Some(digest) = complete::node_digest(ctx, nw, id) {
+            for (any, node) in in_cycle.iter_mut().zip(&digest.packages) {
+                *any |= node.in_cycle;
             }
         }
     }
+    let in_cycle: BTreeSet<&str> = packages
+        .keys()
+        .zip(&in_cycle)
+        .filter(|(_, cycling)| **cycling)
+        .map(|(name, _)| name.as_str())
+        .collect();
 
     // Backfill records from what the nodes last applied: the existing ConfigMap's data.
+    let key = ctx.nws[nw].keys.config_applied.clone();
+    let configured_packages = packages.values().any(|p| !p.config_map().is_empty());
     for &id in &selected {
         let n = ctx.node(id);
+        let raw = n.annotation(&key);
+        if raw.is_none() && !configured_packages {
+            // No record to prune and no package to record: nothing to do on this node.
+            continue;
+        }
         let Ok(state) = n.state(&nw_name) else {
             continue;
         };
-        let key = keys::config_applied(&nw_name);
-        let mut applied: AppliedConfig = complete::parse_applied(n.annotation(&key));
+        let mut applied: AppliedConfig = complete::parse_applied(raw);
         // Records of entries that are gone (an upgrade removed the old version, an uninstall
         // removed the package) describe nothing any more.
         let before = applied.len();
@@ -320,7 +331,7 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
                 ctx.node_mut(id).remove_annotation(&key);
             } else {
                 let value = serde_json::to_string(&applied).unwrap_or_default();
-                ctx.node_mut(id).set_annotation(key, value);
+                ctx.node_mut(id).set_annotation(key.clone(), value);
             }
         }
     }
@@ -358,7 +369,7 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let mut clears: BTreeSet<String> = BTreeSet::new();
     let mut upserts = Vec::new();
     for (name, p) in packages {
-        if in_cycle.contains(name) || p.config_map().is_empty() {
+        if in_cycle.contains(name.as_str()) || p.config_map().is_empty() {
             continue;
         }
         let cm_name = names::package_configmap(&nw_name, name, &p.version);
