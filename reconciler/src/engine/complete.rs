@@ -176,7 +176,8 @@ pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfi
 }
 
 /// What one node's state says about each package of a NodeWright, derived in one walk:
-/// completion (§6.4, §16.3), the drain wait (§7.x via [`super::packages::waits_on_drain`]),
+/// completion (§6.4, §16.3), the wait before the non-interrupt barrier (§7.5,
+/// [`super::packages::waits_on_drain`]),
 /// and the per-package facts the package-lane conditions aggregate (§6.15, §12.2).
 ///
 /// It depends only on the node's state, its `configApplied_<nw>` record and the NodeWright's
