@@ -269,12 +269,6 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             }
         }
     }
-    let in_cycle: BTreeSet<&str> = packages
-        .keys()
-        .zip(&in_cycle)
-        .filter(|(_, cycling)| **cycling)
-        .map(|(name, _)| name.as_str())
-        .collect();
 
     // Backfill records from what the nodes last applied: the existing ConfigMap's data.
     let key = ctx.nws[nw].keys.config_applied.clone();
@@ -368,8 +362,8 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let mut updates: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut clears: BTreeSet<String> = BTreeSet::new();
     let mut upserts = Vec::new();
-    for (name, p) in packages {
-        if in_cycle.contains(name.as_str()) || p.config_map().is_empty() {
+    for ((name, p), &cycling) in packages.iter().zip(&in_cycle) {
+        if cycling || p.config_map().is_empty() {
             continue;
         }
         let cm_name = names::package_configmap(&nw_name, name, &p.version);

@@ -1107,18 +1107,11 @@ impl<'a> PassCtx<'a> {
                         .copied()
                         .filter(|&i| {
                             let n = &nodes[i];
-                            match (id, n.memo()) {
-                                (Some(id), Some(memo)) => {
-                                    NodeMemo::recall(
-                                        Some(memo),
-                                        name,
-                                        NodeFact::Selected,
-                                        id,
-                                        || u8::from(matches(n)),
-                                    ) != 0
-                                }
-                                _ => matches(n),
-                            }
+                            let memo = id.and(n.memo());
+                            let input = id.unwrap_or_default();
+                            NodeMemo::recall(memo, name, NodeFact::Selected, input, || {
+                                u8::from(matches(n))
+                            }) != 0
                         })
                         .collect();
                     selections.push(Selection {

@@ -5,7 +5,7 @@ use nodewright_schema::{Status, names};
 
 use super::context::PassCtx;
 use super::runtime;
-use super::state_cache::StatusFact;
+use super::state_cache::{NodeMemo, StatusFact};
 use crate::plan::{Action, EventObject, EventType};
 
 /// Compares every selected node's boot id with `status.nodeBootIds`. Returns whether anything
@@ -21,26 +21,18 @@ pub fn track(ctx: &mut PassCtx) -> bool {
             let view = &ctx.nws[nw];
             // Remembered per node object and status version: the boot id is part of the node
             // object, the recorded one part of the status, and this pass has not written it.
-            let known = view
+            let version = view
                 .status_version
                 .as_ref()
                 .filter(|_| view.node_boot_ids.untouched(node_name));
+            let recorded = || view.node_boot_ids.get(node_name).map(String::as_str) == Some(boot);
             let memo = ctx.node(n).memo();
-            if let (Some(memo), Some(version)) = (memo, known)
-                && memo.holds(view.name, version, StatusFact::BootRecorded)
+            if NodeMemo::recall_holds(memo, view.name, version, StatusFact::BootRecorded, recorded)
             {
                 continue;
             }
-            let recorded = view.node_boot_ids.get(node_name).map(|r| r == boot);
-            match recorded {
-                Some(true) => {
-                    if let (Some(memo), Some(version)) = (memo, known) {
-                        memo.remember_holds(view.name, version, StatusFact::BootRecorded);
-                    }
-                    continue;
-                }
-                Some(false) if ctx.settings.reapply_on_reboot => reset_node(ctx, nw, n),
-                _ => {}
+            if view.node_boot_ids.get(node_name).is_some() && ctx.settings.reapply_on_reboot {
+                reset_node(ctx, nw, n);
             }
             ctx.nws[nw].publish_boot_id(node_name, boot);
             wrote = true;

@@ -239,6 +239,29 @@ impl NodeMemo {
             .is_some_and(|(_, at, bits)| at == version && bits & fact as u8 != 0)
     }
 
+    /// Whether `fact` holds between the node object of `memo` and this status version: as
+    /// remembered, or `check`ed (and remembered when it holds). Always checked without a memo
+    /// or a version.
+    pub fn recall_holds(
+        memo: Option<&NodeMemo>,
+        nodewright: &str,
+        version: Option<&StatusVersion>,
+        fact: StatusFact,
+        check: impl FnOnce() -> bool,
+    ) -> bool {
+        let Some((memo, version)) = memo.zip(version) else {
+            return check();
+        };
+        if memo.holds(nodewright, version, fact) {
+            return true;
+        }
+        let holds = check();
+        if holds {
+            memo.remember_holds(nodewright, version, fact);
+        }
+        holds
+    }
+
     /// Remembers that `fact` holds against this version of the status (facts remembered
     /// against an earlier version are forgotten).
     pub fn remember_holds(&self, nodewright: &str, version: &StatusVersion, fact: StatusFact) {

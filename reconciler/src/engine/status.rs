@@ -12,7 +12,7 @@ use super::context::PassCtx;
 use super::order;
 use super::policy::{self, Counts, Evaluation};
 use super::select;
-use super::state_cache::StatusFact;
+use super::state_cache::{NodeMemo, StatusFact};
 use crate::plan::{EventObject, EventType};
 
 /// Roll-up of node Statuses into the NodeWright Status before overrides (§5.13). Each item
@@ -96,18 +96,19 @@ fn publish_status(ctx: &mut PassCtx, nw: usize, n: usize, status: Status) {
     let node = ctx.node(n);
     let view = &ctx.nws[nw];
     let memo = node.memo().filter(|_| !node.annotations_written());
-    let known = view
+    let version = view
         .status_version
         .as_ref()
         .filter(|_| view.node_status.untouched(node.name()));
-    if let (Some(memo), Some(version)) = (memo, known) {
-        if memo.holds(view.name, version, StatusFact::StatusPublished) {
-            return;
-        }
-        if view.node_status.get(node.name()) == Some(&status) {
-            memo.remember_holds(view.name, version, StatusFact::StatusPublished);
-            return;
-        }
+    let published = || view.node_status.get(node.name()) == Some(&status);
+    if NodeMemo::recall_holds(
+        memo,
+        view.name,
+        version,
+        StatusFact::StatusPublished,
+        published,
+    ) {
+        return;
     }
     let node_name = node.name();
     ctx.nws[nw].publish_status(node_name, status);
