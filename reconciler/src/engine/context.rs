@@ -31,7 +31,7 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::complete::{CompletionInputs, NodeDigest};
-use super::jobs::{self, PackageAnnotation};
+use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
     CachedStates, NodeFact, NodeMemo, ParsedPackage, ParsedState, StateCache, StatusVersion,
@@ -820,6 +820,8 @@ pub struct SnapIndex<'a> {
     /// The parsed `package` annotation of each snapshot Job (parallel to `snap.jobs`), parsed
     /// on first use: handlers and the sweep read it several times per Job and pass.
     package_annotations: Vec<OnceCell<ParsedPackage>>,
+    /// The label, marker and condition facts of each snapshot Job (parallel to `snap.jobs`).
+    job_facts: Vec<JobFacts<'a>>,
 }
 
 impl<'a> SnapIndex<'a> {
@@ -849,6 +851,7 @@ impl<'a> SnapIndex<'a> {
         let (jobs, pods) = (snap.jobs.len(), snap.pods.len());
         let mut ix = SnapIndex {
             package_annotations,
+            job_facts: snap.jobs.iter().map(JobFacts::of).collect(),
             job_by_name: sized(jobs),
             job_by_uid: sized(jobs),
             pods_of_job: sized(pods),
@@ -856,7 +859,7 @@ impl<'a> SnapIndex<'a> {
             config_map_by_name: sized(snap.config_maps.len()),
             ..SnapIndex::default()
         };
-        for job in &snap.jobs {
+        for (job, facts) in snap.jobs.iter().zip(&ix.job_facts) {
             let m = &job.metadata;
             if let Some(name) = m.name.as_deref() {
                 ix.job_by_name.entry(name).or_insert(job);
@@ -864,19 +867,16 @@ impl<'a> SnapIndex<'a> {
             if let Some(uid) = m.uid.as_deref() {
                 ix.job_by_uid.entry(uid).or_insert(job);
             }
-            let labels = m.labels.as_ref();
-            let nw = labels.and_then(|l| l.get(keys::JOB_LABEL_NAME));
-            if let Some(nw) = nw {
-                ix.jobs_of_nw.entry(nw.as_str()).or_default().push(job);
+            if let Some(nw) = facts.nodewright {
+                ix.jobs_of_nw.entry(nw).or_default().push(job);
             }
-            let node = labels.and_then(|l| l.get(keys::JOB_LABEL_NODE));
-            if let Some(node) = node {
-                ix.jobs_on_node.entry(node.as_str()).or_default().push(job);
-                if let Some(nw) = nw {
+            if let Some(node) = facts.node_label {
+                ix.jobs_on_node.entry(node).or_default().push(job);
+                if let Some(nw) = facts.nodewright {
                     ix.jobs_on
-                        .entry(nw.as_str())
+                        .entry(nw)
                         .or_default()
-                        .entry(node.as_str())
+                        .entry(node)
                         .or_default()
                         .push(job);
                 }
@@ -1239,6 +1239,15 @@ impl<'a> PassCtx<'a> {
                 .as_ref()
                 .map(Cow::Borrowed),
             None => jobs::read_package_annotation(job).map(Cow::Owned),
+        }
+    }
+
+    /// The label, marker and condition facts of a Job: read once per pass for a Job of the
+    /// snapshot, on each call for any other.
+    pub fn job_facts(&self, job: &'a Job) -> JobFacts<'a> {
+        match self.snapshot_job_index(job) {
+            Some(i) => self.index.job_facts[i],
+            None => JobFacts::of(job),
         }
     }
 

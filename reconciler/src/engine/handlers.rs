@@ -132,7 +132,8 @@ fn mark_processed(ctx: &mut PassCtx<'_>, job: &Job, succeeded: bool) {
 pub fn run(ctx: &mut PassCtx<'_>) {
     let snap = ctx.snap;
     for job in &snap.jobs {
-        let Some(nw_name) = jobs::label(job, keys::JOB_LABEL_NAME) else {
+        let facts = ctx.job_facts(job);
+        let Some(nw_name) = facts.nodewright else {
             continue;
         };
         let Some(nw) = ctx.nw_index(nw_name) else {
@@ -141,21 +142,23 @@ pub fn run(ctx: &mut PassCtx<'_>) {
         if ctx.job_invalid(job) {
             continue;
         }
-        if !jobs::is_processed(job) {
-            if jobs::is_complete(job) {
+        if !facts.processed {
+            if facts.complete {
                 complete_job(ctx, nw, job);
                 continue;
             }
-            if jobs::is_failed(job) {
+            if facts.failed {
                 fail_job(ctx, nw, job);
                 continue;
             }
         }
-        if jobs::is_unfinished(job) {
-            prune_archives(ctx, job);
+        if facts.unfinished() {
+            if !facts.interrupt {
+                prune_archives(ctx, job, facts.node_label);
+            }
             failure_target(ctx, nw, job);
             last_logs(ctx, job);
-            if jobs::is_interrupt_job(job) {
+            if facts.interrupt {
                 interrupt_budget(ctx, nw, job);
             }
         }
@@ -551,16 +554,22 @@ fn last_logs(ctx: &mut PassCtx<'_>, job: &Job) {
     });
 }
 
-/// §8.11: keep the first and the most recent genuine failures; prune other Failed pods.
-fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job) {
-    if jobs::is_interrupt_job(job) {
+/// §8.11: keep the first and the most recent genuine failures; prune other Failed pods of a
+/// stage Job (interrupt Jobs keep theirs).
+fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job, node_label: Option<&str>) {
+    let prunable = |p: &&Pod| {
+        p.metadata.deletion_timestamp.is_none() && classify_failure(p) != FailureClass::NotFailed
+    };
+    let pods = job
+        .metadata
+        .uid
+        .as_deref()
+        .map_or(&[][..], |uid| ctx.index.pods_of(uid));
+    // Most Jobs have no failed pod: nothing to collect, sort or copy.
+    if !pods.iter().any(|p| prunable(&p)) {
         return;
     }
-    let mut failed: Vec<&Pod> = child_pods(ctx, job)
-        .into_iter()
-        .filter(|p| classify_failure(p) != FailureClass::NotFailed)
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
+    let mut failed: Vec<&Pod> = pods.iter().copied().filter(prunable).collect();
     failed.sort_by_key(|p| {
         (
             p.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -577,9 +586,7 @@ fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job) {
         .flatten()
         .filter_map(|p| p.metadata.name.as_deref())
         .collect();
-    let node = jobs::label(job, keys::JOB_LABEL_NODE)
-        .unwrap_or_default()
-        .to_string();
+    let node = node_label.unwrap_or_default().to_string();
     for pod in failed {
         let name = pod.metadata.name.clone().unwrap_or_default();
         if keep.contains(&name.as_str()) {
@@ -688,22 +695,11 @@ fn pod_evidence(ctx: &mut PassCtx<'_>) {
         let Some(labels) = pod.metadata.labels.as_ref() else {
             continue;
         };
-        let (Some(nw_name), Some(_), Some(stage)) = (
-            labels.get(keys::JOB_LABEL_NAME),
-            labels.get(keys::JOB_LABEL_PACKAGE),
-            labels
-                .get(keys::JOB_LABEL_STAGE)
-                .and_then(|s| s.parse::<Stage>().ok()),
-        ) else {
-            continue;
-        };
-        let Some(nw) = ctx.nw_index(nw_name) else {
-            continue;
-        };
-        if pod_condition_true(pod, "DisruptionTarget") || pod.metadata.deletion_timestamp.is_some()
-        {
+        if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
+        // Whether the pod is failing is checked before its other labels are read: nearly
+        // every pod of a pass is not, and every check here only filters.
         let interrupt = labels.get(keys::JOB_LABEL_INTERRUPT).map(String::as_str) == Some("True");
         let (failing, restarts) = if interrupt {
             match interrupt_status(pod) {
@@ -719,9 +715,21 @@ fn pod_evidence(ctx: &mut PassCtx<'_>) {
                 .is_some_and(|cs| cs.iter().any(real_failure));
             (deadline || step_failed, None)
         };
-        if !failing {
+        if !failing || pod_condition_true(pod, "DisruptionTarget") {
             continue;
         }
+        let (Some(nw_name), Some(_), Some(stage)) = (
+            labels.get(keys::JOB_LABEL_NAME),
+            labels.get(keys::JOB_LABEL_PACKAGE),
+            labels
+                .get(keys::JOB_LABEL_STAGE)
+                .and_then(|s| s.parse::<Stage>().ok()),
+        ) else {
+            continue;
+        };
+        let Some(nw) = ctx.nw_index(nw_name) else {
+            continue;
+        };
         let Some(pkg) = pod
             .metadata
             .annotations

@@ -747,6 +747,47 @@ pub fn build_interrupt_job(
 
 // ---- Reading Jobs back ----
 
+/// What the lifecycle reads from a Job's own labels, annotations and conditions, read once:
+/// handlers, the sweep and pause/resume each consult these several times per Job and pass,
+/// and every one is a string lookup in the Job's maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobFacts<'a> {
+    /// The NodeWright `name` label.
+    pub nodewright: Option<&'a str>,
+    /// The `node` label (`names::node_label_value` of the node's name).
+    pub node_label: Option<&'a str>,
+    /// The stage it runs ([`job_stage`]).
+    pub stage: Option<Stage>,
+    /// An interrupt Job ([`is_interrupt_job`]).
+    pub interrupt: bool,
+    /// Carries the `state-recorded` marker ([`is_processed`]).
+    pub processed: bool,
+    /// `Complete` is `True`.
+    pub complete: bool,
+    /// `Failed` is `True`.
+    pub failed: bool,
+}
+
+impl<'a> JobFacts<'a> {
+    /// Reads the facts of `job`.
+    pub fn of(job: &'a Job) -> JobFacts<'a> {
+        JobFacts {
+            nodewright: label(job, keys::JOB_LABEL_NAME),
+            node_label: label(job, keys::JOB_LABEL_NODE),
+            stage: job_stage(job),
+            interrupt: is_interrupt_job(job),
+            processed: is_processed(job),
+            complete: is_complete(job),
+            failed: is_failed(job),
+        }
+    }
+
+    /// Neither `Complete` nor `Failed` ([`is_unfinished`]).
+    pub fn unfinished(&self) -> bool {
+        !self.complete && !self.failed
+    }
+}
+
 /// A Job condition type with status `True`.
 pub fn has_condition(job: &Job, kind: &str) -> bool {
     job.status

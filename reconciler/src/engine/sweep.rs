@@ -8,15 +8,15 @@ use k8s_openapi::api::batch::v1::Job;
 use nodewright_schema::{Interrupt, InterruptType, NodeWright, Stage, State, keys, names};
 
 use super::context::{Flow, PassCtx};
-use super::jobs::{self, InterruptJobInput, StageJobInput};
+use super::jobs::{self, InterruptJobInput, JobFacts, StageJobInput};
 use crate::plan::Action;
 
 fn nw_jobs<'s>(ctx: &PassCtx<'s>, nw: usize) -> Vec<&'s Job> {
     ctx.index.nw_jobs(ctx.nws[nw].name).to_vec()
 }
 
-fn node_of(ctx: &PassCtx<'_>, nw: usize, job: &Job) -> Option<usize> {
-    let label = jobs::label(job, keys::JOB_LABEL_NODE)?;
+fn node_of(ctx: &PassCtx<'_>, nw: usize, facts: &JobFacts<'_>) -> Option<usize> {
+    let label = facts.node_label?;
     let view = &ctx.nws[nw];
     match ctx.node_by_label(label) {
         Ok(id) => id.filter(|&id| view.selects(id)),
@@ -87,11 +87,11 @@ fn delete(ctx: &mut PassCtx<'_>, job: &Job, reason: &str, invalidate: bool) {
     });
 }
 
-/// The Jobs a sweep compares against, by package, stage and kind (interrupt or not).
+/// The Jobs a sweep compares against, by package, then stage and kind (interrupt or not).
 /// [`jobs::job_matches`] compares nothing that depends on the node (names, node selector and
 /// volumes differ per node; labels, images and env do not), so one build serves every node
-/// instead of one per unfinished Job.
-type ExpectedJobs = HashMap<(String, Stage, bool), Option<Job>>;
+/// instead of one per unfinished Job. Keyed by package name first so a look-up borrows it.
+type ExpectedJobs = HashMap<String, Vec<((Stage, bool), Option<Job>)>>;
 
 /// Why an unfinished Job no longer matches (§8.14 rule 1), if it does not.
 fn validation_failure(
@@ -99,11 +99,12 @@ fn validation_failure(
     nw: usize,
     node: usize,
     job: &Job,
+    facts: &JobFacts<'_>,
     built: &mut ExpectedJobs,
 ) -> Option<&'static str> {
     let view = &ctx.nws[nw];
     let pkg = ctx.package_annotation(job)?;
-    let stage = jobs::job_stage(job)?;
+    let stage = facts.stage?;
     let spec = view.nw.spec.packages().get(&pkg.name);
     let uninstall_exempt =
         stage == Stage::Uninstall && spec.is_none_or(|p| p.version != pkg.version);
@@ -120,10 +121,19 @@ fn validation_failure(
     if uninstall_exempt {
         return None;
     }
-    let expected = built
-        .entry((pkg.name.clone(), stage, jobs::is_interrupt_job(job)))
-        .or_insert_with(|| expected(view.nw, ctx, job, ctx.node(node).name()));
-    if let Some(expected) = expected
+    let kind = (stage, facts.interrupt);
+    if !built.contains_key(pkg.name.as_str()) {
+        built.insert(pkg.name.clone(), Vec::new());
+    }
+    let of_package = built.get_mut(pkg.name.as_str())?;
+    let at = match of_package.iter().position(|(k, _)| *k == kind) {
+        Some(at) => at,
+        None => {
+            of_package.push((kind, expected(view.nw, ctx, job, ctx.node(node).name())));
+            of_package.len() - 1
+        }
+    };
+    if let Some(expected) = &of_package[at].1
         && !jobs::job_matches(job, expected)
     {
         return Some("the Job no longer matches the package spec");
@@ -132,9 +142,9 @@ fn validation_failure(
 }
 
 /// Whether a processed finished Job must go so its stage can run again (§8.14 rule 2).
-fn rerun_due(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job) -> bool {
+fn rerun_due(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job, facts: &JobFacts<'_>) -> bool {
     let view = &ctx.nws[nw];
-    let (Some(pkg), Some(stage)) = (ctx.package_annotation(job), jobs::job_stage(job)) else {
+    let (Some(pkg), Some(stage)) = (ctx.package_annotation(job), facts.stage) else {
         return false;
     };
     let Ok(state) = ctx.node(node).state(view.name) else {
@@ -146,7 +156,7 @@ fn rerun_due(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job) -> bool {
     let Some(entry_stage) = entry.stage else {
         return true;
     };
-    if jobs::is_failed(job) && entry_stage == stage && entry.state == Some(State::Erroring) {
+    if facts.failed && entry_stage == stage && entry.state == Some(State::Erroring) {
         // Parked; a package edit makes it stale (§16.3).
         return view
             .nw
@@ -167,6 +177,7 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let all = nw_jobs(ctx, nw);
     let mut built = ExpectedJobs::new();
     for job in all {
+        let facts = ctx.job_facts(job);
         if ctx.job_invalid(job) {
             // An invalid Job was marked for foreground deletion (§4.7); when that delete did
             // not land (an API error between the two writes), it is issued again. Left alone it
@@ -181,7 +192,7 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             }
             continue;
         }
-        let Some(node) = node_of(ctx, nw, job) else {
+        let Some(node) = node_of(ctx, nw, &facts) else {
             delete(
                 ctx,
                 job,
@@ -193,11 +204,11 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         if ctx.node(node).malformed(ctx.nws[nw].name) {
             continue;
         }
-        if jobs::is_unfinished(job) {
-            if let Some(reason) = validation_failure(ctx, nw, node, job, &mut built) {
+        if facts.unfinished() {
+            if let Some(reason) = validation_failure(ctx, nw, node, job, &facts, &mut built) {
                 delete(ctx, job, reason, true);
             }
-        } else if jobs::is_processed(job) && rerun_due(ctx, nw, node, job) {
+        } else if facts.processed && rerun_due(ctx, nw, node, job, &facts) {
             delete(
                 ctx,
                 job,
