@@ -6,20 +6,35 @@ use sha2::{Digest, Sha256};
 /// characters of the SHA-256 of the full dotless string, cutting the string to `maxLen − 9`
 /// bytes first when needed; the result is lowercased and at most `maxLen` characters.
 pub fn safe_name(max_len: usize, parts: &[&str]) -> String {
-    let joined = parts.join("-").replace('.', "-");
-    let digest = Sha256::digest(joined.as_bytes());
-    let hash: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
-    let keep = max_len.saturating_sub(9);
-    let mut prefix = joined.as_str();
-    if prefix.len() > keep {
-        let mut cut = keep;
-        // Node names are ASCII in practice; never split a multi-byte character.
-        while !prefix.is_char_boundary(cut) {
-            cut -= 1;
+    // Names are derived thousands of times per pass (ConfigMaps, Jobs), so this builds each
+    // string once instead of through `join`, `replace`, `format!` and `to_lowercase`.
+    let mut joined = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            joined.push('-');
         }
-        prefix = &prefix[..cut];
+        joined.extend(part.chars().map(|c| if c == '.' { '-' } else { c }));
     }
-    format!("{prefix}-{hash}").to_lowercase()
+    let digest = Sha256::digest(joined.as_bytes());
+    let keep = max_len.saturating_sub(9);
+    let mut cut = joined.len().min(keep);
+    // Node names are ASCII in practice; never split a multi-byte character.
+    while !joined.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    joined.truncate(cut);
+    joined.push('-');
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in digest.iter().take(4) {
+        joined.push(char::from(HEX[usize::from(b >> 4)]));
+        joined.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    if joined.is_ascii() {
+        joined.make_ascii_lowercase();
+        joined
+    } else {
+        joined.to_lowercase()
+    }
 }
 
 /// Name of the stage Job of a package (§8.1).
@@ -91,5 +106,19 @@ mod tests {
         let long = "x".repeat(300);
         assert_eq!(safe_name(63, &[&long]).len(), 63);
         assert_eq!(safe_name(253, &[&long, "n", "metadata"]).len(), 253);
+    }
+
+    #[test]
+    fn upper_case_and_non_ascii_names_are_lowercased_after_hashing_as_given() {
+        // The hash is of the joined name as given; only the result is lowercased.
+        let upper = safe_name(63, &["NW", "Node.A"]);
+        assert!(upper.starts_with("nw-node-a-"), "{upper}");
+        assert_ne!(upper, safe_name(63, &["nw", "node.a"]));
+        let accented = safe_name(63, &["NW", "NÖDE"]);
+        assert!(accented.starts_with("nw-nöde-"), "{accented}");
+        // A cut never splits a character: 53 ASCII bytes, then a two-byte one across the cut.
+        let cut = safe_name(63, &[&format!("{}é", "a".repeat(53))]);
+        assert!(cut.starts_with(&"a".repeat(53)), "{cut}");
+        assert_eq!(cut.chars().count(), 53 + 9);
     }
 }
