@@ -269,7 +269,7 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
             let input = u64::from(complete) | u64::from(erroring) << 1;
             let current = NodeMemo::recall(
                 node.memo(),
-                view.name,
+                view.memo_id,
                 NodeFact::ConditionsCurrent,
                 input,
                 || conditions_current(node.node(), &wanted),

@@ -34,7 +34,8 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CachedStates, NodeFact, NodeMemo, ParsedPackage, ParsedState, StateCache, StatusVersion,
+    CachedStates, NodeFact, NodeMemo, NodeWrightId, ParsedPackage, ParsedState, StateCache,
+    StatusVersion, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -606,8 +607,10 @@ pub struct NwView<'a> {
     /// was derived at; several steps of a pass read it, and it holds while the count does.
     pub digests: RefCell<Vec<Option<CountedDigest>>>,
     /// The version of the NodeWright as the snapshot holds it (what the `nodeState` mirror
-    /// comparisons remembered in node parses are keyed by).
-    pub status_version: Option<StatusVersion>,
+    /// comparisons remembered in node parses are keyed by); only with a cache.
+    pub status_version: Option<VersionId>,
+    /// The NodeWright's key in node memos (meaningful only with a cache).
+    pub memo_id: NodeWrightId,
 }
 
 /// A node digest with the `configApplied` value it was derived under.
@@ -1087,6 +1090,7 @@ impl<'a> PassCtx<'a> {
         let mut selections: Vec<Selection<'_>> = Vec::new();
         for nw in nw_refs {
             let name = nw.name();
+            let memo_id = cache.map(|c| c.nodewright_id(name)).unwrap_or_default();
             let wanted = nw.spec.node_selectors.as_ref();
             let selected = match selections.iter().find(|s| s.selector == wanted) {
                 Some(s) => s.nodes.clone(),
@@ -1109,7 +1113,7 @@ impl<'a> PassCtx<'a> {
                             let n = &nodes[i];
                             let memo = id.and(n.memo());
                             let input = id.unwrap_or_default();
-                            NodeMemo::recall(memo, name, NodeFact::Selected, input, || {
+                            NodeMemo::recall(memo, memo_id, NodeFact::Selected, input, || {
                                 u8::from(matches(n))
                             }) != 0
                         })
@@ -1162,7 +1166,8 @@ impl<'a> PassCtx<'a> {
                 completion_inputs,
                 empty_digest: RefCell::new(None),
                 digests: RefCell::new(vec![None; selected.len()]),
-                status_version: cache.and_then(|_| StatusVersion::of(nw)),
+                status_version: cache.and_then(|c| Some(c.version_id(&StatusVersion::of(nw)?))),
+                memo_id,
                 pos,
                 complete,
                 complete_at,
@@ -1218,6 +1223,10 @@ impl<'a> PassCtx<'a> {
         );
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
         cache.retain_selectors(self.selector_ids.iter().copied());
+        cache.retain_memo_ids(self.nws.iter().map(|v| {
+            let version = StatusVersion::of(v.nw).zip(v.status_version);
+            (v.name, v.memo_id, version)
+        }));
         cache.retain_package_annotations(
             self.snap
                 .jobs
@@ -1352,12 +1361,12 @@ impl<'a> PassCtx<'a> {
             .unwritten_state(view.name)
             .filter(|_| view.node_state.untouched(n.name));
         let known_equal = unwritten
-            .zip(view.status_version.as_ref())
+            .zip(view.status_version)
             .is_some_and(|(parsed, version)| parsed.mirrored_in(version));
         if !known_equal && let Ok(state) = n.state(view.name) {
             if view.node_state.set(n.name, state) {
                 view.node_state_changes += 1;
-            } else if let Some((parsed, version)) = unwritten.zip(view.status_version.as_ref()) {
+            } else if let Some((parsed, version)) = unwritten.zip(view.status_version) {
                 parsed.remember_mirrored(version);
             }
         }

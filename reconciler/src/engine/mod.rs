@@ -49,7 +49,7 @@ use crate::snapshot::Snapshot;
 
 use context::{Flow, NodeWorkResult, PassCtx};
 pub use state_cache::StateCache;
-use state_cache::{NodeFact, NodeMemo};
+use state_cache::{NodeFact, NodeMemo, NodeWrightId};
 
 /// A preamble hook that may end the pass.
 pub type StepFn = fn(&mut PassCtx<'_>, usize) -> Flow;
@@ -306,11 +306,12 @@ fn finish(mut ctx: PassCtx<'_>) -> Plan {
 /// `version_<nw>` is written when absent on nodes carrying this NodeWright's state (§4.1).
 fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
     let name = ctx.nws[nw].name;
+    let memo_id = ctx.nws[nw].memo_id;
     let key = keys::node_version(name);
     let version = ctx.settings.operator_version.clone();
     for n in ctx.nws[nw].selected.clone() {
         let node = ctx.node_mut(n);
-        if node.state_present(name) && !version_stamped(node, name, &key) {
+        if node.state_present(name) && !version_stamped(node, memo_id, &key) {
             node.set_annotation(key.clone(), version.clone());
         }
     }
@@ -318,7 +319,7 @@ fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
 
 /// Whether the node's working annotations carry `key` (its `version_<nw>`); remembered
 /// across passes for an unchanged node whose annotations this pass has not written.
-fn version_stamped(node: &context::NodeWork<'_>, nw: &str, key: &str) -> bool {
+fn version_stamped(node: &context::NodeWork<'_>, nw: NodeWrightId, key: &str) -> bool {
     let memo = node.memo().filter(|_| !node.annotations_written());
     NodeMemo::recall(memo, nw, NodeFact::VersionStamped, 0, || {
         u8::from(node.annotation(key).is_some())

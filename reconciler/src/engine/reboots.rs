@@ -23,12 +23,16 @@ pub fn track(ctx: &mut PassCtx) -> bool {
             // object, the recorded one part of the status, and this pass has not written it.
             let version = view
                 .status_version
-                .as_ref()
                 .filter(|_| view.node_boot_ids.untouched(node_name));
             let recorded = || view.node_boot_ids.get(node_name).map(String::as_str) == Some(boot);
             let memo = ctx.node(n).memo();
-            if NodeMemo::recall_holds(memo, view.name, version, StatusFact::BootRecorded, recorded)
-            {
+            if NodeMemo::recall_holds(
+                memo,
+                view.memo_id,
+                version,
+                StatusFact::BootRecorded,
+                recorded,
+            ) {
                 continue;
             }
             if view.node_boot_ids.get(node_name).is_some() && ctx.settings.reapply_on_reboot {

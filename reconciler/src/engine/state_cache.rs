@@ -47,13 +47,24 @@ pub struct ParsedState {
     digest: Mutex<Option<DigestMemo>>,
     /// The NodeWright status version (uid, resourceVersion) whose `nodeState` mirror of this
     /// node was found equal to this parse.
-    mirrored: Mutex<Option<StatusVersion>>,
+    mirrored: Mutex<Option<VersionId>>,
 }
+
+/// A [`StatusVersion`] as a number the cache hands out ([`StateCache::version_id`]): one
+/// number names one version, so memos compare an integer instead of two strings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VersionId(u64);
+
+/// A NodeWright name as a number the cache hands out ([`StateCache::nodewright_id`]): the key
+/// of that NodeWright's facts in a [`NodeMemo`], compared as an integer instead of a name.
+/// Without a cache there are no memos, and the default id is never looked up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NodeWrightId(u64);
 
 /// One version of a NodeWright object: its uid and resourceVersion. The API server moves the
 /// resourceVersion on every write, so equal versions hold equal statuses; a snapshot built by
 /// hand without them has no version, and nothing is remembered against it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct StatusVersion {
     uid: Box<str>,
     resource_version: Box<str>,
@@ -110,17 +121,15 @@ impl ParsedState {
     }
     /// Whether the `nodeState` mirror in the NodeWright status of exactly this version was
     /// found equal to this parse.
-    pub fn mirrored_in(&self, version: &StatusVersion) -> bool {
+    pub fn mirrored_in(&self, version: VersionId) -> bool {
         let mirrored = self.mirrored.lock().unwrap_or_else(PoisonError::into_inner);
-        mirrored.as_ref() == Some(version)
+        *mirrored == Some(version)
     }
 
     /// Remembers that the mirror in this version of the status equals this parse.
-    pub fn remember_mirrored(&self, version: &StatusVersion) {
+    pub fn remember_mirrored(&self, version: VersionId) {
         let mut mirrored = self.mirrored.lock().unwrap_or_else(PoisonError::into_inner);
-        if mirrored.as_ref() != Some(version) {
-            *mirrored = Some(version.clone());
-        }
+        *mirrored = Some(version);
     }
 
     /// The annotation value this was parsed from.
@@ -159,7 +168,7 @@ pub struct NodeMemo {
     facts: Mutex<Vec<RememberedFact>>,
     /// Per NodeWright: the facts found to hold between this node object and one version of
     /// the NodeWright's status (bits of [`StatusFact`]).
-    status_facts: Mutex<Vec<(Box<str>, StatusVersion, u8)>>,
+    status_facts: Mutex<Vec<(NodeWrightId, VersionId, u8)>>,
 }
 
 /// A fact relating a node object to one version of a NodeWright's status (§1.9), remembered
@@ -175,7 +184,7 @@ pub enum StatusFact {
 /// One fact of a [`NodeMemo`].
 #[derive(Debug)]
 struct RememberedFact {
-    nodewright: Box<str>,
+    nodewright: NodeWrightId,
     fact: NodeFact,
     input: u64,
     value: u8,
@@ -197,12 +206,12 @@ impl NodeMemo {
     }
 
     /// The value remembered for this NodeWright, fact and input.
-    pub fn get(&self, nodewright: &str, fact: NodeFact, input: u64) -> Option<u8> {
+    pub fn get(&self, nodewright: NodeWrightId, fact: NodeFact, input: u64) -> Option<u8> {
         // A poisoned lock only means a panic elsewhere; the list itself is always whole.
         let facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
         facts
             .iter()
-            .find(|f| f.fact == fact && f.input == input && &*f.nodewright == nodewright)
+            .find(|f| f.fact == fact && f.input == input && f.nodewright == nodewright)
             .map(|f| f.value)
     }
 
@@ -210,7 +219,7 @@ impl NodeMemo {
     /// remembered) when it has none; always computed without a memo.
     pub fn recall(
         memo: Option<&NodeMemo>,
-        nodewright: &str,
+        nodewright: NodeWrightId,
         fact: NodeFact,
         input: u64,
         compute: impl FnOnce() -> u8,
@@ -228,15 +237,15 @@ impl NodeMemo {
 
     /// Whether `fact` was found to hold between this node object and exactly this version
     /// of the NodeWright's status.
-    pub fn holds(&self, nodewright: &str, version: &StatusVersion, fact: StatusFact) -> bool {
+    pub fn holds(&self, nodewright: NodeWrightId, version: VersionId, fact: StatusFact) -> bool {
         let facts = self
             .status_facts
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         facts
             .iter()
-            .find(|(nw, _, _)| &**nw == nodewright)
-            .is_some_and(|(_, at, bits)| at == version && bits & fact as u8 != 0)
+            .find(|(nw, _, _)| *nw == nodewright)
+            .is_some_and(|(_, at, bits)| *at == version && bits & fact as u8 != 0)
     }
 
     /// Whether `fact` holds between the node object of `memo` and this status version: as
@@ -244,8 +253,8 @@ impl NodeMemo {
     /// or a version.
     pub fn recall_holds(
         memo: Option<&NodeMemo>,
-        nodewright: &str,
-        version: Option<&StatusVersion>,
+        nodewright: NodeWrightId,
+        version: Option<VersionId>,
         fact: StatusFact,
         check: impl FnOnce() -> bool,
     ) -> bool {
@@ -264,34 +273,34 @@ impl NodeMemo {
 
     /// Remembers that `fact` holds against this version of the status (facts remembered
     /// against an earlier version are forgotten).
-    pub fn remember_holds(&self, nodewright: &str, version: &StatusVersion, fact: StatusFact) {
+    pub fn remember_holds(&self, nodewright: NodeWrightId, version: VersionId, fact: StatusFact) {
         let mut facts = self
             .status_facts
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        match facts.iter_mut().find(|(nw, _, _)| &**nw == nodewright) {
-            Some((_, at, bits)) if at == version => *bits |= fact as u8,
+        match facts.iter_mut().find(|(nw, _, _)| *nw == nodewright) {
+            Some((_, at, bits)) if *at == version => *bits |= fact as u8,
             Some((_, at, bits)) => {
-                *at = version.clone();
+                *at = version;
                 *bits = fact as u8;
             }
-            None => facts.push((nodewright.into(), version.clone(), fact as u8)),
+            None => facts.push((nodewright, version, fact as u8)),
         }
     }
 
     /// Remembers a value (replacing the one for another input).
-    pub fn remember(&self, nodewright: &str, fact: NodeFact, input: u64, value: u8) {
+    pub fn remember(&self, nodewright: NodeWrightId, fact: NodeFact, input: u64, value: u8) {
         let mut facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
         match facts
             .iter_mut()
-            .find(|f| f.fact == fact && &*f.nodewright == nodewright)
+            .find(|f| f.fact == fact && f.nodewright == nodewright)
         {
             Some(slot) => {
                 slot.input = input;
                 slot.value = value;
             }
             None => facts.push(RememberedFact {
-                nodewright: nodewright.into(),
+                nodewright,
                 fact,
                 input,
                 value,
@@ -359,6 +368,12 @@ pub struct StateCache {
     /// The next selector id. Handed out through `&self` (a pass reads the cache while it
     /// builds), and never twice, even by a pass whose selectors are not kept.
     next_selector: AtomicU64,
+    /// The NodeWright names of the last pass with their ids.
+    nodewright_ids: FxHashMap<Box<str>, NodeWrightId>,
+    /// The NodeWright status versions of the last pass with their ids.
+    version_ids: FxHashMap<StatusVersion, VersionId>,
+    /// The next NodeWright or version id; like selector ids, never handed out twice.
+    next_memo_id: AtomicU64,
     pass: u64,
 }
 
@@ -405,6 +420,40 @@ impl StateCache {
     /// A fresh selector id, never handed out before.
     pub fn new_selector_id(&self) -> u64 {
         self.next_selector.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The id of a NodeWright name: the last pass's id for that name, else a fresh one.
+    pub fn nodewright_id(&self, name: &str) -> NodeWrightId {
+        match self.nodewright_ids.get(name) {
+            Some(&id) => id,
+            None => NodeWrightId(self.next_memo_id.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
+    /// The id of a status version: the last pass's id for an equal version, else a fresh
+    /// one, so facts remembered against another version never answer for this one.
+    pub fn version_id(&self, version: &StatusVersion) -> VersionId {
+        match self.version_ids.get(version) {
+            Some(&id) => id,
+            None => VersionId(self.next_memo_id.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
+    /// Keeps this pass's NodeWright names and status versions with their ids (and only those).
+    pub fn retain_memo_ids<'s>(
+        &mut self,
+        nodewrights: impl IntoIterator<
+            Item = (&'s str, NodeWrightId, Option<(StatusVersion, VersionId)>),
+        >,
+    ) {
+        self.nodewright_ids.clear();
+        self.version_ids.clear();
+        for (name, id, version) in nodewrights {
+            self.nodewright_ids.insert(Box::from(name), id);
+            if let Some((version, id)) = version {
+                self.version_ids.insert(version, id);
+            }
+        }
     }
 
     /// Keeps this pass's selectors and their ids (and only those).
@@ -731,18 +780,20 @@ mod tests {
         use k8s_openapi::api::core::v1::Node;
         let node = Arc::new(crate::engine::testkit::node("n1").build());
         let memo = Arc::new(NodeMemo::new(&node));
-        memo.remember("nw", NodeFact::ConditionsCurrent, 1, 3);
-        assert_eq!(memo.get("nw", NodeFact::ConditionsCurrent, 1), Some(3));
+        let ids = StateCache::new();
+        let (nw, other) = (ids.nodewright_id("nw"), ids.nodewright_id("other"));
+        memo.remember(nw, NodeFact::ConditionsCurrent, 1, 3);
+        assert_eq!(memo.get(nw, NodeFact::ConditionsCurrent, 1), Some(3));
         assert_eq!(
-            memo.get("nw", NodeFact::ConditionsCurrent, 2),
+            memo.get(nw, NodeFact::ConditionsCurrent, 2),
             None,
             "other input"
         );
-        assert_eq!(memo.get("other", NodeFact::ConditionsCurrent, 1), None);
-        assert_eq!(memo.get("nw", NodeFact::VersionStamped, 1), None);
-        memo.remember("nw", NodeFact::ConditionsCurrent, 2, 0);
+        assert_eq!(memo.get(other, NodeFact::ConditionsCurrent, 1), None);
+        assert_eq!(memo.get(nw, NodeFact::VersionStamped, 1), None);
+        memo.remember(nw, NodeFact::ConditionsCurrent, 2, 0);
         assert_eq!(
-            memo.get("nw", NodeFact::ConditionsCurrent, 1),
+            memo.get(nw, NodeFact::ConditionsCurrent, 1),
             None,
             "replaced"
         );
@@ -914,28 +965,56 @@ mod tests {
     fn a_status_fact_holds_only_for_the_version_it_was_found_in() {
         let node = Arc::new(Node::default());
         let memo = NodeMemo::new(&node);
+        let ids = StateCache::new();
+        let (a, b) = (ids.nodewright_id("a"), ids.nodewright_id("b"));
         let version = |rv: &str| StatusVersion {
             uid: "uid".into(),
             resource_version: rv.into(),
         };
-        assert!(!memo.holds("a", &version("1"), StatusFact::BootRecorded));
-        memo.remember_holds("a", &version("1"), StatusFact::BootRecorded);
-        memo.remember_holds("a", &version("1"), StatusFact::StatusPublished);
-        assert!(memo.holds("a", &version("1"), StatusFact::BootRecorded));
-        assert!(memo.holds("a", &version("1"), StatusFact::StatusPublished));
+        let (v1, v2) = (ids.version_id(&version("1")), ids.version_id(&version("2")));
+        assert!(!memo.holds(a, v1, StatusFact::BootRecorded));
+        memo.remember_holds(a, v1, StatusFact::BootRecorded);
+        memo.remember_holds(a, v1, StatusFact::StatusPublished);
+        assert!(memo.holds(a, v1, StatusFact::BootRecorded));
+        assert!(memo.holds(a, v1, StatusFact::StatusPublished));
         assert!(
-            !memo.holds("b", &version("1"), StatusFact::BootRecorded),
+            !memo.holds(b, v1, StatusFact::BootRecorded),
             "another NodeWright"
         );
         assert!(
-            !memo.holds("a", &version("2"), StatusFact::BootRecorded),
+            !memo.holds(a, v2, StatusFact::BootRecorded),
             "another version"
         );
         // A fact found in a newer version forgets the older version's facts.
-        memo.remember_holds("a", &version("2"), StatusFact::StatusPublished);
-        assert!(!memo.holds("a", &version("2"), StatusFact::BootRecorded));
-        assert!(!memo.holds("a", &version("1"), StatusFact::StatusPublished));
-        assert!(memo.holds("a", &version("2"), StatusFact::StatusPublished));
+        memo.remember_holds(a, v2, StatusFact::StatusPublished);
+        assert!(!memo.holds(a, v2, StatusFact::BootRecorded));
+        assert!(!memo.holds(a, v1, StatusFact::StatusPublished));
+        assert!(memo.holds(a, v2, StatusFact::StatusPublished));
+    }
+
+    #[test]
+    fn nodewright_and_version_ids_hold_while_a_pass_keeps_them_and_are_never_reused() {
+        let version = |rv: &str| StatusVersion {
+            uid: "uid".into(),
+            resource_version: rv.into(),
+        };
+        let mut cache = StateCache::new();
+        let (a, b) = (cache.nodewright_id("a"), cache.nodewright_id("b"));
+        assert_ne!(a, b);
+        let v1 = cache.version_id(&version("1"));
+        cache.retain_memo_ids([("a", a, Some((version("1"), v1))), ("b", b, None)]);
+        assert_eq!(cache.nodewright_id("a"), a);
+        assert_eq!(cache.nodewright_id("b"), b);
+        assert_eq!(cache.version_id(&version("1")), v1);
+        let v2 = cache.version_id(&version("2"));
+        assert_ne!(v1, v2, "a new resourceVersion is a new version");
+        // A pass without "b" and with version 2 only: both are forgotten, and coming back
+        // they get ids never seen before, so nothing remembered under the old ones answers.
+        cache.retain_memo_ids([("a", a, Some((version("2"), v2)))]);
+        let b_again = cache.nodewright_id("b");
+        let v1_again = cache.version_id(&version("1"));
+        assert!(![a, b].contains(&b_again));
+        assert!(![v1, v2].contains(&v1_again));
     }
 
     #[test]

@@ -98,12 +98,11 @@ fn publish_status(ctx: &mut PassCtx, nw: usize, n: usize, status: Status) {
     let memo = node.memo().filter(|_| !node.annotations_written());
     let version = view
         .status_version
-        .as_ref()
         .filter(|_| view.node_status.untouched(node.name()));
     let published = || view.node_status.get(node.name()) == Some(&status);
     if NodeMemo::recall_holds(
         memo,
-        view.name,
+        view.memo_id,
         version,
         StatusFact::StatusPublished,
         published,
