@@ -566,7 +566,7 @@ fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job, node_label: Option<&str>) {
         .as_deref()
         .map_or(&[][..], |uid| ctx.index.pods_of(uid));
     // Most Jobs have no failed pod: nothing to collect, sort or copy.
-    if !pods.iter().any(|p| prunable(p)) {
+    if !pods.iter().any(&prunable) {
         return;
     }
     let mut failed: Vec<&Pod> = pods.iter().copied().filter(prunable).collect();
