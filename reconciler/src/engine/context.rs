@@ -34,8 +34,8 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CachedStates, NodeFact, NodeMemo, NodeWrightId, ParsedPackage, ParsedState, StateCache,
-    StatusVersion, VersionId,
+    CachedStates, JobMatchMemo, NodeFact, NodeMemo, NodeWrightId, ParsedPackage, ParsedState,
+    StateCache, StatusVersion, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -802,22 +802,27 @@ impl<'a> NwView<'a> {
 /// per-Job steps do not scan every object (10,000-node fleets have thousands of Jobs). Every
 /// list keeps snapshot order and every by-name/UID map keeps the first object, so a lookup
 /// returns what a scan with `find`/`filter` over the snapshot would.
-#[derive(Debug, Default)]
+///
+/// The tables every pass reads are built up front; those only node work, drain and failing
+/// pods read are built on first use, so a pass that works no node does not build them.
+#[derive(Debug)]
 pub struct SnapIndex<'a> {
+    jobs: &'a [Job],
+    pods: &'a [Pod],
     /// Jobs by name.
-    pub job_by_name: FxHashMap<&'a str, &'a Job>,
+    job_by_name: OnceCell<FxHashMap<&'a str, &'a Job>>,
     /// Jobs by UID.
-    pub job_by_uid: FxHashMap<&'a str, &'a Job>,
+    job_by_uid: OnceCell<FxHashMap<&'a str, &'a Job>>,
     /// Jobs by NodeWright `name` label, then `node` label.
-    pub jobs_on: FxHashMap<&'a str, FxHashMap<&'a str, Few<&'a Job>>>,
+    jobs_on: OnceCell<FxHashMap<&'a str, FxHashMap<&'a str, Few<&'a Job>>>>,
     /// Jobs by NodeWright `name` label (any node, with or without a `node` label).
-    pub jobs_of_nw: FxHashMap<&'a str, Vec<&'a Job>>,
+    jobs_of_nw: FxHashMap<&'a str, Vec<&'a Job>>,
     /// Jobs by `node` label (any NodeWright).
-    pub jobs_on_node: FxHashMap<&'a str, Few<&'a Job>>,
+    jobs_on_node: OnceCell<FxHashMap<&'a str, Few<&'a Job>>>,
     /// Pods by their Job's controller UID label.
-    pub pods_of_job: FxHashMap<&'a str, Few<&'a Pod>>,
+    pods_of_job: FxHashMap<&'a str, Few<&'a Pod>>,
     /// Pods by `spec.nodeName`.
-    pub pods_on_node: FxHashMap<&'a str, Few<&'a Pod>>,
+    pods_on_node: OnceCell<FxHashMap<&'a str, Few<&'a Pod>>>,
     /// ConfigMaps by name.
     pub config_map_by_name: FxHashMap<&'a str, &'a ConfigMap>,
     /// The parsed `package` annotation of each snapshot Job (parallel to `snap.jobs`), parsed
@@ -850,41 +855,15 @@ impl<'a> SnapIndex<'a> {
                 })
                 .collect(),
         };
-        // Sized up front: growing maps of thousands of entries rehashes them several times.
-        let (jobs, pods) = (snap.jobs.len(), snap.pods.len());
-        let mut ix = SnapIndex {
-            package_annotations,
-            job_facts: snap.jobs.iter().map(JobFacts::of).collect(),
-            job_by_name: sized(jobs),
-            job_by_uid: sized(jobs),
-            pods_of_job: sized(pods),
-            pods_on_node: sized(snap.nodes.len().min(pods)),
-            config_map_by_name: sized(snap.config_maps.len()),
-            ..SnapIndex::default()
-        };
-        for (job, facts) in snap.jobs.iter().zip(&ix.job_facts) {
-            let m = &job.metadata;
-            if let Some(name) = m.name.as_deref() {
-                ix.job_by_name.entry(name).or_insert(job);
-            }
-            if let Some(uid) = m.uid.as_deref() {
-                ix.job_by_uid.entry(uid).or_insert(job);
-            }
+        let job_facts: Vec<JobFacts<'a>> = snap.jobs.iter().map(JobFacts::of).collect();
+        let mut jobs_of_nw: FxHashMap<&'a str, Vec<&'a Job>> = FxHashMap::default();
+        for (job, facts) in snap.jobs.iter().zip(&job_facts) {
             if let Some(nw) = facts.nodewright {
-                ix.jobs_of_nw.entry(nw).or_default().push(job);
-            }
-            if let Some(node) = facts.node_label {
-                ix.jobs_on_node.entry(node).or_default().push(job);
-                if let Some(nw) = facts.nodewright {
-                    ix.jobs_on
-                        .entry(nw)
-                        .or_default()
-                        .entry(node)
-                        .or_default()
-                        .push(job);
-                }
+                jobs_of_nw.entry(nw).or_default().push(job);
             }
         }
+        // Sized up front: growing maps of thousands of entries rehashes them several times.
+        let mut pods_of_job: FxHashMap<&'a str, Few<&'a Pod>> = sized(snap.pods.len());
         for pod in &snap.pods {
             if let Some(uid) = pod
                 .metadata
@@ -892,24 +871,81 @@ impl<'a> SnapIndex<'a> {
                 .as_ref()
                 .and_then(|l| l.get(keys::JOB_CONTROLLER_UID_LABEL))
             {
-                ix.pods_of_job.entry(uid.as_str()).or_default().push(pod);
-            }
-            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                ix.pods_on_node.entry(node).or_default().push(pod);
+                pods_of_job.entry(uid.as_str()).or_default().push(pod);
             }
         }
+        let mut config_map_by_name = sized(snap.config_maps.len());
         for cm in &snap.config_maps {
             if let Some(name) = cm.metadata.name.as_deref() {
-                ix.config_map_by_name.entry(name).or_insert(cm);
+                config_map_by_name.entry(name).or_insert(cm);
             }
         }
-        ix
+        SnapIndex {
+            jobs: &snap.jobs,
+            pods: &snap.pods,
+            job_by_name: OnceCell::new(),
+            job_by_uid: OnceCell::new(),
+            jobs_on: OnceCell::new(),
+            jobs_of_nw,
+            jobs_on_node: OnceCell::new(),
+            pods_of_job,
+            pods_on_node: OnceCell::new(),
+            config_map_by_name,
+            package_annotations,
+            job_facts,
+        }
     }
 
+    /// The snapshot's Jobs with their facts.
+    fn jobs_with_facts(&self) -> impl Iterator<Item = (&'a Job, &JobFacts<'a>)> {
+        self.jobs.iter().zip(&self.job_facts)
+    }
+
+    /// The first Job of this name.
+    pub fn job_by_name(&self, name: &str) -> Option<&'a Job> {
+        let table = self.job_by_name.get_or_init(|| {
+            let mut table = sized(self.jobs.len());
+            for job in self.jobs {
+                if let Some(name) = job.metadata.name.as_deref() {
+                    table.entry(name).or_insert(job);
+                }
+            }
+            table
+        });
+        table.get(name).copied()
+    }
+    /// The first Job of this UID.
+    pub fn job_by_uid(&self, uid: &str) -> Option<&'a Job> {
+        let table = self.job_by_uid.get_or_init(|| {
+            let mut table = sized(self.jobs.len());
+            for job in self.jobs {
+                if let Some(uid) = job.metadata.uid.as_deref() {
+                    table.entry(uid).or_insert(job);
+                }
+            }
+            table
+        });
+        table.get(uid).copied()
+    }
     /// Jobs of a NodeWright on a node, by the Job `node` label value
     /// (`names::node_label_value`).
     pub fn jobs_of(&self, nw: &str, node_label: &str) -> &[&'a Job] {
-        self.jobs_on
+        let table = self.jobs_on.get_or_init(|| {
+            let mut table: FxHashMap<&'a str, FxHashMap<&'a str, Few<&'a Job>>> =
+                FxHashMap::default();
+            for (job, facts) in self.jobs_with_facts() {
+                if let (Some(nw), Some(node)) = (facts.nodewright, facts.node_label) {
+                    table
+                        .entry(nw)
+                        .or_default()
+                        .entry(node)
+                        .or_default()
+                        .push(job);
+                }
+            }
+            table
+        });
+        table
             .get(nw)
             .and_then(|m| m.get(node_label))
             .map_or(&[], Few::as_slice)
@@ -920,7 +956,16 @@ impl<'a> SnapIndex<'a> {
     }
     /// Jobs carrying this `node` label, any NodeWright.
     pub fn node_jobs(&self, node_label: &str) -> &[&'a Job] {
-        self.jobs_on_node.get(node_label).map_or(&[], Few::as_slice)
+        let table = self.jobs_on_node.get_or_init(|| {
+            let mut table: FxHashMap<&'a str, Few<&'a Job>> = sized(self.jobs.len());
+            for (job, facts) in self.jobs_with_facts() {
+                if let Some(node) = facts.node_label {
+                    table.entry(node).or_default().push(job);
+                }
+            }
+            table
+        });
+        table.get(node_label).map_or(&[], Few::as_slice)
     }
     /// Pods whose Job controller UID label is `uid`.
     pub fn pods_of(&self, uid: &str) -> &[&'a Pod] {
@@ -928,7 +973,16 @@ impl<'a> SnapIndex<'a> {
     }
     /// Pods bound to a node (`spec.nodeName`).
     pub fn pods_on(&self, node: &str) -> &[&'a Pod] {
-        self.pods_on_node.get(node).map_or(&[], Few::as_slice)
+        let table = self.pods_on_node.get_or_init(|| {
+            let mut table: FxHashMap<&'a str, Few<&'a Pod>> = sized(self.pods.len());
+            for pod in self.pods {
+                if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                    table.entry(node).or_default().push(pod);
+                }
+            }
+            table
+        });
+        table.get(node).map_or(&[], Few::as_slice)
     }
 }
 
@@ -1018,6 +1072,8 @@ pub struct PassCtx<'a> {
     pub nws: Vec<NwView<'a>>,
     /// Snapshot indexes, built once per pass (lookups by name/UID/node instead of scans).
     pub index: SnapIndex<'a>,
+    /// Sweep comparisons remembered across passes (only with a cache).
+    pub job_matches: Option<Arc<JobMatchMemo>>,
     actions: Vec<Action>,
     emitted_index: EmittedIndex,
     events: Vec<Event>,
@@ -1205,6 +1261,7 @@ impl<'a> PassCtx<'a> {
             label_collision,
             nws,
             index: SnapIndex::build(snap, cache),
+            job_matches: cache.map(StateCache::job_matches),
             actions: Vec::new(),
             emitted_index: EmittedIndex::default(),
             events: Vec::new(),
@@ -1223,6 +1280,7 @@ impl<'a> PassCtx<'a> {
         );
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
         cache.retain_selectors(self.selector_ids.iter().copied());
+        cache.job_matches().begin_pass();
         cache.retain_memo_ids(self.nws.iter().map(|v| {
             let version = StatusVersion::of(v.nw).zip(v.status_version);
             (v.name, v.memo_id, version)

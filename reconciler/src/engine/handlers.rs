@@ -740,7 +740,7 @@ fn pod_evidence(ctx: &mut PassCtx<'_>) {
             continue;
         };
         let owner_job = match labels.get(keys::JOB_CONTROLLER_UID_LABEL) {
-            Some(uid) => ctx.index.job_by_uid.get(uid.as_str()).copied(),
+            Some(uid) => ctx.index.job_by_uid(uid.as_str()),
             None => ctx.snap.jobs.iter().find(|j| j.metadata.uid.is_none()),
         };
         let Some(job) = owner_job else { continue };

@@ -927,6 +927,53 @@ pub fn job_matches(existing: &Job, expected: &Job) -> bool {
     })
 }
 
+/// What [`job_matches`] reads of the Job it compares against: its `package` label, its kind
+/// and, per init container, the name, image, compared env and (stage Jobs only) resources.
+/// Two expected Jobs with equal targets give every existing Job the same answer, so a memo of
+/// answers can name the expected Job by its target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatchTarget {
+    package: Option<String>,
+    interrupt: bool,
+    inits: Vec<ComparedInit>,
+}
+
+/// The compared parts of one init container of an expected Job.
+#[derive(Clone, Debug, PartialEq)]
+struct ComparedInit {
+    name: String,
+    image: Option<String>,
+    env: Vec<EnvVar>,
+    /// Stage Jobs only (interrupt Jobs' resources are not compared).
+    resources: Option<ResourceRequirements>,
+}
+
+impl MatchTarget {
+    /// The target of an expected Job.
+    pub fn of(expected: &Job) -> MatchTarget {
+        let interrupt = is_interrupt_job(expected);
+        let inits = expected
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.init_containers.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| ComparedInit {
+                name: c.name.clone(),
+                image: c.image.clone(),
+                env: compared_env(c).cloned().collect(),
+                resources: c.resources.clone().filter(|_| !interrupt),
+            })
+            .collect();
+        MatchTarget {
+            package: label(expected, keys::JOB_LABEL_PACKAGE).map(str::to_string),
+            interrupt,
+            inits,
+        }
+    }
+}
+
 fn compared_env(container: &Container) -> impl Iterator<Item = &EnvVar> {
     container
         .env

@@ -388,7 +388,7 @@ fn start_interrupt(
     if running || created_this_pass(ctx, &job_name) {
         return;
     }
-    if let Some(existing) = ctx.index.job_by_name.get(job_name.as_str()).copied() {
+    if let Some(existing) = ctx.index.job_by_name(job_name.as_str()) {
         // The name is the claim (§8.14 rule 3): a finished Job must be processed or cleared first.
         if jobs::is_processed(existing) && !parked(ctx, nw, node, existing) {
             ctx.emit(Action::DeleteJob {
@@ -547,7 +547,7 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
     if created_this_pass(ctx, &job_name) {
         return Dispatch::Dispatched;
     }
-    if let Some(existing) = ctx.index.job_by_name.get(job_name.as_str()).copied() {
+    if let Some(existing) = ctx.index.job_by_name(job_name.as_str()) {
         // §8.14 rule 3 applied before creating, so the create never meets AlreadyExists.
         if parked(ctx, nw, node, existing) && !jobs::package_edited(existing, &p, ctx.settings) {
             return Dispatch::Nothing;

@@ -27,7 +27,7 @@ use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright};
 
 use super::complete::{CompletionInputs, NodeDigest};
-use super::jobs::PackageAnnotation;
+use super::jobs::{MatchTarget, PackageAnnotation};
 
 /// A node's digest under one set of NodeWright inputs and one `configApplied` value.
 #[derive(Debug)]
@@ -374,6 +374,8 @@ pub struct StateCache {
     version_ids: FxHashMap<StatusVersion, VersionId>,
     /// The next NodeWright or version id; like selector ids, never handed out twice.
     next_memo_id: AtomicU64,
+    /// Sweep comparisons of unfinished Jobs, shared with the pass that adds to them.
+    job_matches: Arc<JobMatchMemo>,
     pass: u64,
 }
 
@@ -454,6 +456,11 @@ impl StateCache {
                 self.version_ids.insert(version, id);
             }
         }
+    }
+
+    /// The memo of sweep comparisons, for a pass to consult and add to.
+    pub fn job_matches(&self) -> Arc<JobMatchMemo> {
+        Arc::clone(&self.job_matches)
     }
 
     /// Keeps this pass's selectors and their ids (and only those).
@@ -570,6 +577,98 @@ impl StateCache {
             n.states.retain(|(_, _, seen)| *seen == pass);
             n.seen == pass && (!n.states.is_empty() || n.memo.is_some())
         });
+    }
+}
+
+/// Whether unfinished Jobs matched the Job the sweep would build now (§8.14 rule 1), per Job
+/// version and expected Job: at steady state every unfinished Job is compared with the same
+/// expected Job pass after pass, container by container.
+///
+/// A Job version is its uid and resourceVersion; the API server moves the resourceVersion on
+/// every write (as for [`StatusVersion`]), and the simulator does too. An expected Job is
+/// named by the id of its [`MatchTarget`]: equal targets get one id for the memo's life, an
+/// edited package a new one. A Job without uid or resourceVersion is compared every time.
+/// What a pass does not consult is forgotten at the start of the next.
+#[derive(Debug, Default)]
+pub struct JobMatchMemo {
+    inner: Mutex<JobMatches>,
+}
+
+#[derive(Debug, Default)]
+struct JobMatches {
+    /// Targets with their ids and the pass that last named them.
+    targets: Vec<(MatchTarget, u64, u64)>,
+    /// By Job uid: the version and target compared, the answer, and the pass that last used it.
+    answers: FxHashMap<Box<str>, JobMatch>,
+    next_target: u64,
+    pass: u64,
+}
+
+#[derive(Debug)]
+struct JobMatch {
+    version: Box<str>,
+    target: u64,
+    matches: bool,
+    seen: u64,
+}
+
+impl JobMatchMemo {
+    /// Starts a pass: forgets the targets and answers the last pass did not use.
+    pub fn begin_pass(&self) {
+        let mut memo = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let last = memo.pass;
+        memo.targets.retain(|(_, _, seen)| *seen == last);
+        memo.answers.retain(|_, answer| answer.seen == last);
+        memo.pass += 1;
+    }
+
+    /// The id of an expected Job's target: the one of an equal target, else a new one.
+    pub fn target_id(&self, target: MatchTarget) -> u64 {
+        let mut memo = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let pass = memo.pass;
+        if let Some((_, id, seen)) = memo.targets.iter_mut().find(|(t, _, _)| *t == target) {
+            *seen = pass;
+            return *id;
+        }
+        let id = memo.next_target;
+        memo.next_target += 1;
+        memo.targets.push((target, id, pass));
+        id
+    }
+
+    /// Whether the Job of this uid and resourceVersion matches the expected Job of `target`:
+    /// as remembered, or `compare`d (and remembered).
+    pub fn recall(
+        &self,
+        uid: &str,
+        version: &str,
+        target: u64,
+        compare: impl FnOnce() -> bool,
+    ) -> bool {
+        {
+            let mut memo = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            let pass = memo.pass;
+            if let Some(answer) = memo.answers.get_mut(uid)
+                && answer.target == target
+                && *answer.version == *version
+            {
+                answer.seen = pass;
+                return answer.matches;
+            }
+        }
+        let matches = compare();
+        let mut memo = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let seen = memo.pass;
+        memo.answers.insert(
+            Box::from(uid),
+            JobMatch {
+                version: Box::from(version),
+                target,
+                matches,
+                seen,
+            },
+        );
+        matches
     }
 }
 
@@ -1015,6 +1114,52 @@ mod tests {
         let v1_again = cache.version_id(&version("1"));
         assert!(![a, b].contains(&b_again));
         assert!(![v1, v2].contains(&v1_again));
+    }
+
+    #[test]
+    fn job_match_answers_are_per_version_and_target_and_last_one_unused_pass() {
+        use crate::engine::jobs::MatchTarget;
+        use k8s_openapi::api::batch::v1::Job;
+        use std::cell::Cell;
+        let target = |package: &str| {
+            let mut job = Job::default();
+            job.metadata.labels = Some(
+                [(
+                    nodewright_schema::keys::JOB_LABEL_PACKAGE.to_string(),
+                    package.to_string(),
+                )]
+                .into(),
+            );
+            MatchTarget::of(&job)
+        };
+        let memo = JobMatchMemo::default();
+        memo.begin_pass();
+        let (a, b) = (memo.target_id(target("a")), memo.target_id(target("b")));
+        assert_ne!(a, b);
+        assert_eq!(memo.target_id(target("a")), a, "equal targets share an id");
+        let compared = Cell::new(0);
+        let ask = |uid: &str, rv: &str, target: u64, answer: bool| {
+            memo.recall(uid, rv, target, || {
+                compared.set(compared.get() + 1);
+                answer
+            })
+        };
+        assert!(ask("u", "1", a, true));
+        assert!(ask("u", "1", a, false), "remembered");
+        assert_eq!(compared.get(), 1);
+        assert!(!ask("u", "2", a, false), "another version");
+        assert!(ask("u", "2", b, true), "another target");
+        assert_eq!(compared.get(), 3);
+        // A pass that asks nothing: the next forgets the answers and targets.
+        memo.begin_pass();
+        assert!(ask("u", "2", b, false), "used in the last pass");
+        memo.begin_pass();
+        memo.begin_pass();
+        assert!(!ask("u", "2", b, false), "forgotten after an unused pass");
+        assert!(
+            ![a, b].contains(&memo.target_id(target("a"))),
+            "ids are not reused"
+        );
     }
 
     #[test]

@@ -91,7 +91,32 @@ fn delete(ctx: &mut PassCtx<'_>, job: &Job, reason: &str, invalidate: bool) {
 /// [`jobs::job_matches`] compares nothing that depends on the node (names, node selector and
 /// volumes differ per node; labels, images and env do not), so one build serves every node
 /// instead of one per unfinished Job. Keyed by package name first so a look-up borrows it.
-type ExpectedJobs = HashMap<String, Vec<((Stage, bool), Option<Job>)>>;
+type ExpectedJobs = HashMap<String, Vec<((Stage, bool), Option<Expected>)>>;
+
+/// An expected Job, with the id of its [`jobs::MatchTarget`] when comparisons are remembered.
+struct Expected {
+    job: Job,
+    target: Option<u64>,
+}
+
+/// [`jobs::job_matches`], remembered across passes per Job version and expected Job when the
+/// pass has a cache and the Job a uid and resourceVersion.
+fn matches(ctx: &PassCtx<'_>, job: &Job, expected: &Expected) -> bool {
+    let compare = || jobs::job_matches(job, &expected.job);
+    let memo = ctx.job_matches.as_deref();
+    let m = &job.metadata;
+    match (
+        memo,
+        expected.target,
+        m.uid.as_deref(),
+        m.resource_version.as_deref(),
+    ) {
+        (Some(memo), Some(target), Some(uid), Some(version)) => {
+            memo.recall(uid, version, target, compare)
+        }
+        _ => compare(),
+    }
+}
 
 /// Why an unfinished Job no longer matches (§8.14 rule 1), if it does not.
 fn validation_failure(
@@ -129,12 +154,19 @@ fn validation_failure(
     let at = match of_package.iter().position(|(k, _)| *k == kind) {
         Some(at) => at,
         None => {
-            of_package.push((kind, expected(view.nw, ctx, job, ctx.node(node).name())));
+            let built = expected(view.nw, ctx, job, ctx.node(node).name()).map(|job| Expected {
+                target: ctx
+                    .job_matches
+                    .as_deref()
+                    .map(|memo| memo.target_id(jobs::MatchTarget::of(&job))),
+                job,
+            });
+            of_package.push((kind, built));
             of_package.len() - 1
         }
     };
     if let Some(expected) = &of_package[at].1
-        && !jobs::job_matches(job, expected)
+        && !matches(ctx, job, expected)
     {
         return Some("the Job no longer matches the package spec");
     }
@@ -261,6 +293,7 @@ pub fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
 mod tests {
     use super::super::context::PassCtx;
     use super::super::jobs::{StageJobInput, build_stage_job};
+    use super::super::state_cache::StateCache;
     use super::super::testkit::{node, nw, package, settings, world};
     use super::*;
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
@@ -359,6 +392,64 @@ mod tests {
             .job(finish(running, "Complete", false))
             .build();
         assert_eq!(sweep_of(&snap), [name]);
+    }
+
+    #[test]
+    fn remembered_comparisons_follow_package_edits_and_job_writes() {
+        // With a cache, a comparison is remembered per Job version (uid, resourceVersion) and
+        // expected Job: an edited package or a rewritten Job is compared afresh.
+        let entry = [("tuning", "1.0.0", Stage::Apply, State::InProgress)];
+        let snapshot = |pkg: nodewright_schema::Package, job: &Job| {
+            world()
+                .node(node("n1").state("nw", &entry))
+                .nw(nw("nw").with_package("tuning", pkg))
+                .job(job.clone())
+                .build()
+        };
+        let versioned = |pkg: nodewright_schema::Package, rv: &str| {
+            let mut j = job(
+                &nw("nw").with_package("tuning", pkg).build(),
+                "tuning",
+                Stage::Apply,
+                "n1",
+            );
+            j.metadata.uid = Some("uid-1".into());
+            j.metadata.resource_version = Some(rv.into());
+            j
+        };
+        let s = settings();
+        let mut cache = StateCache::new();
+        let mut warm = |snap: &crate::snapshot::Snapshot| {
+            let mut ctx = PassCtx::new_cached(snap, &s, Some(&cache));
+            ctx.fill_cache(&mut cache);
+            sweep(&mut ctx, 0);
+            deleted(&ctx)
+        };
+        let original = package("tuning", "1.0.0");
+        let mut edited = original.clone();
+        edited.image = "example/other".into();
+        let running = versioned(original.clone(), "1");
+        let name = running.metadata.name.clone().unwrap();
+        assert!(warm(&snapshot(original.clone(), &running)).is_empty());
+        assert!(warm(&snapshot(original.clone(), &running)).is_empty());
+        assert_eq!(
+            warm(&snapshot(edited.clone(), &running)),
+            std::slice::from_ref(&name)
+        );
+        assert!(warm(&snapshot(original.clone(), &running)).is_empty());
+        // The Job rewritten for the edited package, under a new resourceVersion.
+        let rewritten = versioned(edited.clone(), "2");
+        assert!(warm(&snapshot(edited.clone(), &rewritten)).is_empty());
+        assert_eq!(
+            warm(&snapshot(original.clone(), &rewritten)),
+            std::slice::from_ref(&name)
+        );
+        // The memo trusts the version: a Job changed without moving its resourceVersion (which
+        // the API server never does) is answered as remembered; a cold pass compares it.
+        assert!(warm(&snapshot(original.clone(), &running)).is_empty());
+        let edited_in_place = versioned(edited, "1");
+        assert!(warm(&snapshot(original.clone(), &edited_in_place)).is_empty());
+        assert_eq!(sweep_of(&snapshot(original, &edited_in_place)), [name]);
     }
 
     #[test]
