@@ -16,6 +16,11 @@ use crate::plan::MapPatch;
 /// Below this many entries a tree lookup is as cheap as hashing the name.
 const INDEX_FROM: usize = 64;
 
+/// A large map is indexed once it was looked up this fraction of its size: indexing costs
+/// about what a handful of tree lookups per entry do, and many passes look up only the few
+/// nodes whose memos do not already answer.
+const INDEX_AFTER_LOOKUPS_PER_ENTRY: usize = 32;
+
 /// The snapshot's map plus this pass's changes.
 #[derive(Clone, Debug)]
 pub struct NodeMap<'a, V> {
@@ -25,6 +30,8 @@ pub struct NodeMap<'a, V> {
     /// selected node in it several times, and a tree of thousands of names costs a dozen
     /// string comparisons per lookup.
     index: OnceCell<FxHashMap<&'a str, &'a V>>,
+    /// Tree lookups of `base` so far (until it is indexed).
+    lookups: std::cell::Cell<usize>,
     /// The whole map was cleared this pass: `base` no longer counts.
     cleared: bool,
     /// Node → new value (`None` = removed), overriding `base`.
@@ -37,6 +44,7 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
         NodeMap {
             base,
             index: OnceCell::new(),
+            lookups: std::cell::Cell::new(0),
             cleared: false,
             changes: BTreeMap::new(),
         }
@@ -47,7 +55,12 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
             return None;
         }
         let base = self.base?;
-        if base.len() < INDEX_FROM {
+        if let Some(index) = self.index.get() {
+            return index.get(node).copied();
+        }
+        let lookups = self.lookups.get();
+        if base.len() < INDEX_FROM || lookups < base.len() / INDEX_AFTER_LOOKUPS_PER_ENTRY {
+            self.lookups.set(lookups + 1);
             return base.get(node);
         }
         self.index
@@ -152,6 +165,25 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
     }
 }
 
+/// The names of `a` and `b`, two iterators of names each sorted and free of repeats, in name
+/// order and each once.
+pub fn union_sorted<'k>(
+    a: impl Iterator<Item = &'k str>,
+    b: impl Iterator<Item = &'k str>,
+) -> impl Iterator<Item = &'k str> {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if x == y => {
+            b.next();
+            a.next()
+        }
+        (Some(x), Some(y)) if x < y => a.next(),
+        (Some(_), Some(_)) => b.next(),
+        (Some(_), None) => a.next(),
+        (None, _) => b.next(),
+    })
+}
+
 /// Merges two sorted, disjoint iterators of names.
 struct MergeSorted<'k, A: Iterator<Item = &'k str>, B: Iterator<Item = &'k str>> {
     a: std::iter::Peekable<A>,
@@ -236,13 +268,30 @@ mod tests {
     }
 
     #[test]
+    fn a_union_of_sorted_names_lists_each_once_in_order() {
+        let union: Vec<&str> =
+            union_sorted(["a", "c", "d"].into_iter(), ["b", "c", "e"].into_iter()).collect();
+        assert_eq!(union, ["a", "b", "c", "d", "e"]);
+        let union: Vec<&str> = union_sorted(
+            union_sorted(["x"].into_iter(), std::iter::empty()),
+            ["w", "x", "y"].into_iter(),
+        )
+        .collect();
+        assert_eq!(union, ["w", "x", "y"]);
+    }
+
+    #[test]
     fn a_large_map_reads_the_same_through_its_index() {
         let big: BTreeMap<String, i32> = (0..INDEX_FROM as i32 * 2)
             .map(|i| (format!("n{i:03}"), i))
             .collect();
         let mut m = NodeMap::new(Some(&big));
-        assert_eq!(m.get("n005"), Some(&5));
-        assert_eq!(m.get("n5"), None);
+        // The first lookups search the tree, the later ones the index: the answers agree.
+        for round in 0..3 {
+            assert_eq!(m.get("n005"), Some(&5), "round {round}");
+            assert_eq!(m.get("n5"), None, "round {round}");
+        }
+        assert!(m.index.get().is_some(), "indexed after enough lookups");
         assert!(!m.set("n007", &7));
         assert!(m.set("n007", &70));
         assert!(m.remove("n008"));

@@ -9,6 +9,7 @@ use nodewright_schema::{BatchState, CompartmentStatus, NodeWrightStatus, Status}
 
 use super::complete;
 use super::context::PassCtx;
+use super::node_map::union_sorted;
 use super::order;
 use super::policy::{self, Counts, Evaluation};
 use super::select;
@@ -179,11 +180,12 @@ fn prune_departed(ctx: &mut PassCtx, nw: usize) {
         ctx.remove_from_priority(nw, &n);
     }
     let view = &ctx.nws[nw];
-    let gone: std::collections::HashSet<String> = view
-        .node_status
-        .keys()
-        .chain(view.node_state.keys())
-        .chain(view.node_boot_ids.keys())
+    // The three maps mostly name the same nodes: each name is judged once.
+    let names = union_sorted(
+        union_sorted(view.node_status.keys(), view.node_state.keys()),
+        view.node_boot_ids.keys(),
+    );
+    let gone: std::collections::HashSet<String> = names
         .filter(|n| !keep(ctx, n))
         .map(str::to_string)
         .collect();
