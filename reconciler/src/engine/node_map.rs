@@ -16,11 +16,6 @@ use crate::plan::MapPatch;
 /// Below this many entries a tree lookup is as cheap as hashing the name.
 const INDEX_FROM: usize = 64;
 
-/// A large map is indexed once it was looked up this fraction of its size: indexing costs
-/// about what a handful of tree lookups per entry do, and many passes look up only the few
-/// nodes whose memos do not already answer.
-const INDEX_AFTER_LOOKUPS_PER_ENTRY: usize = 32;
-
 /// The snapshot's map plus this pass's changes.
 #[derive(Clone, Debug)]
 pub struct NodeMap<'a, V> {
@@ -30,8 +25,6 @@ pub struct NodeMap<'a, V> {
     /// selected node in it several times, and a tree of thousands of names costs a dozen
     /// string comparisons per lookup.
     index: OnceCell<FxHashMap<&'a str, &'a V>>,
-    /// Tree lookups of `base` so far (until it is indexed).
-    lookups: std::cell::Cell<usize>,
     /// The whole map was cleared this pass: `base` no longer counts.
     cleared: bool,
     /// Node → new value (`None` = removed), overriding `base`.
@@ -44,7 +37,6 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
         NodeMap {
             base,
             index: OnceCell::new(),
-            lookups: std::cell::Cell::new(0),
             cleared: false,
             changes: BTreeMap::new(),
         }
@@ -55,12 +47,7 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
             return None;
         }
         let base = self.base?;
-        if let Some(index) = self.index.get() {
-            return index.get(node).copied();
-        }
-        let lookups = self.lookups.get();
-        if base.len() < INDEX_FROM || lookups < base.len() / INDEX_AFTER_LOOKUPS_PER_ENTRY {
-            self.lookups.set(lookups + 1);
+        if base.len() < INDEX_FROM {
             return base.get(node);
         }
         self.index
@@ -286,12 +273,8 @@ mod tests {
             .map(|i| (format!("n{i:03}"), i))
             .collect();
         let mut m = NodeMap::new(Some(&big));
-        // The first lookups search the tree, the later ones the index: the answers agree.
-        for round in 0..3 {
-            assert_eq!(m.get("n005"), Some(&5), "round {round}");
-            assert_eq!(m.get("n5"), None, "round {round}");
-        }
-        assert!(m.index.get().is_some(), "indexed after enough lookups");
+        assert_eq!(m.get("n005"), Some(&5));
+        assert_eq!(m.get("n5"), None);
         assert!(!m.set("n007", &7));
         assert!(m.set("n007", &70));
         assert!(m.remove("n008"));
