@@ -34,8 +34,8 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CachedStates, JobMatchMemo, NodeFact, NodeMemo, NodeWrightId, ParsedPackage, ParsedState,
-    StateCache, StatusVersion, VersionId,
+    CachedStates, JobMatchMemo, JobVersion, NodeFact, NodeMemo, NodeWrightId, ParsedPackage,
+    ParsedState, StateCache, StatusVersion, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -830,32 +830,47 @@ pub struct SnapIndex<'a> {
     package_annotations: Vec<OnceCell<ParsedPackage>>,
     /// The label, marker and condition facts of each snapshot Job (parallel to `snap.jobs`).
     job_facts: Vec<JobFacts<'a>>,
+    /// With a cache: whether each snapshot Job's version was read anew (the cache did not
+    /// hold it), so [`PassCtx::fill_cache`] hands it over.
+    read_anew: Vec<bool>,
 }
 
 impl<'a> SnapIndex<'a> {
-    /// With a cache, every Job's `package` annotation is resolved now (from the cache when
-    /// the last pass parsed the same value), so the pass can hand the parses back to it.
+    /// With a cache, every Job's facts and `package` annotation are resolved now (from the
+    /// cache when the last pass read the same Job version), so the pass can hand what it read
+    /// anew back to it.
     fn build(snap: &'a Snapshot, cache: Option<&StateCache>) -> SnapIndex<'a> {
-        let package_annotations = match cache {
-            None => std::iter::repeat_with(OnceCell::new)
-                .take(snap.jobs.len())
-                .collect(),
-            Some(cache) => snap
-                .jobs
-                .iter()
-                .map(|job| {
-                    let parsed = match jobs::package_annotation_raw(job) {
-                        Some(raw) => match cache.package_annotation(raw) {
-                            Some(parsed) => Arc::clone(parsed),
-                            None => Arc::new(jobs::parse_package_annotation(raw)),
-                        },
-                        None => Arc::new(None),
-                    };
-                    OnceCell::from(parsed)
-                })
-                .collect(),
-        };
-        let job_facts: Vec<JobFacts<'a>> = snap.jobs.iter().map(JobFacts::of).collect();
+        let n = snap.jobs.len();
+        let mut package_annotations = Vec::with_capacity(n);
+        let mut job_facts = Vec::with_capacity(n);
+        let mut read_anew = Vec::with_capacity(if cache.is_some() { n } else { 0 });
+        for job in &snap.jobs {
+            let Some(cache) = cache else {
+                package_annotations.push(OnceCell::new());
+                job_facts.push(JobFacts::of(job));
+                continue;
+            };
+            let m = &job.metadata;
+            let known = m
+                .uid
+                .as_deref()
+                .zip(m.resource_version.as_deref())
+                .and_then(|(uid, rv)| cache.job_version(uid, rv));
+            match known {
+                Some(known) => {
+                    package_annotations.push(OnceCell::from(Arc::clone(&known.package)));
+                    job_facts.push(known.facts.labelled(job));
+                    read_anew.push(false);
+                }
+                None => {
+                    let parsed =
+                        jobs::package_annotation_raw(job).and_then(jobs::parse_package_annotation);
+                    package_annotations.push(OnceCell::from(Arc::new(parsed)));
+                    job_facts.push(JobFacts::of(job));
+                    read_anew.push(true);
+                }
+            }
+        }
         let mut jobs_of_nw: FxHashMap<&'a str, Vec<&'a Job>> = FxHashMap::default();
         for (job, facts) in snap.jobs.iter().zip(&job_facts) {
             if let Some(nw) = facts.nodewright {
@@ -893,6 +908,7 @@ impl<'a> SnapIndex<'a> {
             config_map_by_name,
             package_annotations,
             job_facts,
+            read_anew,
         }
     }
 
@@ -1285,13 +1301,21 @@ impl<'a> PassCtx<'a> {
             let version = StatusVersion::of(v.nw).zip(v.status_version);
             (v.name, v.memo_id, version)
         }));
-        cache.retain_package_annotations(
+        let ix = &self.index;
+        cache.retain_job_versions(
             self.snap
                 .jobs
                 .iter()
-                .zip(&self.index.package_annotations)
-                .filter_map(|(job, parsed)| {
-                    Some((jobs::package_annotation_raw(job)?, parsed.get()?))
+                .zip(&ix.read_anew)
+                .zip(ix.job_facts.iter().zip(&ix.package_annotations))
+                .filter(|((_, anew), _)| **anew)
+                .filter_map(|((job, _), (facts, package))| {
+                    let m = &job.metadata;
+                    let read = JobVersion {
+                        facts: facts.unlabelled(),
+                        package: Arc::clone(package.get()?),
+                    };
+                    Some((m.uid.as_deref()?, m.resource_version.as_deref()?, read))
                 }),
         );
     }

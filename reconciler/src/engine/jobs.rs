@@ -782,6 +782,26 @@ impl<'a> JobFacts<'a> {
         }
     }
 
+    /// These facts without the two label strings: what a cache keeps per Job version
+    /// (the strings borrow from the Job; [`JobFacts::labelled`] reads them again).
+    pub fn unlabelled(&self) -> JobFacts<'static> {
+        JobFacts {
+            nodewright: None,
+            node_label: None,
+            ..*self
+        }
+    }
+
+    /// Facts of `job` known but for its labels (from [`JobFacts::unlabelled`] of the same
+    /// Job version), with the labels read from `job`.
+    pub fn labelled(self, job: &'a Job) -> JobFacts<'a> {
+        JobFacts {
+            nodewright: label(job, keys::JOB_LABEL_NAME),
+            node_label: label(job, keys::JOB_LABEL_NODE),
+            ..self
+        }
+    }
+
     /// Neither `Complete` nor `Failed` ([`is_unfinished`]).
     pub fn unfinished(&self) -> bool {
         !self.complete && !self.failed

@@ -27,7 +27,7 @@ use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright};
 
 use super::complete::{CompletionInputs, NodeDigest};
-use super::jobs::{MatchTarget, PackageAnnotation};
+use super::jobs::{JobFacts, MatchTarget, PackageAnnotation};
 
 /// A node's digest under one set of NodeWright inputs and one `configApplied` value.
 #[derive(Debug)]
@@ -358,10 +358,10 @@ pub struct StateCache {
     nodes: FxHashMap<String, CachedNode>,
     /// The completion inputs of each NodeWright of the last pass.
     completion_inputs: Vec<(String, Arc<CompletionInputs>)>,
-    /// Job `package` annotations (§4.7) by their exact value, with the pass that last saw
-    /// them: every pass reads the annotation of every Job, and at steady state none changed.
-    package_annotations: FxHashMap<Box<str>, (ParsedPackage, u64)>,
-    package_pass: u64,
+    /// What the last pass read from each Job version (by uid, with the resourceVersion it
+    /// was read from): every pass reads every Job, and at steady state none changed.
+    job_versions: FxHashMap<Box<str>, CachedJob>,
+    job_pass: u64,
     /// The node selectors of the last pass with their ids: equal selectors keep their id, a
     /// new one gets the next, so an id names one selector for the cache's whole life.
     selectors: Vec<(Option<LabelSelector>, u64)>,
@@ -382,6 +382,28 @@ pub struct StateCache {
 /// A Job's parsed `package` annotation, `None` when it does not parse (shared between the
 /// pass that parsed it and the cache).
 pub type ParsedPackage = Arc<Option<PackageAnnotation>>;
+
+/// What a pass reads from one version of a Job: its facts but for the label strings, and its
+/// parsed `package` annotation (§4.7).
+///
+/// Kept by uid and resourceVersion: the API server moves the resourceVersion on every write
+/// (as for [`StatusVersion`]), and the simulator does too. A Job without either is read
+/// afresh every pass.
+#[derive(Clone, Debug)]
+pub struct JobVersion {
+    /// [`JobFacts::unlabelled`].
+    pub facts: JobFacts<'static>,
+    /// The parsed `package` annotation.
+    pub package: ParsedPackage,
+}
+
+#[derive(Debug)]
+struct CachedJob {
+    resource_version: Box<str>,
+    read: JobVersion,
+    /// The pass that last read it (set through `&self` while a pass builds).
+    seen: AtomicU64,
+}
 
 impl StateCache {
     /// An empty cache.
@@ -474,30 +496,38 @@ impl StateCache {
             .collect();
     }
 
-    /// The parse of a Job `package` annotation value, when the last pass parsed exactly it.
-    pub fn package_annotation(&self, raw: &str) -> Option<&ParsedPackage> {
-        self.package_annotations.get(raw).map(|(parsed, _)| parsed)
+    /// What the last pass read from the Job of this uid, when it was this very version (its
+    /// resourceVersion); marks it as read by this pass, so the next keeps it.
+    pub fn job_version(&self, uid: &str, resource_version: &str) -> Option<&JobVersion> {
+        let cached = self.job_versions.get(uid)?;
+        if *cached.resource_version != *resource_version {
+            return None;
+        }
+        cached.seen.store(self.job_pass + 1, Ordering::Relaxed);
+        Some(&cached.read)
     }
 
-    /// Keeps the `package` annotation parses of this pass's Jobs (and only those); values
-    /// already cached are kept without allocating.
-    pub fn retain_package_annotations<'s>(
+    /// Starts keeping what this pass read: `fresh` are the Job versions it read anew; of the
+    /// cached ones, those it found through [`StateCache::job_version`] are kept, the rest
+    /// dropped.
+    pub fn retain_job_versions<'s>(
         &mut self,
-        parsed: impl IntoIterator<Item = (&'s str, &'s ParsedPackage)>,
+        fresh: impl IntoIterator<Item = (&'s str, &'s str, JobVersion)>,
     ) {
-        self.package_pass += 1;
-        let pass = self.package_pass;
-        for (raw, parse) in parsed {
-            match self.package_annotations.get_mut(raw) {
-                Some(entry) => entry.1 = pass,
-                None => {
-                    self.package_annotations
-                        .insert(Box::from(raw), (Arc::clone(parse), pass));
-                }
-            }
+        self.job_pass += 1;
+        let pass = self.job_pass;
+        for (uid, resource_version, read) in fresh {
+            self.job_versions.insert(
+                Box::from(uid),
+                CachedJob {
+                    resource_version: Box::from(resource_version),
+                    read,
+                    seen: AtomicU64::new(pass),
+                },
+            );
         }
-        self.package_annotations
-            .retain(|_, (_, seen)| *seen == pass);
+        self.job_versions
+            .retain(|_, cached| cached.seen.load(Ordering::Relaxed) == pass);
     }
 
     /// Keeps the completion inputs of this pass's NodeWrights (and only those).
@@ -827,29 +857,39 @@ mod tests {
     }
 
     #[test]
-    fn job_package_annotations_are_reused_by_exact_value_and_kept_for_one_pass() {
-        let json = PackageAnnotation::default().to_json();
-        let raw = json.as_str();
-        let parsed: ParsedPackage = Arc::new(crate::engine::jobs::parse_package_annotation(raw));
-        assert!(parsed.is_some());
-        let broken: ParsedPackage = Arc::new(None);
+    fn job_versions_are_kept_by_uid_and_resource_version_while_passes_read_them() {
+        use k8s_openapi::api::batch::v1::Job;
+        let job = Job::default();
+        let read = |package: Option<PackageAnnotation>| JobVersion {
+            facts: JobFacts::of(&job).unlabelled(),
+            package: Arc::new(package),
+        };
         let mut cache = StateCache::new();
-        cache.retain_package_annotations([(raw, &parsed), ("{", &broken)]);
-        assert!(Arc::ptr_eq(cache.package_annotation(raw).unwrap(), &parsed));
-        assert_eq!(
-            cache.package_annotation("{").map(|p| p.is_none()),
-            Some(true)
-        );
+        cache.retain_job_versions([
+            ("u1", "1", read(Some(PackageAnnotation::default()))),
+            ("u2", "7", read(None)),
+        ]);
         assert!(
-            cache.package_annotation(&format!("{raw} ")).is_none(),
-            "another value"
+            cache
+                .job_version("u1", "1")
+                .is_some_and(|v| v.package.is_some())
         );
-
-        // A value the next pass does not read is dropped; one it reads again is kept as is.
-        let again: ParsedPackage = Arc::new(crate::engine::jobs::parse_package_annotation(raw));
-        cache.retain_package_annotations([(raw, &again)]);
-        assert!(Arc::ptr_eq(cache.package_annotation(raw).unwrap(), &parsed));
-        assert!(cache.package_annotation("{").is_none());
+        assert!(cache.job_version("u1", "2").is_none(), "another version");
+        assert!(cache.job_version("u3", "1").is_none(), "another Job");
+        // The next pass keeps what it looked up (u1) and what it read anew (u3) only.
+        cache.retain_job_versions([("u3", "1", read(None))]);
+        assert!(cache.job_version("u1", "1").is_some());
+        assert!(
+            cache.job_version("u2", "7").is_none(),
+            "not read by the last pass"
+        );
+        assert!(cache.job_version("u3", "1").is_some());
+        // The look-ups above belong to the pass the next call ends; the pass after that reads
+        // neither Job, and both go.
+        cache.retain_job_versions([]);
+        cache.retain_job_versions([]);
+        assert!(cache.job_version("u1", "1").is_none());
+        assert!(cache.job_version("u3", "1").is_none());
     }
 
     #[test]
