@@ -169,7 +169,13 @@ pub struct NodeMemo {
     /// Per NodeWright: the facts found to hold between this node object and one version of
     /// the NodeWright's status (bits of [`StatusFact`]).
     status_facts: Mutex<Vec<(NodeWrightId, VersionId, u8)>>,
+    /// Per NodeWright: the node's digest (§10.2) under one set of completion inputs (held, so
+    /// the pointer names those inputs while this memo lives).
+    digests: Mutex<Vec<RememberedDigest>>,
 }
+
+/// A node digest remembered in a [`NodeMemo`].
+type RememberedDigest = (NodeWrightId, Arc<CompletionInputs>, Arc<NodeDigest>);
 
 /// A fact relating a node object to one version of a NodeWright's status (§1.9), remembered
 /// in a [`NodeMemo`] under that [`StatusVersion`].
@@ -197,6 +203,7 @@ impl NodeMemo {
             node: Arc::clone(node),
             facts: Mutex::new(Vec::new()),
             status_facts: Mutex::new(Vec::new()),
+            digests: Mutex::new(Vec::new()),
         }
     }
 
@@ -233,6 +240,36 @@ impl NodeMemo {
         let value = compute();
         memo.remember(nodewright, fact, input, value);
         value
+    }
+
+    /// The digest of this node object for a NodeWright under exactly these completion inputs,
+    /// as derived from the node's unwritten state and annotations.
+    pub fn digest(
+        &self,
+        nodewright: NodeWrightId,
+        inputs: &Arc<CompletionInputs>,
+    ) -> Option<Arc<NodeDigest>> {
+        let digests = self.digests.lock().unwrap_or_else(PoisonError::into_inner);
+        digests
+            .iter()
+            .find(|(nw, at, _)| *nw == nodewright && Arc::ptr_eq(at, inputs))
+            .map(|(_, _, digest)| Arc::clone(digest))
+    }
+
+    /// Remembers the digest of this node object for a NodeWright under these completion
+    /// inputs (replacing the one under other inputs).
+    pub fn remember_digest(
+        &self,
+        nodewright: NodeWrightId,
+        inputs: &Arc<CompletionInputs>,
+        digest: &Arc<NodeDigest>,
+    ) {
+        let mut digests = self.digests.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = (nodewright, Arc::clone(inputs), Arc::clone(digest));
+        match digests.iter_mut().find(|(nw, _, _)| *nw == nodewright) {
+            Some(slot) => *slot = entry,
+            None => digests.push(entry),
+        }
     }
 
     /// Whether `fact` was found to hold between this node object and exactly this version
@@ -801,6 +838,38 @@ mod tests {
 
     fn parsed(raw: &str) -> Arc<ParsedState> {
         Arc::new(ParsedState::parse(raw))
+    }
+
+    #[test]
+    fn a_node_object_s_digest_is_per_nodewright_and_the_very_completion_inputs() {
+        let nw = NodeWright::new("nw", NodeWrightSpec::default());
+        let cache = StateCache::new();
+        let (a, b) = (cache.nodewright_id("a"), cache.nodewright_id("b"));
+        let inputs = cache.completion_inputs(&nw);
+        let equal_copy = Arc::new(CompletionInputs::of(&nw));
+        assert_eq!(*equal_copy, *inputs);
+        let node = Arc::new(Node::default());
+        let memo = NodeMemo::new(&node);
+        let digest = Arc::new(NodeDigest::of(
+            &nw,
+            &NodeState::default(),
+            &Default::default(),
+        ));
+        assert!(memo.digest(a, &inputs).is_none());
+        memo.remember_digest(a, &inputs, &digest);
+        assert!(
+            memo.digest(a, &inputs)
+                .is_some_and(|d| Arc::ptr_eq(&d, &digest))
+        );
+        assert!(memo.digest(b, &inputs).is_none(), "another NodeWright");
+        assert!(
+            memo.digest(a, &equal_copy).is_none(),
+            "equal inputs in another Arc are another key (the cache hands out one Arc)"
+        );
+        // Other inputs replace the remembered digest.
+        memo.remember_digest(a, &equal_copy, &digest);
+        assert!(memo.digest(a, &inputs).is_none());
+        assert!(memo.digest(a, &equal_copy).is_some());
     }
 
     #[test]
