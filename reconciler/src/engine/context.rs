@@ -19,7 +19,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta, Time};
 use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{
     DeploymentPolicy, NodeState, NodeWright, NodeWrightStatus, PackageStatus, Status,
@@ -919,28 +919,16 @@ impl<'a> SnapIndex<'a> {
 
     /// The first Job of this name.
     pub fn job_by_name(&self, name: &str) -> Option<&'a Job> {
-        let table = self.job_by_name.get_or_init(|| {
-            let mut table = sized(self.jobs.len());
-            for job in self.jobs {
-                if let Some(name) = job.metadata.name.as_deref() {
-                    table.entry(name).or_insert(job);
-                }
-            }
-            table
-        });
+        let table = self
+            .job_by_name
+            .get_or_init(|| first_by(self.jobs, |m| m.name.as_deref()));
         table.get(name).copied()
     }
     /// The first Job of this UID.
     pub fn job_by_uid(&self, uid: &str) -> Option<&'a Job> {
-        let table = self.job_by_uid.get_or_init(|| {
-            let mut table = sized(self.jobs.len());
-            for job in self.jobs {
-                if let Some(uid) = job.metadata.uid.as_deref() {
-                    table.entry(uid).or_insert(job);
-                }
-            }
-            table
-        });
+        let table = self
+            .job_by_uid
+            .get_or_init(|| first_by(self.jobs, |m| m.uid.as_deref()));
         table.get(uid).copied()
     }
     /// Jobs of a NodeWright on a node, by the Job `node` label value
@@ -1000,6 +988,20 @@ impl<'a> SnapIndex<'a> {
         });
         table.get(node).map_or(&[], Few::as_slice)
     }
+}
+
+/// The first Job of each key (a name or uid of its metadata), like a `find` over `jobs`.
+fn first_by<'a>(
+    jobs: &'a [Job],
+    key: impl Fn(&'a ObjectMeta) -> Option<&'a str>,
+) -> FxHashMap<&'a str, &'a Job> {
+    let mut table = sized(jobs.len());
+    for job in jobs {
+        if let Some(key) = key(&job.metadata) {
+            table.entry(key).or_insert(job);
+        }
+    }
+    table
 }
 
 /// The objects under one key of a lookup table: usually one (a Job's pod, a node's Jobs of
