@@ -402,15 +402,13 @@ pub struct StateCache {
     /// The node selectors of the last pass with their ids: equal selectors keep their id, a
     /// new one gets the next, so an id names one selector for the cache's whole life.
     selectors: Vec<(Option<LabelSelector>, u64)>,
-    /// The next selector id. Handed out through `&self` (a pass reads the cache while it
-    /// builds), and never twice, even by a pass whose selectors are not kept.
-    next_selector: AtomicU64,
     /// The NodeWright names of the last pass with their ids.
     nodewright_ids: FxHashMap<Box<str>, NodeWrightId>,
     /// The NodeWright status versions of the last pass with their ids.
     version_ids: FxHashMap<StatusVersion, VersionId>,
-    /// The next NodeWright or version id; like selector ids, never handed out twice.
-    next_memo_id: AtomicU64,
+    /// The next selector, NodeWright or version id. Handed out through `&self` (a pass reads
+    /// the cache while it builds), and never twice, even by a pass whose ids are not kept.
+    next_id: AtomicU64,
     /// Sweep comparisons of unfinished Jobs, shared with the pass that adds to them.
     job_matches: Arc<JobMatchMemo>,
     pass: u64,
@@ -478,16 +476,21 @@ impl StateCache {
             .map(|(_, id)| *id)
     }
 
+    /// A fresh id, never handed out before.
+    fn fresh_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// A fresh selector id, never handed out before.
     pub fn new_selector_id(&self) -> u64 {
-        self.next_selector.fetch_add(1, Ordering::Relaxed)
+        self.fresh_id()
     }
 
     /// The id of a NodeWright name: the last pass's id for that name, else a fresh one.
     pub fn nodewright_id(&self, name: &str) -> NodeWrightId {
         match self.nodewright_ids.get(name) {
             Some(&id) => id,
-            None => NodeWrightId(self.next_memo_id.fetch_add(1, Ordering::Relaxed)),
+            None => NodeWrightId(self.fresh_id()),
         }
     }
 
@@ -496,7 +499,7 @@ impl StateCache {
     pub fn version_id(&self, version: &StatusVersion) -> VersionId {
         match self.version_ids.get(version) {
             Some(&id) => id,
-            None => VersionId(self.next_memo_id.fetch_add(1, Ordering::Relaxed)),
+            None => VersionId(self.fresh_id()),
         }
     }
 
