@@ -123,11 +123,8 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
             .iter()
             .filter(|(_, v)| v.is_some())
             .map(|(k, _)| k.as_str());
-        // Both halves are sorted and disjoint; merging keeps name order.
-        MergeSorted {
-            a: base.peekable(),
-            b: added.peekable(),
-        }
+        // Both halves are sorted; merging keeps name order.
+        union_sorted(base, added)
     }
 
     /// Removes every node for which `keep` is false; returns how many went.
@@ -169,26 +166,6 @@ pub fn union_sorted<'k>(
         (Some(_), None) => a.next(),
         (None, _) => b.next(),
     })
-}
-
-/// Merges two sorted, disjoint iterators of names.
-struct MergeSorted<'k, A: Iterator<Item = &'k str>, B: Iterator<Item = &'k str>> {
-    a: std::iter::Peekable<A>,
-    b: std::iter::Peekable<B>,
-}
-
-impl<'k, A: Iterator<Item = &'k str>, B: Iterator<Item = &'k str>> Iterator
-    for MergeSorted<'k, A, B>
-{
-    type Item = &'k str;
-    fn next(&mut self) -> Option<&'k str> {
-        match (self.a.peek(), self.b.peek()) {
-            (Some(x), Some(y)) if x <= y => self.a.next(),
-            (Some(_), Some(_)) => self.b.next(),
-            (Some(_), None) => self.a.next(),
-            (None, _) => self.b.next(),
-        }
-    }
 }
 
 #[cfg(test)]
