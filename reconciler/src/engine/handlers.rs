@@ -86,11 +86,11 @@ pub fn classify_failure(pod: &Pod) -> FailureClass {
     FailureClass::Rejection
 }
 
-fn child_pods<'s>(ctx: &PassCtx<'s>, job: &Job) -> Vec<&'s Pod> {
+fn child_pods<'c, 's>(ctx: &'c PassCtx<'s>, job: &Job) -> &'c [&'s Pod] {
     let Some(uid) = job.metadata.uid.as_deref() else {
-        return Vec::new();
+        return &[];
     };
-    ctx.index.pods_of(uid).to_vec()
+    ctx.index.pods_of(uid)
 }
 
 fn node_of(ctx: &PassCtx<'_>, job: &Job) -> Option<usize> {
@@ -560,11 +560,7 @@ fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job, node_label: Option<&str>) {
     let prunable = |p: &&Pod| {
         p.metadata.deletion_timestamp.is_none() && classify_failure(p) != FailureClass::NotFailed
     };
-    let pods = job
-        .metadata
-        .uid
-        .as_deref()
-        .map_or(&[][..], |uid| ctx.index.pods_of(uid));
+    let pods = child_pods(ctx, job);
     // Most Jobs have no failed pod: nothing to collect, sort or copy.
     if !pods.iter().any(&prunable) {
         return;
@@ -644,7 +640,7 @@ fn interrupt_budget(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     }
     let limit = ctx.settings.job_backoff_limit;
     let over = child_pods(ctx, job)
-        .into_iter()
+        .iter()
         .any(|p| interrupt_status(p).is_some_and(|c| c.restart_count >= limit && crash_looping(c)));
     if !over || jobs::annotation(job, keys::JOB_ANNOTATION_RESTART_LIMIT_EXCEEDED).is_some() {
         return;
