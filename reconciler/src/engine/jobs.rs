@@ -772,14 +772,15 @@ impl<'a> JobFacts<'a> {
     /// Reads the facts of `job`.
     pub fn of(job: &'a Job) -> JobFacts<'a> {
         JobFacts {
-            nodewright: label(job, keys::JOB_LABEL_NAME),
-            node_label: label(job, keys::JOB_LABEL_NODE),
+            nodewright: None,
+            node_label: None,
             stage: job_stage(job),
             interrupt: is_interrupt_job(job),
             processed: is_processed(job),
             complete: is_complete(job),
             failed: is_failed(job),
         }
+        .labelled(job)
     }
 
     /// These facts without the two label strings: what a cache keeps per Job version
