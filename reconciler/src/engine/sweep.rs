@@ -87,11 +87,12 @@ fn delete(ctx: &mut PassCtx<'_>, job: &Job, reason: &str, invalidate: bool) {
     });
 }
 
-/// The Jobs a sweep compares against, by package, then stage and kind (interrupt or not).
+/// The Jobs a sweep compares against, by stage and kind (interrupt or not), then package.
 /// [`jobs::job_matches`] compares nothing that depends on the node (names, node selector and
 /// volumes differ per node; labels, images and env do not), so one build serves every node
-/// instead of one per unfinished Job. Keyed by package name first so a look-up borrows it.
-type ExpectedJobs = HashMap<String, Vec<((Stage, bool), Option<Expected>)>>;
+/// instead of one per unfinished Job. The package name is the inner key, so a look-up
+/// borrows it and only a build copies it.
+type ExpectedJobs = HashMap<(Stage, bool), HashMap<String, Option<Expected>>>;
 
 /// An expected Job, with the id of its [`jobs::MatchTarget`] when comparisons are remembered.
 struct Expected {
@@ -146,26 +147,18 @@ fn validation_failure(
     if uninstall_exempt {
         return None;
     }
-    let kind = (stage, facts.interrupt);
-    if !built.contains_key(pkg.name.as_str()) {
-        built.insert(pkg.name.clone(), Vec::new());
+    let of_kind = built.entry((stage, facts.interrupt)).or_default();
+    if !of_kind.contains_key(pkg.name.as_str()) {
+        let expected = expected(view.nw, ctx, job, ctx.node(node).name()).map(|job| Expected {
+            target: ctx
+                .job_matches
+                .as_deref()
+                .map(|memo| memo.target_id(jobs::MatchTarget::of(&job))),
+            job,
+        });
+        of_kind.insert(pkg.name.clone(), expected);
     }
-    let of_package = built.get_mut(pkg.name.as_str())?;
-    let at = match of_package.iter().position(|(k, _)| *k == kind) {
-        Some(at) => at,
-        None => {
-            let built = expected(view.nw, ctx, job, ctx.node(node).name()).map(|job| Expected {
-                target: ctx
-                    .job_matches
-                    .as_deref()
-                    .map(|memo| memo.target_id(jobs::MatchTarget::of(&job))),
-                job,
-            });
-            of_package.push((kind, built));
-            of_package.len() - 1
-        }
-    };
-    if let Some(expected) = &of_package[at].1
+    if let Some(Some(expected)) = of_kind.get(pkg.name.as_str())
         && !matches(ctx, job, expected)
     {
         return Some("the Job no longer matches the package spec");
