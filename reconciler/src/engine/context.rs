@@ -34,8 +34,8 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CachedStates, JobMatchMemo, JobVersion, NodeFact, NodeMemo, NodeWrightId, ParsedPackage,
-    ParsedState, StateCache, StatusVersion, VersionId,
+    CachedStates, CarriedNode, JobMatchMemo, JobVersion, NodeFact, NodeMemo, NodeWrightId,
+    ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -711,6 +711,86 @@ impl<'a> NwView<'a> {
             self.node_state_changes += 1;
         }
     }
+    /// Starts this pass's per-node memos from what the last pass derived for the same node
+    /// objects ([`SelectionCarry`]), as values at write count 0 (before this pass writes
+    /// the node): each holds for the same object under the same inputs.
+    fn seed(&mut self, nodes: &[NodeWork<'_>], carry: &SelectionCarry) {
+        let same_inputs = carry
+            .inputs
+            .as_ref()
+            .is_some_and(|i| Arc::ptr_eq(i, &self.completion_inputs));
+        let same_version = carry.version.is_some() && carry.version == self.status_version;
+        // Selection order is stable, so the node at the same position is tried first; a node
+        // that joined or left shifts the rest, which are then found by their memo.
+        let mut by_memo: Option<FxHashMap<*const NodeMemo, usize>> = None;
+        let digests = self.digests.get_mut();
+        for (p, &i) in self.selected.iter().enumerate() {
+            let Some(memo) = nodes[i].memo.as_ref() else {
+                continue;
+            };
+            let carried = match carry.nodes.get(p) {
+                Some(c) if Arc::ptr_eq(&c.memo, memo) => Some(c),
+                _ => by_memo
+                    .get_or_insert_with(|| {
+                        let memos = carry.nodes.iter().map(|c| Arc::as_ptr(&c.memo));
+                        memos.zip(0..).collect()
+                    })
+                    .get(&Arc::as_ptr(memo))
+                    .map(|&k| &carry.nodes[k]),
+            };
+            let Some(c) = carried else {
+                continue;
+            };
+            if let Some(status) = c.status {
+                self.status_memo[p].set((0, status));
+            }
+            if same_inputs && let Some(digest) = &c.digest {
+                self.complete[p] = digest.as_ref().is_some_and(|d| d.complete);
+                self.complete_at[p] = 0;
+                digests[p] = Some((0, digest.clone()));
+            }
+            if same_version && c.mirrored {
+                self.published_at[p] = 0;
+                if c.written_back {
+                    self.written_back_at[p] = 0;
+                }
+            }
+        }
+    }
+
+    /// Refills `carry` with what this pass derived for each selected node before writing it
+    /// (see [`NwView::seed`]).
+    fn carry_out(&self, nodes: &[NodeWork<'_>], carry: &mut SelectionCarry) {
+        carry.inputs = Some(Arc::clone(&self.completion_inputs));
+        carry.version = self.status_version;
+        carry.nodes.clear();
+        let digests = self.digests.borrow();
+        for (p, &i) in self.selected.iter().enumerate() {
+            let n = &nodes[i];
+            let Some(memo) = n.memo.as_ref() else {
+                continue;
+            };
+            let digest = match &digests[p] {
+                Some((0, digest)) => Some(digest.clone()),
+                _ => None,
+            };
+            let status = match self.status_memo[p].get() {
+                (0, status) => Some(status),
+                _ => None,
+            };
+            let mirrored = self.published_at[p] == 0 && self.node_state.untouched(n.name);
+            let written_back =
+                mirrored && self.written_back_at[p] == 0 && self.node_status.untouched(n.name);
+            carry.nodes.push(CarriedNode {
+                memo: Arc::clone(memo),
+                digest,
+                status,
+                mirrored,
+                written_back,
+            });
+        }
+    }
+
     /// The status write: the working status fields and this pass's per-node map changes.
     fn into_status_patch(self) -> StatusPatch {
         StatusPatch::new(
@@ -1229,7 +1309,7 @@ impl<'a> PassCtx<'a> {
             let status_memo = vec![Cell::new((NOT_COMPUTED, Status::Unknown)); selected.len()];
             let published_at = vec![NOT_COMPUTED; selected.len()];
             let written_back_at = vec![NOT_COMPUTED; selected.len()];
-            nws.push(NwView {
+            let mut view = NwView {
                 keys: NwKeys {
                     status: keys::status(name),
                     node_state: state_key,
@@ -1261,7 +1341,11 @@ impl<'a> PassCtx<'a> {
                 node_state: NodeMap::new(original.and_then(|s| s.node_state.as_ref())),
                 node_boot_ids: NodeMap::new(original.and_then(|s| s.node_boot_ids.as_ref())),
                 transitioned: false,
-            });
+            };
+            if let Some(carry) = cache.and_then(|c| c.carry(memo_id)) {
+                view.seed(&nodes, carry);
+            }
+            nws.push(view);
         }
         let selector_ids = selections
             .iter()
@@ -1320,6 +1404,22 @@ impl<'a> PassCtx<'a> {
                     Some((m.uid.as_deref()?, m.resource_version.as_deref()?, read))
                 }),
         );
+    }
+
+    /// Hands `cache` what this pass derived for each NodeWright's selected nodes before
+    /// writing them, for the next pass to start from ([`SelectionCarry`]). Called last, when
+    /// nothing more is derived.
+    pub fn carry_into(&self, cache: &mut StateCache) {
+        let carries: Vec<(NodeWrightId, SelectionCarry)> = self
+            .nws
+            .iter()
+            .map(|view| {
+                let mut carry = cache.take_carry(view.memo_id);
+                view.carry_out(&self.nodes, &mut carry);
+                (view.memo_id, carry)
+            })
+            .collect();
+        cache.keep_carries(carries);
     }
 
     /// The parsed `package` annotation of a Job (§4.7): parsed once per pass for a Job of the

@@ -153,8 +153,9 @@ pub fn reconcile_with_cache(
             requeue: Requeue::Idle,
         };
     }
+    let mut cache = cache;
     let mut ctx = PassCtx::new_cached(snapshot, settings, cache.as_deref());
-    if let Some(cache) = cache {
+    if let Some(cache) = cache.as_deref_mut() {
         ctx.fill_cache(cache);
     }
     (hooks.handlers)(&mut ctx);
@@ -162,7 +163,7 @@ pub fn reconcile_with_cache(
         status::refresh_completion(&mut ctx, nw);
     }
     let _ = heavy_pass(&mut ctx, hooks);
-    finish(ctx)
+    finish(ctx, cache)
 }
 
 /// Steps 3–8 of §5.2; returns early when a step ends the pass.
@@ -285,13 +286,17 @@ fn dispatch(ctx: &mut PassCtx<'_>, hooks: &Hooks, nw: usize) -> bool {
     requeue || !ctx.nws[nw].all_complete()
 }
 
-/// Ready conditions, version stamps, node conditions, and the plan (§5.15).
-fn finish(mut ctx: PassCtx<'_>) -> Plan {
+/// Ready conditions, version stamps, node conditions, the carry for the next pass, and the
+/// plan (§5.15).
+fn finish(mut ctx: PassCtx<'_>, cache: Option<&mut StateCache>) -> Plan {
     for nw in 0..ctx.nws.len() {
         conditions::refresh_ready(&mut ctx, nw);
         stamp_versions(&mut ctx, nw);
     }
     let node_conditions = conditions::node_conditions(&ctx);
+    if let Some(cache) = cache {
+        ctx.carry_into(cache);
+    }
     let (actions, active, after, errors) = ctx.into_actions(node_conditions);
     let requeue = if active || !errors.is_empty() {
         Requeue::Active

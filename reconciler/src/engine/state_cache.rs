@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use rustc_hash::FxHashMap;
 
 use nodewright_schema::node_state::MalformedNodeState;
-use nodewright_schema::{NodeState, NodeWright};
+use nodewright_schema::{NodeState, NodeWright, Status};
 
 use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{JobFacts, MatchTarget, PackageAnnotation};
@@ -412,6 +412,43 @@ pub struct StateCache {
     /// Sweep comparisons of unfinished Jobs, shared with the pass that adds to them.
     job_matches: Arc<JobMatchMemo>,
     pass: u64,
+    /// Per NodeWright of the last pass: what it derived for each node it selected.
+    carries: FxHashMap<NodeWrightId, SelectionCarry>,
+}
+
+/// What one pass derived for one node a NodeWright selects while the node was still as the
+/// snapshot held it (before the pass wrote it), for the next pass to start from.
+#[derive(Clone, Debug)]
+pub struct CarriedNode {
+    /// The node's memo. The same `Arc` in the next pass means the very same node object
+    /// (the carry holds it, so its address cannot name another memo meanwhile).
+    pub memo: Arc<NodeMemo>,
+    /// The node's digest (§10.2) under the carry's completion inputs (`Some(None)`: its
+    /// state is malformed); `None` when not derived.
+    pub digest: Option<Option<Arc<NodeDigest>>>,
+    /// The node's `status_<nw>` annotation, when read.
+    pub status: Option<Status>,
+    /// Under the carry's status version, the `nodeState` mirror equals the node's state.
+    pub mirrored: bool,
+    /// Under the carry's status version, the Status write-back (§5.12) changed nothing.
+    pub written_back: bool,
+}
+
+/// Per NodeWright, what the last pass derived for each node it selected, in selection order.
+///
+/// Every value here is a function of the node object and of the inputs the carry names, so
+/// the next pass seeds its per-pass memos from it for each node whose object is the same:
+/// digests and completion while the completion inputs are the same `Arc`, mirror facts while
+/// the status version is the same. Facts the last pass found after writing a node are not
+/// carried; they held for the written copy, not the snapshot's.
+#[derive(Debug, Default)]
+pub struct SelectionCarry {
+    /// The completion inputs the digests were derived under.
+    pub inputs: Option<Arc<CompletionInputs>>,
+    /// The status version the mirror facts were found under.
+    pub version: Option<VersionId>,
+    /// Per selected node, in selection order.
+    pub nodes: Vec<CarriedNode>,
 }
 
 /// A Job's parsed `package` annotation, `None` when it does not parse (shared between the
@@ -518,6 +555,25 @@ impl StateCache {
                 self.version_ids.insert(version, id);
             }
         }
+    }
+
+    /// What the last pass derived for the nodes this NodeWright selected.
+    pub fn carry(&self, nodewright: NodeWrightId) -> Option<&SelectionCarry> {
+        self.carries.get(&nodewright)
+    }
+
+    /// Takes the last pass's carry of a NodeWright, for a pass to refill (keeps its capacity).
+    pub fn take_carry(&mut self, nodewright: NodeWrightId) -> SelectionCarry {
+        self.carries.remove(&nodewright).unwrap_or_default()
+    }
+
+    /// Keeps these carries (and only these) for the next pass.
+    pub fn keep_carries(
+        &mut self,
+        carries: impl IntoIterator<Item = (NodeWrightId, SelectionCarry)>,
+    ) {
+        self.carries.clear();
+        self.carries.extend(carries);
     }
 
     /// The memo of sweep comparisons, for a pass to consult and add to.
