@@ -165,22 +165,27 @@ pub fn refresh_policy_not_found(ctx: &mut PassCtx, nw: usize) {
 /// Recomputes `Ready` and the legacy mirrors (§12.1, §12.3) before the status is saved.
 pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
     let view = &ctx.nws[nw];
-    let nodes: Vec<(&str, Status)> = view
-        .selected
-        .iter()
-        .map(|&n| {
-            let name = ctx.node(n).name();
-            (name, view.published_node_status(name))
-        })
-        .collect();
+    let message = match view.carried_ready_message() {
+        Some(carried) => carried.to_string(),
+        None => {
+            let nodes: Vec<(&str, Status)> = (view.selected.iter().enumerate())
+                .map(|(p, &n)| {
+                    let name = ctx.node(n).name();
+                    (name, view.published_node_status_at(p, name))
+                })
+                .collect();
+            ready_message(&nodes)
+        }
+    };
+    let from_snapshot = view.node_status.unchanged();
     let status = view.status.status;
     let complete = status == Some(Status::Complete);
-    let message = ready_message(&nodes);
     let generation = view.generation();
     let now = ctx.now;
     let transitioned = view.transitioned;
     let old = view.initial_status;
     let view = &mut ctx.nws[nw];
+    view.ready_message = from_snapshot.then(|| message.clone());
     let mut ready = cond(
         condition::READY,
         complete,

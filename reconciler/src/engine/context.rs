@@ -588,6 +588,15 @@ pub struct NwView<'a> {
     /// The node's write count when introspection last wrote back its Status (§5.12), parallel
     /// to `selected`; reset like `published_at`.
     pub(super) written_back_at: Vec<u32>,
+    /// The node's `status.nodeStatus` value as the last pass found it under this very status
+    /// version, parallel to `selected` (`None`: not known); holds while the pass leaves that
+    /// entry untouched (see [`NwView::published_node_status_at`]).
+    published_seed: Vec<Option<Status>>,
+    /// The last pass's `Ready` message, when it was made from exactly the names and
+    /// `nodeStatus` values this pass starts with (see [`NwView::carried_ready_message`]).
+    carried_ready: Option<String>,
+    /// The `Ready` message this pass made from the snapshot's `nodeStatus`, for the next pass.
+    pub(super) ready_message: Option<String>,
     /// Compartment definitions of this pass (§2.5, §2.8), filled by selection.
     pub compartments: Vec<super::policy::CompartmentDef>,
     /// Compartment index per selected node, parallel to `selected`.
@@ -749,12 +758,21 @@ impl<'a> NwView<'a> {
                 self.complete_at[p] = 0;
                 digests[p] = Some((0, digest.clone()));
             }
-            if same_version && c.mirrored {
-                self.published_at[p] = 0;
-                if c.written_back {
-                    self.written_back_at[p] = 0;
+            if same_version {
+                self.published_seed[p] = c.published;
+                if c.mirrored {
+                    self.published_at[p] = 0;
+                    if c.written_back {
+                        self.written_back_at[p] = 0;
+                    }
                 }
             }
+        }
+        // The same names with the same published Statuses make the same message.
+        let every_node_carried = carry.nodes.len() == self.selected.len()
+            && self.published_seed.iter().all(Option::is_some);
+        if same_version && every_node_carried {
+            self.carried_ready = carry.ready_message.clone();
         }
     }
 
@@ -779,16 +797,40 @@ impl<'a> NwView<'a> {
                 _ => None,
             };
             let mirrored = self.published_at[p] == 0 && self.node_state.untouched(n.name);
-            let written_back =
-                mirrored && self.written_back_at[p] == 0 && self.node_status.untouched(n.name);
+            let published_untouched = self.node_status.untouched(n.name);
+            let written_back = mirrored && self.written_back_at[p] == 0 && published_untouched;
+            let published = match self.published_seed[p] {
+                Some(s) if published_untouched => Some(s),
+                _ if published_untouched => Some(self.published_node_status(n.name)),
+                _ => None,
+            };
             carry.nodes.push(CarriedNode {
                 memo: Arc::clone(memo),
                 digest,
                 status,
                 mirrored,
                 written_back,
+                published,
             });
         }
+        carry.ready_message = self.ready_message.clone();
+    }
+
+    /// [`NwView::published_node_status`] of the selected node at position `p` named `node`,
+    /// from the last pass's finding while this pass left the entry alone.
+    pub fn published_node_status_at(&self, p: usize, node: &str) -> Status {
+        match self.published_seed[p] {
+            Some(s) if self.node_status.untouched(node) => s,
+            _ => self.published_node_status(node),
+        }
+    }
+
+    /// The last pass's `Ready` message, while this pass has not changed `status.nodeStatus`
+    /// and selects the very nodes the last pass did: it was made from the same input.
+    pub fn carried_ready_message(&self) -> Option<&str> {
+        self.carried_ready
+            .as_deref()
+            .filter(|_| self.node_status.unchanged())
     }
 
     /// The status write: the working status fields and this pass's per-node map changes.
@@ -1327,6 +1369,9 @@ impl<'a> PassCtx<'a> {
                 complete_at,
                 status_memo,
                 published_at,
+                published_seed: vec![None; selected.len()],
+                carried_ready: None,
+                ready_message: None,
                 written_back_at,
                 compartments: Vec::new(),
                 compartment_of: Vec::new(),

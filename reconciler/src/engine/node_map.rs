@@ -62,6 +62,11 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
         !self.cleared && (self.changes.is_empty() || !self.changes.contains_key(node))
     }
 
+    /// Whether the map is still the snapshot's: this pass changed no entry nor cleared it.
+    pub fn unchanged(&self) -> bool {
+        !self.cleared && self.changes.is_empty()
+    }
+
     /// The value for a node as the pass leaves it so far.
     pub fn get(&self, node: &str) -> Option<&V> {
         match self.changes.get(node) {

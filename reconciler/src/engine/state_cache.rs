@@ -432,6 +432,9 @@ pub struct CarriedNode {
     pub mirrored: bool,
     /// Under the carry's status version, the Status write-back (§5.12) changed nothing.
     pub written_back: bool,
+    /// Under the carry's status version, the node's `status.nodeStatus` value (absent reads
+    /// as `unknown`); `None` when the pass changed that entry.
+    pub published: Option<Status>,
 }
 
 /// Per NodeWright, what the last pass derived for each node it selected, in selection order.
@@ -449,6 +452,8 @@ pub struct SelectionCarry {
     pub version: Option<VersionId>,
     /// Per selected node, in selection order.
     pub nodes: Vec<CarriedNode>,
+    /// The `Ready` message (§12.1), when made from the status version's `nodeStatus` as is.
+    pub ready_message: Option<String>,
 }
 
 /// A Job's parsed `package` annotation, `None` when it does not parse (shared between the
