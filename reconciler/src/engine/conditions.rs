@@ -9,7 +9,6 @@ use nodewright_schema::Status;
 use nodewright_schema::keys::{self, condition, reason};
 
 use super::context::PassCtx;
-use super::state_cache::{NodeFact, NodeMemo};
 use crate::plan::Action;
 use crate::settings::constants::{CONDITION_NODE_LIST_CAP, MALFORMED_NODE_LIST_CAP};
 
@@ -270,15 +269,17 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
                 ),
             ];
             // Whether each condition already reads as wanted depends only on the snapshot's
-            // node object and on (complete, erroring): remembered across passes per node.
-            let input = u64::from(complete) | u64::from(erroring) << 1;
-            let current = NodeMemo::recall(
-                node.memo(),
-                view.memo_id,
-                NodeFact::ConditionsCurrent,
-                input,
-                || conditions_current(node.node(), &wanted),
-            );
+            // node object and on (complete, erroring): carried across passes per node.
+            let input = u8::from(complete) | u8::from(erroring) << 1;
+            let seen = &view.conditions_current[p];
+            let current = match seen.get() {
+                Some((known, bits)) if known == input => bits,
+                _ => {
+                    let bits = conditions_current(node.node(), &wanted);
+                    seen.set(Some((input, bits)));
+                    bits
+                }
+            };
             for (i, (type_, status, why, msg)) in wanted.into_iter().enumerate() {
                 if current & (1 << i) == 0 {
                     per_node.entry(n).or_default().push(NodeCondition {

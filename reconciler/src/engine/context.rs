@@ -34,8 +34,8 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CachedStates, CarriedNode, JobMatchMemo, JobVersion, NodeFact, NodeMemo, NodeWrightId,
-    ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
+    CachedStates, CarriedFacts, CarriedNode, JobMatchMemo, JobVersion, NodeFact, NodeMemo,
+    NodeWrightId, ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -597,6 +597,14 @@ pub struct NwView<'a> {
     carried_ready: Option<String>,
     /// The `Ready` message this pass made from the snapshot's `nodeStatus`, for the next pass.
     pub(super) ready_message: Option<String>,
+    /// Which of its two node conditions the snapshot's node object already carries as wanted
+    /// (§4.5), under one input of completion and erroring, parallel to `selected`. A fact of
+    /// the node object alone, so it holds whatever the pass writes.
+    pub conditions_current: Vec<Cell<Option<(u8, u8)>>>,
+    /// Whether the snapshot's node object carries `version_<nw>` (§4.1), parallel to
+    /// `selected`; read through the working annotations, so it holds only while the pass has
+    /// not written them.
+    pub version_stamped: Vec<Cell<Option<bool>>>,
     /// Compartment definitions of this pass (§2.5, §2.8), filled by selection.
     pub compartments: Vec<super::policy::CompartmentDef>,
     /// Compartment index per selected node, parallel to `selected`.
@@ -747,9 +755,11 @@ impl<'a> NwView<'a> {
                     .get(&Arc::as_ptr(memo))
                     .map(|&k| &carry.nodes[k]),
             };
-            let Some(c) = carried else {
+            let Some(c) = carried.map(|c| &c.facts) else {
                 continue;
             };
+            self.conditions_current[p].set(c.conditions);
+            self.version_stamped[p].set(c.stamped);
             if let Some(status) = c.status {
                 self.status_memo[p].set((0, status));
             }
@@ -781,12 +791,13 @@ impl<'a> NwView<'a> {
     fn carry_out(&self, nodes: &[NodeWork<'_>], carry: &mut SelectionCarry) {
         carry.inputs = Some(Arc::clone(&self.completion_inputs));
         carry.version = self.status_version;
-        carry.nodes.clear();
         let digests = self.digests.borrow();
         for (p, &i) in self.selected.iter().enumerate() {
             let n = &nodes[i];
             let Some(memo) = n.memo.as_ref() else {
-                continue;
+                // A pass without a cache has no memos, and nothing to carry.
+                carry.nodes.clear();
+                return;
             };
             let digest = match &digests[p] {
                 Some((0, digest)) => Some(digest.clone()),
@@ -804,15 +815,32 @@ impl<'a> NwView<'a> {
                 _ if published_untouched => Some(self.published_node_status(n.name)),
                 _ => None,
             };
-            carry.nodes.push(CarriedNode {
-                memo: Arc::clone(memo),
+            let facts = CarriedFacts {
                 digest,
                 status,
                 mirrored,
                 written_back,
                 published,
-            });
+                conditions: self.conditions_current[p].get(),
+                stamped: self.version_stamped[p].get(),
+            };
+            // Refilled in place: at steady state the same node sits at the same position,
+            // and its memo is kept rather than cloned again.
+            match carry.nodes.get_mut(p) {
+                Some(old) if Arc::ptr_eq(&old.memo, memo) => old.facts = facts,
+                Some(old) => {
+                    *old = CarriedNode {
+                        memo: Arc::clone(memo),
+                        facts,
+                    }
+                }
+                None => carry.nodes.push(CarriedNode {
+                    memo: Arc::clone(memo),
+                    facts,
+                }),
+            }
         }
+        carry.nodes.truncate(self.selected.len());
         carry.ready_message = self.ready_message.clone();
     }
 
@@ -1370,6 +1398,8 @@ impl<'a> PassCtx<'a> {
                 status_memo,
                 published_at,
                 published_seed: vec![None; selected.len()],
+                conditions_current: vec![Cell::new(None); selected.len()],
+                version_stamped: vec![Cell::new(None); selected.len()],
                 carried_ready: None,
                 ready_message: None,
                 written_back_at,

@@ -41,6 +41,8 @@ mod sim_tests;
 #[cfg(test)]
 pub mod testkit;
 
+use std::cell::Cell;
+
 use nodewright_schema::{Status, keys};
 
 use crate::plan::{Plan, Requeue};
@@ -49,7 +51,6 @@ use crate::snapshot::Snapshot;
 
 use context::{Flow, NodeWorkResult, PassCtx};
 pub use state_cache::StateCache;
-use state_cache::{NodeFact, NodeMemo, NodeWrightId};
 
 /// A preamble hook that may end the pass.
 pub type StepFn = fn(&mut PassCtx<'_>, usize) -> Flow;
@@ -310,23 +311,29 @@ fn finish(mut ctx: PassCtx<'_>, cache: Option<&mut StateCache>) -> Plan {
 
 /// `version_<nw>` is written when absent on nodes carrying this NodeWright's state (§4.1).
 fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
-    let name = ctx.nws[nw].name;
-    let memo_id = ctx.nws[nw].memo_id;
-    let key = keys::node_version(name);
-    let version = ctx.settings.operator_version.clone();
-    for n in ctx.nws[nw].selected.clone() {
-        let node = ctx.node_mut(n);
-        if node.state_present(name) && !version_stamped(node, memo_id, &key) {
+    let view = &ctx.nws[nw];
+    let key = keys::node_version(view.name);
+    let version = &ctx.settings.operator_version;
+    for (p, &n) in view.selected.iter().enumerate() {
+        let node = &mut ctx.nodes[n];
+        if node.state_present(view.name) && !version_stamped(node, &view.version_stamped[p], &key) {
             node.set_annotation(key.clone(), version.clone());
         }
     }
 }
 
-/// Whether the node's working annotations carry `key` (its `version_<nw>`); remembered
-/// across passes for an unchanged node whose annotations this pass has not written.
-fn version_stamped(node: &context::NodeWork<'_>, nw: NodeWrightId, key: &str) -> bool {
-    let memo = node.memo().filter(|_| !node.annotations_written());
-    NodeMemo::recall(memo, nw, NodeFact::VersionStamped, 0, || {
-        u8::from(node.annotation(key).is_some())
-    }) != 0
+/// Whether the node's working annotations carry `key` (its `version_<nw>`); carried across
+/// passes for an unchanged node whose annotations this pass has not written.
+fn version_stamped(node: &context::NodeWork<'_>, seen: &Cell<Option<bool>>, key: &str) -> bool {
+    if node.annotations_written() {
+        return node.annotation(key).is_some();
+    }
+    match seen.get() {
+        Some(known) => known,
+        None => {
+            let stamped = node.annotation(key).is_some();
+            seen.set(Some(stamped));
+            stamped
+        }
+    }
 }

@@ -145,11 +145,6 @@ impl ParsedState {
 /// What a derived value of a node is: the kinds [`NodeMemo`] remembers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeFact {
-    /// Which of the NodeWright's two node conditions already read as wanted (§4.5), for one
-    /// combination of the node's completion and erroring.
-    ConditionsCurrent,
-    /// Whether the snapshot node carries the NodeWright's `version_<nw>` annotation (§4.1).
-    VersionStamped,
     /// Whether the node's labels match the NodeWright's node selector (§5.6), under the
     /// selector's id ([`StateCache::selector_id`]), so an edited selector is matched afresh.
     Selected,
@@ -416,13 +411,20 @@ pub struct StateCache {
     carries: FxHashMap<NodeWrightId, SelectionCarry>,
 }
 
-/// What one pass derived for one node a NodeWright selects while the node was still as the
-/// snapshot held it (before the pass wrote it), for the next pass to start from.
+/// One node a NodeWright selected in the last pass, with what that pass derived for it.
 #[derive(Clone, Debug)]
 pub struct CarriedNode {
     /// The node's memo. The same `Arc` in the next pass means the very same node object
     /// (the carry holds it, so its address cannot name another memo meanwhile).
     pub memo: Arc<NodeMemo>,
+    /// What the pass derived for it.
+    pub facts: CarriedFacts,
+}
+
+/// What one pass derived for one node a NodeWright selects while the node was still as the
+/// snapshot held it (before the pass wrote it), for the next pass to start from.
+#[derive(Clone, Debug, Default)]
+pub struct CarriedFacts {
     /// The node's digest (§10.2) under the carry's completion inputs (`Some(None)`: its
     /// state is malformed); `None` when not derived.
     pub digest: Option<Option<Arc<NodeDigest>>>,
@@ -435,6 +437,11 @@ pub struct CarriedNode {
     /// Under the carry's status version, the node's `status.nodeStatus` value (absent reads
     /// as `unknown`); `None` when the pass changed that entry.
     pub published: Option<Status>,
+    /// Which node conditions the node object carries as wanted, under which input (see
+    /// [`super::context::NwView::conditions_current`]).
+    pub conditions: Option<(u8, u8)>,
+    /// Whether the node object carries `version_<nw>`.
+    pub stamped: Option<bool>,
 }
 
 /// Per NodeWright, what the last pass derived for each node it selected, in selection order.
@@ -1054,21 +1061,12 @@ mod tests {
         let memo = Arc::new(NodeMemo::new(&node));
         let ids = StateCache::new();
         let (nw, other) = (ids.nodewright_id("nw"), ids.nodewright_id("other"));
-        memo.remember(nw, NodeFact::ConditionsCurrent, 1, 3);
-        assert_eq!(memo.get(nw, NodeFact::ConditionsCurrent, 1), Some(3));
-        assert_eq!(
-            memo.get(nw, NodeFact::ConditionsCurrent, 2),
-            None,
-            "other input"
-        );
-        assert_eq!(memo.get(other, NodeFact::ConditionsCurrent, 1), None);
-        assert_eq!(memo.get(nw, NodeFact::VersionStamped, 1), None);
-        memo.remember(nw, NodeFact::ConditionsCurrent, 2, 0);
-        assert_eq!(
-            memo.get(nw, NodeFact::ConditionsCurrent, 1),
-            None,
-            "replaced"
-        );
+        memo.remember(nw, NodeFact::Selected, 1, 3);
+        assert_eq!(memo.get(nw, NodeFact::Selected, 1), Some(3));
+        assert_eq!(memo.get(nw, NodeFact::Selected, 2), None, "other input");
+        assert_eq!(memo.get(other, NodeFact::Selected, 1), None);
+        memo.remember(nw, NodeFact::Selected, 2, 0);
+        assert_eq!(memo.get(nw, NodeFact::Selected, 1), None, "replaced");
 
         let state = parsed("{}");
         let mut cache = StateCache::new();
