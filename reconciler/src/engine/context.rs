@@ -567,6 +567,9 @@ pub struct NwView<'a> {
     pub node_state: NodeMap<'a, NodeState>,
     /// Working `status.nodeBootIds`.
     pub node_boot_ids: NodeMap<'a, String>,
+    /// Working `status.nodePriority`: the snapshot's until first written, so marks taken
+    /// while it is unwritten copy nothing (see [`NwView::node_priority`]).
+    node_priority: Cow<'a, Option<PriorityMap>>,
     /// Status value at the start of the pass (for transition events, §1.10).
     pub initial_status: Option<Status>,
     /// The Status changed in this pass (for the Transition mirror, §12.3).
@@ -650,12 +653,26 @@ pub struct NwKeys {
 }
 
 /// A cheap mark of a NodeWright status to tell whether a step changed it: every field but
-/// the large `nodeState` mirror, plus the count of changes made to that mirror.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StatusMark(NodeWrightStatus, u64);
+/// the per-node maps, plus the count of changes made to the `nodeState` mirror and
+/// `nodePriority` as it stood (the snapshot's, by reference, until the pass writes it).
+#[derive(Clone, Debug)]
+pub struct StatusMark<'a>(NodeWrightStatus, u64, Cow<'a, Option<PriorityMap>>);
 
-/// `status` without its per-node maps (`nodeStatus`, `nodeState`, `nodeBootIds`), whose changes
-/// are counted instead of compared.
+impl PartialEq for StatusMark<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let same_priority = match (&self.2, &other.2) {
+            (Cow::Borrowed(a), Cow::Borrowed(b)) if std::ptr::eq(*a, *b) => true,
+            (a, b) => a == b,
+        };
+        self.1 == other.1 && same_priority && self.0 == other.0
+    }
+}
+
+/// `status.nodePriority`: node name → pick time (§2.6).
+pub type PriorityMap = BTreeMap<String, Time>;
+
+/// `status` without its per-node maps (`nodeStatus`, `nodeState`, `nodeBootIds`,
+/// `nodePriority`), which a pass keeps apart ([`NwView`]).
 pub fn without_node_state(s: &NodeWrightStatus) -> NodeWrightStatus {
     NodeWrightStatus {
         status: s.status,
@@ -664,7 +681,7 @@ pub fn without_node_state(s: &NodeWrightStatus) -> NodeWrightStatus {
         conditions: s.conditions.clone(),
         observed_generation: s.observed_generation,
         node_boot_ids: None,
-        node_priority: s.node_priority.clone(),
+        node_priority: None,
         node_order_offset: s.node_order_offset,
         config_updates: s.config_updates.clone(),
         compartment_statuses: s.compartment_statuses.clone(),
@@ -683,9 +700,34 @@ pub const NOT_COMPUTED: u32 = u32::MAX;
 
 impl<'a> NwView<'a> {
     /// A mark of the working status, to compare before/after a step.
-    pub fn mark(&self) -> StatusMark {
-        // `status` carries no per-node maps during a pass (they live in the `NodeMap`s).
-        StatusMark(self.status.clone(), self.node_state_changes)
+    pub fn mark(&self) -> StatusMark<'a> {
+        // `status` carries no per-node maps during a pass (they live in the `NodeMap`s and
+        // `node_priority`).
+        StatusMark(
+            self.status.clone(),
+            self.node_state_changes,
+            self.node_priority.clone(),
+        )
+    }
+    /// Working `status.nodePriority` (§2.6).
+    pub fn node_priority(&self) -> Option<&PriorityMap> {
+        self.node_priority.as_ref().as_ref()
+    }
+    /// Working `status.nodePriority` to write (the snapshot's is copied on first write).
+    pub fn node_priority_mut(&mut self) -> &mut Option<PriorityMap> {
+        self.node_priority.to_mut()
+    }
+    /// Whether `status.nodePriority` still reads as the snapshot's.
+    fn node_priority_unchanged(&self) -> bool {
+        let original = self
+            .nw
+            .status
+            .as_ref()
+            .and_then(|s| s.node_priority.as_ref());
+        match &self.node_priority {
+            Cow::Borrowed(_) => true,
+            Cow::Owned(now) => now.as_ref() == original,
+        }
     }
     /// Clears the `nodeState` mirror (a counted change).
     pub fn clear_node_state(&mut self) {
@@ -863,8 +905,10 @@ impl<'a> NwView<'a> {
 
     /// The status write: the working status fields and this pass's per-node map changes.
     fn into_status_patch(self) -> StatusPatch {
+        let mut status = self.status;
+        status.node_priority = self.node_priority.into_owned();
         StatusPatch::new(
-            self.status,
+            status,
             self.node_status.into_patch(),
             self.node_state.into_patch(),
             self.node_boot_ids.into_patch(),
@@ -1415,6 +1459,10 @@ impl<'a> PassCtx<'a> {
                 node_status: NodeMap::new(original.and_then(|s| s.node_status.as_ref())),
                 node_state: NodeMap::new(original.and_then(|s| s.node_state.as_ref())),
                 node_boot_ids: NodeMap::new(original.and_then(|s| s.node_boot_ids.as_ref())),
+                node_priority: match original {
+                    Some(s) => Cow::Borrowed(&s.node_priority),
+                    None => Cow::Owned(None),
+                },
                 transitioned: false,
             };
             if let Some(carry) = cache.and_then(|c| c.carry(memo_id)) {
@@ -1636,15 +1684,18 @@ impl<'a> PassCtx<'a> {
 
     /// Removes a node from `nodePriority`, counting the removal in `nodeOrderOffset` (§5.14).
     pub fn remove_from_priority(&mut self, nw: usize, node: &str) {
-        let status = &mut self.nws[nw].status;
-        if let Some(prio) = status.node_priority.as_mut()
-            && prio.remove(node).is_some()
-        {
-            *status.node_order_offset.get_or_insert(0) += 1;
-            if prio.is_empty() {
-                status.node_priority = None;
+        let view = &mut self.nws[nw];
+        if !view.node_priority().is_some_and(|p| p.contains_key(node)) {
+            return;
+        }
+        let prio = view.node_priority_mut();
+        if let Some(map) = prio.as_mut() {
+            map.remove(node);
+            if map.is_empty() {
+                *prio = None;
             }
         }
+        *view.status.node_order_offset.get_or_insert(0) += 1;
     }
 
     /// Cordons a node for a NodeWright (§7.2): `unschedulable` and `cordon_<nw>`.
@@ -1767,7 +1818,7 @@ impl<'a> PassCtx<'a> {
                     .as_ref()
                     .map(without_node_state)
                     .unwrap_or_default();
-            if v.status != original || v.node_state_changes > 0 {
+            if v.status != original || v.node_state_changes > 0 || !v.node_priority_unchanged() {
                 wrote = true;
                 actions.push(Action::PatchNodeWrightStatus {
                     name: v.name.to_string(),

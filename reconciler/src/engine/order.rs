@@ -31,7 +31,7 @@ pub fn blocked_by_all_predecessor(ctx: &PassCtx, nw: usize) -> bool {
 pub fn node_order(ctx: &PassCtx, nw: usize, node: usize) -> i64 {
     let status = &ctx.nws[nw].status;
     let name = ctx.node(node).name();
-    let Some(prio) = status.node_priority.as_ref() else {
+    let Some(prio) = ctx.nws[nw].node_priority() else {
         return 0;
     };
     let Some(mine) = prio.get(name) else {

@@ -147,7 +147,7 @@ pub fn admit(ctx: &PassCtx, nw: usize, nodes: &[usize], size: i32, stopped: bool
         return Vec::new();
     }
     let view = &ctx.nws[nw];
-    let prio = view.status.node_priority.as_ref();
+    let prio = view.node_priority();
     let sticky =
         |n: usize| prio.is_some_and(|p| p.contains_key(ctx.node(n).name())) && !view.is_complete(n);
     let in_progress: Vec<usize> = nodes
@@ -215,13 +215,15 @@ pub fn select_nodes(ctx: &mut PassCtx, nw: usize) -> Vec<usize> {
                 }
                 continue;
             }
-            let name = ctx.node(n).name().to_string();
-            ctx.nws[nw]
-                .status
-                .node_priority
-                .get_or_insert_with(Default::default)
-                .entry(name)
-                .or_insert_with(|| pick_time.clone());
+            let name = ctx.node(n).name();
+            let view = &mut ctx.nws[nw];
+            if !view.node_priority().is_some_and(|p| p.contains_key(name)) {
+                let name = name.to_string();
+                let prio = view
+                    .node_priority_mut()
+                    .get_or_insert_with(Default::default);
+                prio.insert(name, pick_time.clone());
+            }
             picked.push(n);
         }
     }
@@ -288,7 +290,7 @@ fn list_condition(
 
 /// Removes nodes reading `complete` from `nodePriority` (§2.6).
 pub fn prune_complete_priority(ctx: &mut PassCtx, nw: usize) {
-    let Some(prio) = ctx.nws[nw].status.node_priority.as_ref() else {
+    let Some(prio) = ctx.nws[nw].node_priority() else {
         return;
     };
     let done: Vec<String> = prio

@@ -168,9 +168,7 @@ pub fn report_state(ctx: &mut PassCtx, nw: usize) -> bool {
 fn prune_departed(ctx: &mut PassCtx, nw: usize) {
     let keep =
         |ctx: &PassCtx, name: &str| ctx.node_id(name).is_some_and(|id| ctx.nws[nw].selects(id));
-    let st = &ctx.nws[nw].status;
-    let gone_prio: Vec<String> = st
-        .node_priority
+    let gone_prio: Vec<String> = (ctx.nws[nw].node_priority())
         .iter()
         .flat_map(|m| m.keys())
         .filter(|n| !keep(ctx, n))
