@@ -319,10 +319,21 @@ impl<'a> NodeWork<'a> {
 
     /// Loads a NodeWright's state from the snapshot annotation `key` (`nodeState_<nw>`),
     /// reusing `cache`'s parse when it was made from the same value.
-    fn load_state_cached(&mut self, nw: &'a str, key: &str, cache: Option<CachedStates<'_>>) {
+    /// `slots` is how many NodeWrights the pass has: the node's slots are sized for them all
+    /// on the first load, rather than grown one at a time.
+    fn load_state_cached(
+        &mut self,
+        nw: &'a str,
+        key: &str,
+        cache: Option<CachedStates<'_>>,
+        slots: usize,
+    ) {
         let Err(i) = self.slot_index(nw) else {
             return;
         };
+        if self.states.capacity() == 0 {
+            self.states.reserve_exact(slots);
+        }
         // The very node object of the last pass: its parse was read from this annotation, so
         // the annotation is there with exactly that value.
         let kept = cache
@@ -1327,6 +1338,7 @@ impl<'a> PassCtx<'a> {
             }
         }
         let mut nw_refs: Vec<&NodeWright> = snap.nodewrights.iter().collect();
+        let slots = nw_refs.len();
         nw_refs.sort_by(|a, b| {
             a.spec
                 .priority
@@ -1396,7 +1408,8 @@ impl<'a> PassCtx<'a> {
             };
             let state_key = keys::node_state(name);
             for &i in &selected {
-                nodes[i].load_state_cached(name, &state_key, cached.get(i).copied().flatten());
+                let cached = cached.get(i).copied().flatten();
+                nodes[i].load_state_cached(name, &state_key, cached, slots);
             }
             let (policy, policy_missing) = match nw.spec.deployment_policy.as_deref() {
                 Some(p) if !p.is_empty() => {

@@ -1148,6 +1148,130 @@ mod tests {
         );
     }
 
+    /// A world at steady state under a cache: NodeWright `a` (with a uid and resourceVersion,
+    /// as the API server gives it) over a complete node `n1` and a fresh node `n2`.
+    fn carried_world() -> (Snapshot, Settings, StateCache) {
+        use crate::engine::testkit::{node, nw, settings, world};
+        use nodewright_schema::{Stage, State};
+        let mut snap = world()
+            .node(node("n1").state("a", &[("p", "1.0.0", Stage::Config, State::Complete)]))
+            .node(node("n2"))
+            .nw(nw("a").package("p", "1.0.0"))
+            .build();
+        let meta = &mut snap.nodewrights[0].metadata;
+        meta.uid = Some("uid-a".into());
+        meta.resource_version = Some("1".into());
+        let settings = settings();
+        let mut cache = StateCache::new();
+        warm_passes(&mut snap, &settings, &mut cache, 4);
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        (snap, settings, cache)
+    }
+
+    /// What the last pass carried for the node at `index` of the snapshot, to tamper with.
+    fn carried<'c>(
+        cache: &'c mut StateCache,
+        snap: &Snapshot,
+        index: usize,
+    ) -> &'c mut CarriedFacts {
+        let id = cache.nodewright_id("a");
+        let carry = cache
+            .carries
+            .get_mut(&id)
+            .expect("the pass carried NodeWright a");
+        let node = &snap.nodes[index];
+        &mut carry
+            .nodes
+            .iter_mut()
+            .find(|c| c.memo.is_for(node))
+            .expect("the pass carried this node object")
+            .facts
+    }
+
+    #[test]
+    fn a_pass_starts_from_the_carry_for_the_very_node_objects_it_was_made_for() {
+        let (mut snap, settings, mut cache) = carried_world();
+        let steady = reconcile(&snap, &settings);
+        assert_eq!(reconcile_cached(&snap, &settings, &mut cache), steady);
+        // A carry that lies about n1's Status annotation is believed for the same object:
+        // the warm pass differs from a cold one, so the carry is what it read.
+        carried(&mut cache, &snap, 0).status = Some(nodewright_schema::Status::Erroring);
+        let lied_to = reconcile_cached(&snap, &settings, &mut cache);
+        assert_ne!(lied_to, steady, "the carried Status was not consulted");
+        // An equal copy of n1 is another object: the same lie is not believed for it.
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        carried(&mut cache, &snap, 0).status = Some(nodewright_schema::Status::Erroring);
+        snap.nodes[0] = Arc::new((*snap.nodes[0]).clone());
+        assert_eq!(reconcile_cached(&snap, &settings, &mut cache), steady);
+    }
+
+    #[test]
+    fn carried_digests_hold_only_under_the_same_completion_inputs() {
+        let (mut snap, settings, mut cache) = carried_world();
+        let steady = reconcile(&snap, &settings);
+        // n1 carried as malformed (no digest): believed while the inputs are the same.
+        carried(&mut cache, &snap, 0).digest = Some(None);
+        assert_ne!(reconcile_cached(&snap, &settings, &mut cache), steady);
+        // The package is edited: the completion inputs change, and the carry is not used.
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        carried(&mut cache, &snap, 0).digest = Some(None);
+        let package = snap.nodewrights[0]
+            .spec
+            .packages
+            .as_mut()
+            .and_then(|p| p.get_mut("p"))
+            .expect("package p");
+        package.image = "example/other".into();
+        snap.nodewrights[0].metadata.resource_version = Some("2".into());
+        assert_eq!(
+            reconcile_cached(&snap, &settings, &mut cache),
+            reconcile(&snap, &settings)
+        );
+    }
+
+    #[test]
+    fn carried_status_mirror_facts_hold_only_for_the_same_status_version() {
+        let (mut snap, settings, mut cache) = carried_world();
+        let steady = reconcile(&snap, &settings);
+        // A Ready message and a published Status that no longer match the status.
+        let lie = |cache: &mut StateCache, snap: &Snapshot| {
+            let id = cache.nodewright_id("a");
+            let carry = cache.carries.get_mut(&id).expect("carried");
+            carry.ready_message = Some("a message no pass made".into());
+            carried(cache, snap, 1).published = Some(nodewright_schema::Status::Blocked);
+        };
+        lie(&mut cache, &snap);
+        let believed = reconcile_cached(&snap, &settings, &mut cache);
+        assert_ne!(
+            believed, steady,
+            "the carried Ready message was not consulted"
+        );
+        // The same status under a new resourceVersion: what was found under the old one
+        // no longer counts.
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        lie(&mut cache, &snap);
+        snap.nodewrights[0].metadata.resource_version = Some("2".into());
+        assert_eq!(reconcile_cached(&snap, &settings, &mut cache), steady);
+    }
+
+    #[test]
+    fn a_node_that_joins_shifts_the_carry_and_the_rest_are_found_by_their_memo() {
+        let (mut snap, settings, mut cache) = carried_world();
+        // A node created first sorts before the others (§5.3), moving them one place on.
+        let mut early = crate::engine::testkit::node("n0").build();
+        early.metadata.creation_timestamp = snap.nodes[0].metadata.creation_timestamp.clone();
+        snap.nodes.insert(0, Arc::new(early));
+        let warm = reconcile_cached(&snap, &settings, &mut cache);
+        assert_eq!(warm, reconcile(&snap, &settings));
+        let id = cache.nodewright_id("a");
+        let carry = cache.carry(id).expect("carried");
+        assert_eq!(carry.nodes.len(), 3);
+        assert!(
+            (carry.nodes.iter()).any(|c| c.memo.is_for(&snap.nodes[1])),
+            "n1 is carried at its new place"
+        );
+    }
+
     #[test]
     fn the_status_mirrors_are_compared_again_once_the_status_moves() {
         use crate::engine::testkit::{node, nw, settings, world};
