@@ -274,19 +274,8 @@ fn derive_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDigest
     let view = &ctx.nws[nw];
     let n = ctx.node(node);
     let unwritten = n.unwritten_state(view.name);
-    // The snapshot's node object, with its state and annotations as the snapshot holds them:
-    // the digest an earlier pass derived from this very object under these inputs holds.
-    let object_memo = n
-        .memo()
-        .filter(|_| unwritten.is_some() && !n.annotations_written());
-    if let Some(known) = object_memo.and_then(|m| m.digest(view.memo_id, &view.completion_inputs)) {
-        return Some(known);
-    }
     let applied = n.annotation(&view.keys.config_applied);
     if let Some(known) = unwritten.and_then(|p| p.digest(&view.completion_inputs, applied)) {
-        if let Some(memo) = object_memo {
-            memo.remember_digest(view.memo_id, &view.completion_inputs, &known);
-        }
         return Some(known);
     }
     let state = n.state(view.name).ok()?;
@@ -304,9 +293,6 @@ fn derive_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDigest
     let digest = Arc::new(NodeDigest::of(view.nw, state, &parse_applied(applied)));
     if let Some(parsed) = unwritten {
         parsed.remember_digest(&view.completion_inputs, applied, Arc::clone(&digest));
-    }
-    if let Some(memo) = object_memo {
-        memo.remember_digest(view.memo_id, &view.completion_inputs, &digest);
     }
     Some(digest)
 }

@@ -619,6 +619,9 @@ pub struct NwView<'a> {
     /// `selected`; read through the working annotations, so it holds only while the pass has
     /// not written them.
     pub version_stamped: Vec<Cell<Option<bool>>>,
+    /// `status.nodeBootIds` of the snapshot's status version holds the node object's boot id
+    /// (§10.6), parallel to `selected`; holds while the pass leaves that entry untouched.
+    pub boot_recorded: Vec<bool>,
     /// Compartment definitions of this pass (§2.5, §2.8), filled by selection.
     pub compartments: Vec<super::policy::CompartmentDef>,
     /// Compartment index per selected node, parallel to `selected`.
@@ -823,6 +826,7 @@ impl<'a> NwView<'a> {
             }
             if same_version {
                 self.published_seed[p] = c.published;
+                self.boot_recorded[p] = c.boot_recorded;
                 if c.mirrored {
                     self.published_at[p] = 0;
                     if c.written_back {
@@ -876,6 +880,7 @@ impl<'a> NwView<'a> {
                 published,
                 conditions: self.conditions_current[p].get(),
                 stamped: self.version_stamped[p].get(),
+                boot_recorded: self.boot_recorded[p] && self.node_boot_ids.untouched(n.name),
             };
             // Refilled in place: at steady state the same node sits at the same position,
             // and its memo is kept rather than cloned again.
@@ -1457,6 +1462,7 @@ impl<'a> PassCtx<'a> {
                 published_seed: vec![None; selected.len()],
                 conditions_current: vec![Cell::new(None); selected.len()],
                 version_stamped: vec![Cell::new(None); selected.len()],
+                boot_recorded: vec![false; selected.len()],
                 carried_ready: None,
                 ready_message: None,
                 written_back_at,

@@ -5,7 +5,6 @@ use nodewright_schema::{Status, names};
 
 use super::context::PassCtx;
 use super::runtime;
-use super::state_cache::{NodeMemo, StatusFact};
 use crate::plan::{Action, EventObject, EventType};
 
 /// Compares every selected node's boot id with `status.nodeBootIds`. Returns whether anything
@@ -13,26 +12,20 @@ use crate::plan::{Action, EventObject, EventType};
 pub fn track(ctx: &mut PassCtx) -> bool {
     let mut wrote = false;
     for nw in 0..ctx.nws.len() {
-        for n in ctx.nws[nw].selected.clone() {
+        for (p, n) in ctx.nws[nw].selected.clone().into_iter().enumerate() {
             let Some(boot) = ctx.node(n).boot_id() else {
                 continue;
             };
             let node_name = ctx.node(n).name();
-            let view = &ctx.nws[nw];
-            // Remembered per node object and status version: the boot id is part of the node
+            let view = &mut ctx.nws[nw];
+            // Carried per node object and status version: the boot id is part of the node
             // object, the recorded one part of the status, and this pass has not written it.
-            let version = view
-                .status_version
-                .filter(|_| view.node_boot_ids.untouched(node_name));
-            let recorded = || view.node_boot_ids.get(node_name).map(String::as_str) == Some(boot);
-            let memo = ctx.node(n).memo();
-            if NodeMemo::recall_holds(
-                memo,
-                view.memo_id,
-                version,
-                StatusFact::BootRecorded,
-                recorded,
-            ) {
+            let untouched = view.node_boot_ids.untouched(node_name);
+            if untouched && view.boot_recorded[p] {
+                continue;
+            }
+            if view.node_boot_ids.get(node_name).map(String::as_str) == Some(boot) {
+                view.boot_recorded[p] = untouched;
                 continue;
             }
             if view.node_boot_ids.get(node_name).is_some() && ctx.settings.reapply_on_reboot {

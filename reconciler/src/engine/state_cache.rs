@@ -161,25 +161,6 @@ pub enum NodeFact {
 pub struct NodeMemo {
     node: Arc<Node>,
     facts: Mutex<Vec<RememberedFact>>,
-    /// Per NodeWright: the facts found to hold between this node object and one version of
-    /// the NodeWright's status (bits of [`StatusFact`]).
-    status_facts: Mutex<Vec<(NodeWrightId, VersionId, u8)>>,
-    /// Per NodeWright: the node's digest (§10.2) under one set of completion inputs (held, so
-    /// the pointer names those inputs while this memo lives).
-    digests: Mutex<Vec<RememberedDigest>>,
-}
-
-/// A node digest remembered in a [`NodeMemo`].
-type RememberedDigest = (NodeWrightId, Arc<CompletionInputs>, Arc<NodeDigest>);
-
-/// A fact relating a node object to one version of a NodeWright's status (§1.9), remembered
-/// in a [`NodeMemo`] under that [`StatusVersion`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatusFact {
-    /// `status.nodeBootIds[node]` holds the node's boot id (§10.6).
-    BootRecorded = 1,
-    /// `status.nodeStatus[node]` holds the node's `status_<nw>` annotation (§5.12).
-    StatusPublished = 2,
 }
 
 /// One fact of a [`NodeMemo`].
@@ -197,8 +178,6 @@ impl NodeMemo {
         NodeMemo {
             node: Arc::clone(node),
             facts: Mutex::new(Vec::new()),
-            status_facts: Mutex::new(Vec::new()),
-            digests: Mutex::new(Vec::new()),
         }
     }
 
@@ -235,89 +214,6 @@ impl NodeMemo {
         let value = compute();
         memo.remember(nodewright, fact, input, value);
         value
-    }
-
-    /// The digest of this node object for a NodeWright under exactly these completion inputs,
-    /// as derived from the node's unwritten state and annotations.
-    pub fn digest(
-        &self,
-        nodewright: NodeWrightId,
-        inputs: &Arc<CompletionInputs>,
-    ) -> Option<Arc<NodeDigest>> {
-        let digests = self.digests.lock().unwrap_or_else(PoisonError::into_inner);
-        digests
-            .iter()
-            .find(|(nw, at, _)| *nw == nodewright && Arc::ptr_eq(at, inputs))
-            .map(|(_, _, digest)| Arc::clone(digest))
-    }
-
-    /// Remembers the digest of this node object for a NodeWright under these completion
-    /// inputs (replacing the one under other inputs).
-    pub fn remember_digest(
-        &self,
-        nodewright: NodeWrightId,
-        inputs: &Arc<CompletionInputs>,
-        digest: &Arc<NodeDigest>,
-    ) {
-        let mut digests = self.digests.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = (nodewright, Arc::clone(inputs), Arc::clone(digest));
-        match digests.iter_mut().find(|(nw, _, _)| *nw == nodewright) {
-            Some(slot) => *slot = entry,
-            None => digests.push(entry),
-        }
-    }
-
-    /// Whether `fact` was found to hold between this node object and exactly this version
-    /// of the NodeWright's status.
-    pub fn holds(&self, nodewright: NodeWrightId, version: VersionId, fact: StatusFact) -> bool {
-        let facts = self
-            .status_facts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        facts
-            .iter()
-            .find(|(nw, _, _)| *nw == nodewright)
-            .is_some_and(|(_, at, bits)| *at == version && bits & fact as u8 != 0)
-    }
-
-    /// Whether `fact` holds between the node object of `memo` and this status version: as
-    /// remembered, or `check`ed (and remembered when it holds). Always checked without a memo
-    /// or a version.
-    pub fn recall_holds(
-        memo: Option<&NodeMemo>,
-        nodewright: NodeWrightId,
-        version: Option<VersionId>,
-        fact: StatusFact,
-        check: impl FnOnce() -> bool,
-    ) -> bool {
-        let Some((memo, version)) = memo.zip(version) else {
-            return check();
-        };
-        if memo.holds(nodewright, version, fact) {
-            return true;
-        }
-        let holds = check();
-        if holds {
-            memo.remember_holds(nodewright, version, fact);
-        }
-        holds
-    }
-
-    /// Remembers that `fact` holds against this version of the status (facts remembered
-    /// against an earlier version are forgotten).
-    pub fn remember_holds(&self, nodewright: NodeWrightId, version: VersionId, fact: StatusFact) {
-        let mut facts = self
-            .status_facts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match facts.iter_mut().find(|(nw, _, _)| *nw == nodewright) {
-            Some((_, at, bits)) if *at == version => *bits |= fact as u8,
-            Some((_, at, bits)) => {
-                *at = version;
-                *bits = fact as u8;
-            }
-            None => facts.push((nodewright, version, fact as u8)),
-        }
     }
 
     /// Remembers a value (replacing the one for another input).
@@ -442,6 +338,8 @@ pub struct CarriedFacts {
     pub conditions: Option<(u8, u8)>,
     /// Whether the node object carries `version_<nw>`.
     pub stamped: Option<bool>,
+    /// Under the carry's status version, `status.nodeBootIds` holds the node's boot id.
+    pub boot_recorded: bool,
 }
 
 /// Per NodeWright, what the last pass derived for each node it selected, in selection order.
@@ -912,38 +810,6 @@ mod tests {
     }
 
     #[test]
-    fn a_node_object_s_digest_is_per_nodewright_and_the_very_completion_inputs() {
-        let nw = NodeWright::new("nw", NodeWrightSpec::default());
-        let cache = StateCache::new();
-        let (a, b) = (cache.nodewright_id("a"), cache.nodewright_id("b"));
-        let inputs = cache.completion_inputs(&nw);
-        let equal_copy = Arc::new(CompletionInputs::of(&nw));
-        assert_eq!(*equal_copy, *inputs);
-        let node = Arc::new(Node::default());
-        let memo = NodeMemo::new(&node);
-        let digest = Arc::new(NodeDigest::of(
-            &nw,
-            &NodeState::default(),
-            &Default::default(),
-        ));
-        assert!(memo.digest(a, &inputs).is_none());
-        memo.remember_digest(a, &inputs, &digest);
-        assert!(
-            memo.digest(a, &inputs)
-                .is_some_and(|d| Arc::ptr_eq(&d, &digest))
-        );
-        assert!(memo.digest(b, &inputs).is_none(), "another NodeWright");
-        assert!(
-            memo.digest(a, &equal_copy).is_none(),
-            "equal inputs in another Arc are another key (the cache hands out one Arc)"
-        );
-        // Other inputs replace the remembered digest.
-        memo.remember_digest(a, &equal_copy, &digest);
-        assert!(memo.digest(a, &inputs).is_none());
-        assert!(memo.digest(a, &equal_copy).is_some());
-    }
-
-    #[test]
     fn a_remembered_digest_holds_only_for_the_same_inputs_and_applied_config() {
         let mut nw = NodeWright::new("nw", NodeWrightSpec::default());
         let mut cache = StateCache::new();
@@ -1353,37 +1219,6 @@ mod tests {
             published,
             "the pass wrote the node's status and boot id back"
         );
-    }
-
-    #[test]
-    fn a_status_fact_holds_only_for_the_version_it_was_found_in() {
-        let node = Arc::new(Node::default());
-        let memo = NodeMemo::new(&node);
-        let ids = StateCache::new();
-        let (a, b) = (ids.nodewright_id("a"), ids.nodewright_id("b"));
-        let version = |rv: &str| StatusVersion {
-            uid: "uid".into(),
-            resource_version: rv.into(),
-        };
-        let (v1, v2) = (ids.version_id(&version("1")), ids.version_id(&version("2")));
-        assert!(!memo.holds(a, v1, StatusFact::BootRecorded));
-        memo.remember_holds(a, v1, StatusFact::BootRecorded);
-        memo.remember_holds(a, v1, StatusFact::StatusPublished);
-        assert!(memo.holds(a, v1, StatusFact::BootRecorded));
-        assert!(memo.holds(a, v1, StatusFact::StatusPublished));
-        assert!(
-            !memo.holds(b, v1, StatusFact::BootRecorded),
-            "another NodeWright"
-        );
-        assert!(
-            !memo.holds(a, v2, StatusFact::BootRecorded),
-            "another version"
-        );
-        // A fact found in a newer version forgets the older version's facts.
-        memo.remember_holds(a, v2, StatusFact::StatusPublished);
-        assert!(!memo.holds(a, v2, StatusFact::BootRecorded));
-        assert!(!memo.holds(a, v1, StatusFact::StatusPublished));
-        assert!(memo.holds(a, v2, StatusFact::StatusPublished));
     }
 
     #[test]

@@ -13,7 +13,6 @@ use super::node_map::union_sorted;
 use super::order;
 use super::policy::{self, Counts, Evaluation};
 use super::select;
-use super::state_cache::{NodeMemo, StatusFact};
 use crate::plan::{EventObject, EventType};
 
 /// Roll-up of node Statuses into the NodeWright Status before overrides (§5.13). Each item
@@ -88,30 +87,6 @@ pub fn refresh_completion(ctx: &mut PassCtx, nw: usize) {
     }
     ctx.nws[nw].complete = view;
     ctx.nws[nw].complete_at = at;
-}
-
-/// Mirrors a node's Status into `status.nodeStatus` (§5.12). While the node object, its
-/// unwritten annotations and the status version are those of an earlier pass that found the
-/// mirror current, there is nothing to compare.
-fn publish_status(ctx: &mut PassCtx, nw: usize, n: usize, status: Status) {
-    let node = ctx.node(n);
-    let view = &ctx.nws[nw];
-    let memo = node.memo().filter(|_| !node.annotations_written());
-    let version = view
-        .status_version
-        .filter(|_| view.node_status.untouched(node.name()));
-    let published = || view.node_status.get(node.name()) == Some(&status);
-    if NodeMemo::recall_holds(
-        memo,
-        view.memo_id,
-        version,
-        StatusFact::StatusPublished,
-        published,
-    ) {
-        return;
-    }
-    let node_name = node.name();
-    ctx.nws[nw].publish_status(node_name, status);
 }
 
 /// Sets the NodeWright Status, with the transition side effects (§1.10, §2.7, §5.13, §10.2).
@@ -273,7 +248,8 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
             if s == Status::Complete {
                 ctx.uncordon(nw, n);
             }
-            publish_status(ctx, nw, n, s);
+            let node_name = ctx.node(n).name();
+            ctx.nws[nw].publish_status(node_name, s);
             ctx.publish_node(nw, n);
         }
         ctx.nws[nw].written_back_at[p] = ctx.node(n).writes();
