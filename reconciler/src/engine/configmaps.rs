@@ -191,10 +191,16 @@ pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             .as_ref()
             .and_then(|a| a.get(keys::CONFIGMAP_ANNOTATION_NODE_NAME));
         if let Some(node) = node
-            && ctx.node_id(node).is_some_and(|id| view.selects(id))
-            && names::node_metadata_configmap(&nw_name, node) == name
+            && let Some(id) = ctx.node_id(node).filter(|&id| view.selects(id))
         {
-            return true;
+            let derive = || names::node_metadata_configmap(&nw_name, node);
+            let named = match ctx.node(id).memo() {
+                Some(memo) => memo.is_metadata_configmap(view.memo_id, name, derive),
+                None => derive() == name,
+            };
+            if named {
+                return true;
+            }
         }
         every_name
             .get_or_insert_with(|| {

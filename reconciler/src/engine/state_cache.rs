@@ -161,6 +161,9 @@ pub enum NodeFact {
 pub struct NodeMemo {
     node: Arc<Node>,
     facts: Mutex<Vec<RememberedFact>>,
+    /// Per NodeWright: the name of the node's metadata ConfigMap (§9.1), a hash of the node's
+    /// name, derived once for the node object.
+    metadata_names: Mutex<Vec<(NodeWrightId, Box<str>)>>,
 }
 
 /// One fact of a [`NodeMemo`].
@@ -178,7 +181,29 @@ impl NodeMemo {
         NodeMemo {
             node: Arc::clone(node),
             facts: Mutex::new(Vec::new()),
+            metadata_names: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Whether `name` is the name of this node's metadata ConfigMap for a NodeWright (§9.1):
+    /// the name is `derive`d on first use and kept for the node object.
+    pub fn is_metadata_configmap(
+        &self,
+        nodewright: NodeWrightId,
+        name: &str,
+        derive: impl FnOnce() -> String,
+    ) -> bool {
+        let mut names = self
+            .metadata_names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, known)) = names.iter().find(|(nw, _)| *nw == nodewright) {
+            return &**known == name;
+        }
+        let derived = derive();
+        let matches = derived == name;
+        names.push((nodewright, derived.into_boxed_str()));
+        matches
     }
 
     /// Whether this memo was made for exactly this node object.
@@ -918,6 +943,24 @@ mod tests {
         assert_eq!(cache.len(), 1);
         cache.retain_pass(std::iter::empty());
         assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn a_metadata_configmap_name_is_derived_once_per_nodewright_and_node_object() {
+        let memo = NodeMemo::new(&Arc::new(Node::default()));
+        let ids = StateCache::new();
+        let (a, b) = (ids.nodewright_id("a"), ids.nodewright_id("b"));
+        let derived = std::cell::Cell::new(0);
+        let derive = |name: &str| {
+            derived.set(derived.get() + 1);
+            name.to_string()
+        };
+        assert!(memo.is_metadata_configmap(a, "a-n1", || derive("a-n1")));
+        assert!(!memo.is_metadata_configmap(a, "a-other", || derive("a-n1")));
+        assert!(memo.is_metadata_configmap(a, "a-n1", || derive("a-n1")));
+        assert_eq!(derived.get(), 1, "derived once for NodeWright a");
+        assert!(!memo.is_metadata_configmap(b, "a-n1", || derive("b-n1")));
+        assert_eq!(derived.get(), 2, "NodeWright b has its own name");
     }
 
     #[test]
