@@ -35,7 +35,8 @@ use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
     CachedStates, CarriedFacts, CarriedNode, JobMatchMemo, JobVersion, NodeFact, NodeMemo,
-    NodeWrightId, ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
+    NodeWrightId, ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, SweptJob,
+    SweptJobs, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -1302,6 +1303,10 @@ pub struct PassCtx<'a> {
     pub index: SnapIndex<'a>,
     /// Sweep comparisons remembered across passes (only with a cache).
     pub job_matches: Option<Arc<JobMatchMemo>>,
+    /// The Jobs the last pass's sweep left alone (only with a cache; see [`SweptJobs`]).
+    swept_before: Option<Arc<SweptJobs>>,
+    /// The Jobs this pass's sweep left alone, by uid (only with a cache).
+    swept_now: Vec<(Box<str>, SweptJob)>,
     actions: Vec<Action>,
     emitted_index: EmittedIndex,
     events: Vec<Event>,
@@ -1506,6 +1511,8 @@ impl<'a> PassCtx<'a> {
             nws,
             index: SnapIndex::build(snap, cache),
             job_matches: cache.map(StateCache::job_matches),
+            swept_before: cache.map(StateCache::swept),
+            swept_now: Vec::new(),
             actions: Vec::new(),
             emitted_index: EmittedIndex::default(),
             events: Vec::new(),
@@ -1551,7 +1558,11 @@ impl<'a> PassCtx<'a> {
     /// Hands `cache` what this pass derived for each NodeWright's selected nodes before
     /// writing them, for the next pass to start from ([`SelectionCarry`]). Called last, when
     /// nothing more is derived.
-    pub fn carry_into(&self, cache: &mut StateCache) {
+    pub fn carry_into(&mut self, cache: &mut StateCache) {
+        cache.keep_swept(SweptJobs {
+            settings: Some(self.settings.clone()),
+            jobs: std::mem::take(&mut self.swept_now).into_iter().collect(),
+        });
         let carries: Vec<(NodeWrightId, SelectionCarry)> = self
             .nws
             .iter()
@@ -1562,6 +1573,57 @@ impl<'a> PassCtx<'a> {
             })
             .collect();
         cache.keep_carries(carries);
+    }
+
+    /// Whether the last pass's sweep left `job` alone having judged it from exactly what this
+    /// pass would judge it from (see [`SweptJobs`]): the same Job version, NodeWright spec
+    /// and uid, node object (not written in this pass), and settings.
+    pub fn swept_before(&self, nw: usize, node: usize, job: &Job) -> bool {
+        let Some(before) = self.swept_before.as_deref() else {
+            return false;
+        };
+        let m = &job.metadata;
+        let (Some(uid), Some(version)) = (m.uid.as_deref(), m.resource_version.as_deref()) else {
+            return false;
+        };
+        let Some(swept) = before.jobs.get(uid) else {
+            return false;
+        };
+        let view = &self.nws[nw];
+        let n = &self.nodes[node];
+        *swept.resource_version == *version
+            && n.writes == 0
+            && n.memo
+                .as_ref()
+                .is_some_and(|memo| Arc::ptr_eq(memo, &swept.node))
+            && Arc::ptr_eq(&swept.inputs, &view.completion_inputs)
+            && swept.nodewright_uid.as_deref() == view.nw.metadata.uid.as_deref()
+            && before.settings.as_ref() == Some(self.settings)
+    }
+
+    /// Records that the sweep left `job` alone, judged from the snapshot's node `node`, for
+    /// the next pass ([`PassCtx::swept_before`]); nothing is recorded without a cache, for a
+    /// Job without uid or resourceVersion, or once the pass wrote the node.
+    pub fn left_alone(&mut self, nw: usize, node: usize, job: &Job) {
+        if self.swept_before.is_none() {
+            return;
+        }
+        let m = &job.metadata;
+        let (Some(uid), Some(version)) = (m.uid.as_deref(), m.resource_version.as_deref()) else {
+            return;
+        };
+        let n = &self.nodes[node];
+        let Some(memo) = n.memo.as_ref().filter(|_| n.writes == 0) else {
+            return;
+        };
+        let view = &self.nws[nw];
+        let swept = SweptJob {
+            resource_version: Box::from(version),
+            nodewright_uid: view.nw.metadata.uid.as_deref().map(Box::from),
+            inputs: Arc::clone(&view.completion_inputs),
+            node: Arc::clone(memo),
+        };
+        self.swept_now.push((Box::from(uid), swept));
     }
 
     /// The parsed `package` annotation of a Job (§4.7): parsed once per pass for a Job of the

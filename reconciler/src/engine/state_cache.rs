@@ -28,6 +28,7 @@ use nodewright_schema::{NodeState, NodeWright, Status};
 
 use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{JobFacts, MatchTarget, PackageAnnotation};
+use crate::settings::Settings;
 
 /// A node's digest under one set of NodeWright inputs and one `configApplied` value.
 #[derive(Debug)]
@@ -330,6 +331,36 @@ pub struct StateCache {
     pass: u64,
     /// Per NodeWright of the last pass: what it derived for each node it selected.
     carries: FxHashMap<NodeWrightId, SelectionCarry>,
+    /// The Jobs the last pass's sweep left alone, and what it judged them from.
+    swept: Arc<SweptJobs>,
+}
+
+/// The Jobs one pass's sweep (§8.14 rules 1 and 2) judged and left alone, by uid, with the
+/// settings it judged them under.
+///
+/// The sweep's verdict on a Job reads the Job (its version: uid and resourceVersion), its
+/// node's state as the snapshot holds it (the node object), the NodeWright's spec (its
+/// completion inputs, which hold the whole spec, compared by pointer) and uid, and the
+/// settings. When all of these are the same, so is the verdict.
+#[derive(Debug, Default)]
+pub struct SweptJobs {
+    /// The settings of the pass that judged them.
+    pub settings: Option<Settings>,
+    /// By Job uid.
+    pub jobs: FxHashMap<Box<str>, SweptJob>,
+}
+
+/// One Job a sweep left alone, with what it was judged from (see [`SweptJobs`]).
+#[derive(Debug)]
+pub struct SweptJob {
+    /// The Job's resourceVersion.
+    pub resource_version: Box<str>,
+    /// The owning NodeWright's uid.
+    pub nodewright_uid: Option<Box<str>>,
+    /// The NodeWright's completion inputs (its whole spec).
+    pub inputs: Arc<CompletionInputs>,
+    /// The memo of the Job's node object.
+    pub node: Arc<NodeMemo>,
 }
 
 /// One node a NodeWright selected in the last pass, with what that pass derived for it.
@@ -500,6 +531,16 @@ impl StateCache {
     /// Takes the last pass's carry of a NodeWright, for a pass to refill (keeps its capacity).
     pub fn take_carry(&mut self, nodewright: NodeWrightId) -> SelectionCarry {
         self.carries.remove(&nodewright).unwrap_or_default()
+    }
+
+    /// The Jobs the last pass's sweep left alone.
+    pub fn swept(&self) -> Arc<SweptJobs> {
+        Arc::clone(&self.swept)
+    }
+
+    /// Keeps these swept Jobs (and only these) for the next pass.
+    pub fn keep_swept(&mut self, swept: SweptJobs) {
+        self.swept = Arc::new(swept);
     }
 
     /// Keeps these carries (and only these) for the next pass.

@@ -229,9 +229,15 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         if ctx.node(node).malformed(ctx.nws[nw].name) {
             continue;
         }
+        if ctx.swept_before(nw, node, job) {
+            // Judged from the very same inputs last pass, and left alone.
+            ctx.left_alone(nw, node, job);
+            continue;
+        }
         if facts.unfinished() {
-            if let Some(reason) = validation_failure(ctx, nw, node, job, &facts, &mut built) {
-                delete(ctx, job, reason, true);
+            match validation_failure(ctx, nw, node, job, &facts, &mut built) {
+                Some(reason) => delete(ctx, job, reason, true),
+                None => ctx.left_alone(nw, node, job),
             }
         } else if facts.processed && rerun_due(ctx, nw, node, job, &facts) {
             delete(
@@ -240,6 +246,8 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
                 "node state no longer records the Job's stage as done",
                 false,
             );
+        } else {
+            ctx.left_alone(nw, node, job);
         }
     }
     Flow::Continue
@@ -443,6 +451,66 @@ mod tests {
         let edited_in_place = versioned(edited, "1");
         assert!(warm(&snapshot(original.clone(), &edited_in_place)).is_empty());
         assert_eq!(sweep_of(&snapshot(original, &edited_in_place)), [name]);
+    }
+
+    #[test]
+    fn a_job_left_alone_is_judged_again_once_what_it_was_judged_from_changes() {
+        let entry = [("tuning", "1.0.0", Stage::Apply, State::InProgress)];
+        let mut other = package("tuning", "1.0.0");
+        other.image = "example/other".into();
+        // The Job as built for the current package, and as built for another image (stale),
+        // both under one uid and the given resourceVersion.
+        let built = |pkg: nodewright_schema::Package, rv: &str| {
+            let obj = nw("nw").with_package("tuning", pkg).build();
+            let mut j = job(&obj, "tuning", Stage::Apply, "n1");
+            j.metadata.uid = Some("uid-1".into());
+            j.metadata.resource_version = Some(rv.into());
+            j
+        };
+        let current = |rv: &str| built(package("tuning", "1.0.0"), rv);
+        let stale = |rv: &str| built(other.clone(), rv);
+        let name = current("1").metadata.name.clone().unwrap();
+        let mut snap = world()
+            .node(node("n1").state("nw", &entry))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(current("1"))
+            .build();
+        let s = settings();
+        let mut cache = StateCache::new();
+        let mut warm = |snap: &crate::snapshot::Snapshot| {
+            let mut ctx = PassCtx::new_cached(snap, &s, Some(&cache));
+            ctx.fill_cache(&mut cache);
+            sweep(&mut ctx, 0);
+            let gone = deleted(&ctx);
+            ctx.carry_into(&mut cache);
+            gone
+        };
+        assert!(warm(&snap).is_empty());
+        assert!(warm(&snap).is_empty());
+        // The verdict trusts the Job's version: a Job changed without moving its
+        // resourceVersion (which the API server never does) is left alone as last pass; a cold
+        // pass judges it, which shows the verdict was carried.
+        snap.jobs[0] = stale("1");
+        assert!(warm(&snap).is_empty());
+        assert_eq!(sweep_of(&snap), std::slice::from_ref(&name));
+        // The same Job under a new resourceVersion is judged afresh.
+        snap.jobs[0] = stale("2");
+        assert_eq!(warm(&snap), std::slice::from_ref(&name));
+        // A Job on a changed node (another node object) is judged afresh too.
+        snap.jobs[0] = current("3");
+        assert!(warm(&snap).is_empty());
+        let moved_on = [("tuning", "1.0.0", Stage::Config, State::InProgress)];
+        snap.nodes[0] = std::sync::Arc::new(node("n1").state("nw", &moved_on).build());
+        assert_eq!(warm(&snap), std::slice::from_ref(&name));
+        // So is a Job whose package was edited in the NodeWright's spec.
+        snap.nodes[0] = std::sync::Arc::new(node("n1").state("nw", &entry).build());
+        snap.jobs[0] = current("4");
+        assert!(warm(&snap).is_empty());
+        assert!(warm(&snap).is_empty());
+        let package =
+            (snap.nodewrights[0].spec.packages.as_mut()).and_then(|p| p.get_mut("tuning"));
+        package.expect("package tuning").image = "example/other".into();
+        assert_eq!(warm(&snap), [name]);
     }
 
     #[test]
