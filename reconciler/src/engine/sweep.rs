@@ -294,7 +294,7 @@ pub fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
 mod tests {
     use super::super::context::PassCtx;
     use super::super::jobs::{StageJobInput, build_stage_job};
-    use super::super::state_cache::StateCache;
+    use super::super::state_cache::{StateCache, SweptJob, SweptJobs};
     use super::super::testkit::{node, nw, package, settings, world};
     use super::*;
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
@@ -477,40 +477,69 @@ mod tests {
             .build();
         let s = settings();
         let mut cache = StateCache::new();
-        let mut warm = |snap: &crate::snapshot::Snapshot| {
-            let mut ctx = PassCtx::new_cached(snap, &s, Some(&cache));
-            ctx.fill_cache(&mut cache);
+        let warm = |snap: &crate::snapshot::Snapshot, cache: &mut StateCache| {
+            let mut ctx = PassCtx::new_cached(snap, &s, Some(cache));
+            ctx.fill_cache(cache);
             sweep(&mut ctx, 0);
             let gone = deleted(&ctx);
-            ctx.carry_into(&mut cache);
+            ctx.carry_into(cache);
             gone
         };
-        assert!(warm(&snap).is_empty());
-        assert!(warm(&snap).is_empty());
-        // The verdict trusts the Job's version: a Job changed without moving its
-        // resourceVersion (which the API server never does) is left alone as last pass; a cold
-        // pass judges it, which shows the verdict was carried.
-        snap.jobs[0] = stale("1");
-        assert!(warm(&snap).is_empty());
-        assert_eq!(sweep_of(&snap), std::slice::from_ref(&name));
-        // The same Job under a new resourceVersion is judged afresh.
+        assert!(warm(&snap, &mut cache).is_empty());
+        assert!(warm(&snap, &mut cache).is_empty());
+        // A stale Job is deleted; a verdict that says it was left alone under exactly these
+        // inputs is believed (so the verdict is what the pass reads), until the Job moves on.
         snap.jobs[0] = stale("2");
-        assert_eq!(warm(&snap), std::slice::from_ref(&name));
+        assert_eq!(warm(&snap, &mut cache), std::slice::from_ref(&name));
+        let forged_under = |cache: &mut StateCache, snap: &crate::snapshot::Snapshot, under| {
+            let inputs = cache.completion_inputs(&snap.nodewrights[0]);
+            let node = cache.node("n1").and_then(|c| c.memo_for(&snap.nodes[0]));
+            let verdict = SweptJob {
+                resource_version: "2".into(),
+                nodewright_uid: snap.nodewrights[0].metadata.uid.as_deref().map(Box::from),
+                inputs,
+                node: node.expect("n1's memo"),
+            };
+            cache.keep_swept(SweptJobs {
+                settings: Some(under),
+                jobs: [(Box::from("uid-1"), verdict)].into_iter().collect(),
+            });
+        };
+        let forged = |cache: &mut StateCache, snap: &crate::snapshot::Snapshot| {
+            forged_under(cache, snap, settings())
+        };
+        // Judged under other settings: judged afresh.
+        let mut elsewhere = settings();
+        elsewhere.namespace = "elsewhere".into();
+        forged_under(&mut cache, &snap, elsewhere);
+        assert_eq!(warm(&snap, &mut cache), std::slice::from_ref(&name));
+        forged(&mut cache, &snap);
+        let mut believing = PassCtx::new_cached(&snap, &s, Some(&cache));
+        believing.fill_cache(&mut cache);
+        sweep(&mut believing, 0);
+        assert!(
+            deleted(&believing).is_empty(),
+            "the carried verdict was not read"
+        );
+        drop(believing);
+        forged(&mut cache, &snap);
+        snap.jobs[0] = stale("3");
+        assert_eq!(warm(&snap, &mut cache), std::slice::from_ref(&name));
         // A Job on a changed node (another node object) is judged afresh too.
-        snap.jobs[0] = current("3");
-        assert!(warm(&snap).is_empty());
+        snap.jobs[0] = current("4");
+        assert!(warm(&snap, &mut cache).is_empty());
         let moved_on = [("tuning", "1.0.0", Stage::Config, State::InProgress)];
         snap.nodes[0] = std::sync::Arc::new(node("n1").state("nw", &moved_on).build());
-        assert_eq!(warm(&snap), std::slice::from_ref(&name));
+        assert_eq!(warm(&snap, &mut cache), std::slice::from_ref(&name));
         // So is a Job whose package was edited in the NodeWright's spec.
         snap.nodes[0] = std::sync::Arc::new(node("n1").state("nw", &entry).build());
-        snap.jobs[0] = current("4");
-        assert!(warm(&snap).is_empty());
-        assert!(warm(&snap).is_empty());
+        snap.jobs[0] = current("5");
+        assert!(warm(&snap, &mut cache).is_empty());
+        assert!(warm(&snap, &mut cache).is_empty());
         let package =
             (snap.nodewrights[0].spec.packages.as_mut()).and_then(|p| p.get_mut("tuning"));
         package.expect("package tuning").image = "example/other".into();
-        assert_eq!(warm(&snap), [name]);
+        assert_eq!(warm(&snap, &mut cache), [name]);
     }
 
     #[test]
