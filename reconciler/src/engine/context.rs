@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 // (the engine uses no randomness) and several times cheaper than SipHash on short keys.
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -1303,10 +1304,15 @@ pub struct PassCtx<'a> {
     pub index: SnapIndex<'a>,
     /// Sweep comparisons remembered across passes (only with a cache).
     pub job_matches: Option<Arc<JobMatchMemo>>,
-    /// The Jobs the last pass's sweep left alone (only with a cache; see [`SweptJobs`]).
+    /// The Jobs the last pass's sweep left alone (only with a cache; see [`SweptJobs`]), when
+    /// they were judged under this pass's settings.
     swept_before: Option<Arc<SweptJobs>>,
-    /// The Jobs this pass's sweep left alone, by uid (only with a cache).
+    /// This pass's number for [`SweptJobs`] (one more than the last pass's).
+    sweep_pass: u64,
+    /// The Jobs this pass's sweep judged afresh and left alone, by uid (only with a cache).
     swept_now: Vec<(Box<str>, SweptJob)>,
+    /// Whether sweep verdicts are kept (there is a cache).
+    keep_sweep: bool,
     actions: Vec<Action>,
     emitted_index: EmittedIndex,
     events: Vec<Event>,
@@ -1494,6 +1500,7 @@ impl<'a> PassCtx<'a> {
             }
             nws.push(view);
         }
+        let swept_before = cache.map(StateCache::swept);
         let selector_ids = selections
             .iter()
             .filter_map(|s| Some((s.selector, s.id?)))
@@ -1511,8 +1518,12 @@ impl<'a> PassCtx<'a> {
             nws,
             index: SnapIndex::build(snap, cache),
             job_matches: cache.map(StateCache::job_matches),
-            swept_before: cache.map(StateCache::swept),
+            swept_before: swept_before
+                .clone()
+                .filter(|s| s.settings.as_ref() == Some(settings)),
+            sweep_pass: swept_before.as_ref().map_or(1, |s| s.pass + 1),
             swept_now: Vec::new(),
+            keep_sweep: cache.is_some(),
             actions: Vec::new(),
             emitted_index: EmittedIndex::default(),
             events: Vec::new(),
@@ -1559,10 +1570,10 @@ impl<'a> PassCtx<'a> {
     /// writing them, for the next pass to start from ([`SelectionCarry`]). Called last, when
     /// nothing more is derived.
     pub fn carry_into(&mut self, cache: &mut StateCache) {
-        cache.keep_swept(SweptJobs {
-            settings: Some(self.settings.clone()),
-            jobs: std::mem::take(&mut self.swept_now).into_iter().collect(),
-        });
+        // The handle goes back first, so the cache updates the verdicts in place.
+        self.swept_before = None;
+        let fresh = std::mem::take(&mut self.swept_now);
+        cache.keep_swept(self.settings, self.sweep_pass, fresh);
         let carries: Vec<(NodeWrightId, SelectionCarry)> = self
             .nws
             .iter()
@@ -1577,7 +1588,8 @@ impl<'a> PassCtx<'a> {
 
     /// Whether the last pass's sweep left `job` alone having judged it from exactly what this
     /// pass would judge it from (see [`SweptJobs`]): the same Job version, NodeWright spec
-    /// and uid, node object (not written in this pass), and settings.
+    /// and uid, node object (not written in this pass), and settings. A verdict found
+    /// standing is kept for the next pass.
     pub fn swept_before(&self, nw: usize, node: usize, job: &Job) -> bool {
         let Some(before) = self.swept_before.as_deref() else {
             return false;
@@ -1591,21 +1603,22 @@ impl<'a> PassCtx<'a> {
         };
         let view = &self.nws[nw];
         let n = &self.nodes[node];
-        *swept.resource_version == *version
+        let standing = *swept.resource_version == *version
             && n.writes == 0
-            && n.memo
-                .as_ref()
-                .is_some_and(|memo| Arc::ptr_eq(memo, &swept.node))
+            && (n.memo.as_ref()).is_some_and(|memo| Arc::ptr_eq(memo, &swept.node))
             && Arc::ptr_eq(&swept.inputs, &view.completion_inputs)
-            && swept.nodewright_uid.as_deref() == view.nw.metadata.uid.as_deref()
-            && before.settings.as_ref() == Some(self.settings)
+            && swept.nodewright_uid.as_deref() == view.nw.metadata.uid.as_deref();
+        if standing {
+            swept.seen.store(self.sweep_pass, Ordering::Relaxed);
+        }
+        standing
     }
 
     /// Records that the sweep left `job` alone, judged from the snapshot's node `node`, for
     /// the next pass ([`PassCtx::swept_before`]); nothing is recorded without a cache, for a
     /// Job without uid or resourceVersion, or once the pass wrote the node.
     pub fn left_alone(&mut self, nw: usize, node: usize, job: &Job) {
-        if self.swept_before.is_none() {
+        if !self.keep_sweep {
             return;
         }
         let m = &job.metadata;
@@ -1622,6 +1635,7 @@ impl<'a> PassCtx<'a> {
             nodewright_uid: view.nw.metadata.uid.as_deref().map(Box::from),
             inputs: Arc::clone(&view.completion_inputs),
             node: Arc::clone(memo),
+            seen: AtomicU64::new(self.sweep_pass),
         };
         self.swept_now.push((Box::from(uid), swept));
     }

@@ -344,10 +344,12 @@ pub struct StateCache {
 /// settings. When all of these are the same, so is the verdict.
 #[derive(Debug, Default)]
 pub struct SweptJobs {
-    /// The settings of the pass that judged them.
+    /// The settings of the passes that judged them.
     pub settings: Option<Settings>,
     /// By Job uid.
     pub jobs: FxHashMap<Box<str>, SweptJob>,
+    /// The number of the last pass that kept them.
+    pub pass: u64,
 }
 
 /// One Job a sweep left alone, with what it was judged from (see [`SweptJobs`]).
@@ -361,6 +363,9 @@ pub struct SweptJob {
     pub inputs: Arc<CompletionInputs>,
     /// The memo of the Job's node object.
     pub node: Arc<NodeMemo>,
+    /// The number of the last pass that found this verdict still standing (set through a
+    /// shared handle while the pass runs).
+    pub seen: AtomicU64,
 }
 
 /// One node a NodeWright selected in the last pass, with what that pass derived for it.
@@ -538,9 +543,32 @@ impl StateCache {
         Arc::clone(&self.swept)
     }
 
-    /// Keeps these swept Jobs (and only these) for the next pass.
-    pub fn keep_swept(&mut self, swept: SweptJobs) {
-        self.swept = Arc::new(swept);
+    /// Keeps, for the next pass, the verdicts pass number `pass` found standing and the
+    /// `fresh` ones it made, all under `settings` (and only those). The pass must have let go
+    /// of its handle from [`StateCache::swept`].
+    pub fn keep_swept(
+        &mut self,
+        settings: &Settings,
+        pass: u64,
+        fresh: impl IntoIterator<Item = (Box<str>, SweptJob)>,
+    ) {
+        let reusable =
+            Arc::get_mut(&mut self.swept).is_some_and(|s| s.settings.as_ref() == Some(settings));
+        if !reusable {
+            self.swept = Arc::new(SweptJobs {
+                settings: Some(settings.clone()),
+                ..SweptJobs::default()
+            });
+        }
+        // Either a new `Arc` or one nobody else holds: the pass gave its handle back.
+        let Some(swept) = Arc::get_mut(&mut self.swept) else {
+            return;
+        };
+        swept.pass = pass;
+        swept
+            .jobs
+            .retain(|_, j| j.seen.load(Ordering::Relaxed) == pass);
+        swept.jobs.extend(fresh);
     }
 
     /// Keeps these carries (and only these) for the next pass.

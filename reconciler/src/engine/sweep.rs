@@ -231,7 +231,6 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         }
         if ctx.swept_before(nw, node, job) {
             // Judged from the very same inputs last pass, and left alone.
-            ctx.left_alone(nw, node, job);
             continue;
         }
         if facts.unfinished() {
@@ -294,7 +293,7 @@ pub fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
 mod tests {
     use super::super::context::PassCtx;
     use super::super::jobs::{StageJobInput, build_stage_job};
-    use super::super::state_cache::{StateCache, SweptJob, SweptJobs};
+    use super::super::state_cache::{StateCache, SweptJob};
     use super::super::testkit::{node, nw, package, settings, world};
     use super::*;
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
@@ -499,11 +498,9 @@ mod tests {
                 nodewright_uid: snap.nodewrights[0].metadata.uid.as_deref().map(Box::from),
                 inputs,
                 node: node.expect("n1's memo"),
+                seen: Default::default(),
             };
-            cache.keep_swept(SweptJobs {
-                settings: Some(under),
-                jobs: [(Box::from("uid-1"), verdict)].into_iter().collect(),
-            });
+            cache.keep_swept(&under, 1, [(Box::from("uid-1"), verdict)]);
         };
         let forged = |cache: &mut StateCache, snap: &crate::snapshot::Snapshot| {
             forged_under(cache, snap, settings())
