@@ -140,6 +140,12 @@ pub struct NodeWork<'a> {
     memo: Option<Arc<NodeMemo>>,
     /// The cache's memo was made for this very node object, so its parses are this node's.
     unchanged: bool,
+    /// How many parses the cache's entry for this node holds.
+    entry_states: usize,
+    /// How many of this node's slots were loaded from that entry as it is.
+    kept_states: usize,
+    /// Some slot was loaded from a parse the entry does not hold for this node object.
+    read_elsewhere: bool,
 }
 
 impl<'a> NodeWork<'a> {
@@ -161,6 +167,9 @@ impl<'a> NodeWork<'a> {
             states: Vec::new(),
             memo: None,
             unchanged: false,
+            entry_states: 0,
+            kept_states: 0,
+            read_elsewhere: false,
         }
     }
 
@@ -341,6 +350,7 @@ impl<'a> NodeWork<'a> {
         let kept = cache
             .filter(|_| self.unchanged)
             .and_then(|c| c.get_unchanged(nw));
+        let kept_one = kept.is_some();
         let original = kept.or_else(|| {
             let raw = self.node.metadata.annotations.as_ref()?.get(key)?;
             Some(
@@ -349,6 +359,8 @@ impl<'a> NodeWork<'a> {
                     .unwrap_or_else(|| Arc::new(ParsedState::parse(raw))),
             )
         });
+        self.kept_states += usize::from(kept_one);
+        self.read_elsewhere |= !kept_one && original.is_some();
         self.states
             .insert(i, (Cow::Borrowed(nw), StateSlot::new(original)));
     }
@@ -361,6 +373,12 @@ impl<'a> NodeWork<'a> {
             return None;
         }
         slot.original.as_ref()
+    }
+
+    /// Whether the cache's entry for this node already holds exactly the parses this pass
+    /// read: the same node object, every parse of the entry read, and nothing read elsewhere.
+    fn cache_entry_current(&self) -> bool {
+        self.unchanged && !self.read_elsewhere && self.kept_states == self.entry_states
     }
 
     /// The annotations this node's states were read from, for [`StateCache::retain_pass`].
@@ -1378,6 +1396,7 @@ impl<'a> PassCtx<'a> {
             for ((work, node), entry) in nodes.iter_mut().zip(&snap.nodes).zip(&cached) {
                 let hit = entry.and_then(|c| c.memo_for(node));
                 work.unchanged = hit.is_some();
+                work.entry_states = entry.map_or(0, |c| c.state_count());
                 work.memo = Some(hit.unwrap_or_else(|| Arc::new(NodeMemo::new(node))));
             }
         }
@@ -1535,11 +1554,17 @@ impl<'a> PassCtx<'a> {
 
     /// Hands the node-state annotations this pass read to `cache`, for the next pass.
     pub fn fill_cache(&self, cache: &mut StateCache) {
-        cache.retain_nodes(
-            self.nodes
-                .iter()
-                .map(|n| (n.name, n.memo.as_ref(), n.read_states())),
-        );
+        // At steady state every node is the last pass's object and read exactly what its entry
+        // holds, and the cache holds exactly these nodes: it is already what the pass leaves.
+        let current = cache.node_count() == self.nodes.len()
+            && self.nodes.iter().all(NodeWork::cache_entry_current);
+        if !current {
+            cache.retain_nodes(
+                self.nodes
+                    .iter()
+                    .map(|n| (n.name, n.memo.as_ref(), n.read_states())),
+            );
+        }
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
         cache.retain_selectors(self.selector_ids.iter().copied());
         cache.job_matches().begin_pass();

@@ -305,6 +305,11 @@ impl CachedStates<'_> {
             .map(|(_, parsed, _)| Arc::clone(parsed))
     }
 
+    /// How many parses the entry holds.
+    pub fn state_count(&self) -> usize {
+        self.0.states.len()
+    }
+
     /// The last pass's memo, when it was made for exactly this node object.
     pub fn memo_for(&self, node: &Arc<Node>) -> Option<Arc<NodeMemo>> {
         self.0.memo.as_ref().filter(|m| m.is_for(node)).cloned()
@@ -645,6 +650,11 @@ impl StateCache {
             .into_iter()
             .map(|(name, inputs)| (name.to_string(), Arc::clone(inputs)))
             .collect();
+    }
+
+    /// Number of cached nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
     }
 
     /// Number of cached annotations.
