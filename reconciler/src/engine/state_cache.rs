@@ -1183,6 +1183,32 @@ mod tests {
     }
 
     #[test]
+    fn a_steady_pass_leaves_the_cache_as_it_is_and_a_changed_fleet_updates_it() {
+        let (mut snap, settings, mut cache) = carried_world();
+        let entry = |cache: &StateCache, snap: &Snapshot| {
+            cache.node("n1").and_then(|c| c.memo_for(&snap.nodes[0]))
+        };
+        let before = entry(&cache, &snap).expect("n1 is cached");
+        let (pass, parses) = (cache.pass, cache.len());
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        assert_eq!(
+            cache.pass, pass,
+            "a steady pass leaves the parse cache alone"
+        );
+        assert!(entry(&cache, &snap).is_some_and(|m| Arc::ptr_eq(&m, &before)));
+        assert_eq!((cache.node_count(), cache.len()), (2, parses));
+        // n2 leaves: the cache follows, and keeps serving n1.
+        snap.nodes.truncate(1);
+        assert_eq!(
+            reconcile_cached(&snap, &settings, &mut cache),
+            reconcile(&snap, &settings)
+        );
+        assert_eq!(cache.node_count(), 1);
+        assert!(cache.node("n2").is_none());
+        assert!(entry(&cache, &snap).is_some_and(|m| Arc::ptr_eq(&m, &before)));
+    }
+
+    #[test]
     fn a_pass_starts_from_the_carry_for_the_very_node_objects_it_was_made_for() {
         let (mut snap, settings, mut cache) = carried_world();
         let steady = reconcile(&snap, &settings);
