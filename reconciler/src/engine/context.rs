@@ -35,9 +35,9 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CachedStates, CarriedFacts, CarriedNode, JobMatchMemo, JobVersion, NodeFact, NodeMemo,
-    NodeWrightId, ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, SweptJob,
-    SweptJobs, VersionId,
+    CachedStates, CarriedFacts, CarriedNode, JobMatchMemo, JobVersion, NodeMemo, NodeWrightId,
+    ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, SweptJob, SweptJobs,
+    VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -1428,9 +1428,7 @@ impl<'a> PassCtx<'a> {
                             let n = &nodes[i];
                             let memo = id.and(n.memo());
                             let input = id.unwrap_or_default();
-                            NodeMemo::recall(memo, memo_id, NodeFact::Selected, input, || {
-                                u8::from(matches(n))
-                            }) != 0
+                            NodeMemo::recall_selected(memo, memo_id, input, || matches(n))
                         })
                         .collect();
                     selections.push(Selection {

@@ -149,37 +149,22 @@ impl ParsedState {
     }
 }
 
-/// What a derived value of a node is: the kinds [`NodeMemo`] remembers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeFact {
-    /// Whether the node's labels match the NodeWright's node selector (§5.6), under the
-    /// selector's id ([`StateCache::selector_id`]), so an edited selector is matched afresh.
-    Selected,
-}
-
 /// Values derived from one node object alone, per NodeWright, kept from pass to pass while the
 /// snapshot hands over the same object.
 ///
 /// The key is the node's `Arc` (`Arc::ptr_eq`): the memo holds it, so its allocation cannot be
 /// reused for another value, and a writer of a shared node must copy it (`Arc::make_mut`).
-/// Each fact is remembered under a small `input` (what else it depends on, encoded by its
-/// reader), so a memo can never answer for inputs it was not computed from.
+/// Each value is remembered with what else it depends on (a selector id, a NodeWright), so a
+/// memo can never answer for inputs it was not computed from.
 #[derive(Debug)]
 pub struct NodeMemo {
     node: Arc<Node>,
-    facts: Mutex<Vec<RememberedFact>>,
+    /// Per NodeWright: whether the node's labels match the node selector (§5.6) of one id
+    /// ([`StateCache::selector_id`]), so an edited selector is matched afresh.
+    selections: Mutex<Vec<(NodeWrightId, u64, bool)>>,
     /// Per NodeWright: the name of the node's metadata ConfigMap (§9.1), a hash of the node's
     /// name, derived once for the node object.
     metadata_names: Mutex<Vec<(NodeWrightId, Box<str>)>>,
-}
-
-/// One fact of a [`NodeMemo`].
-#[derive(Debug)]
-struct RememberedFact {
-    nodewright: NodeWrightId,
-    fact: NodeFact,
-    input: u64,
-    value: u8,
 }
 
 impl NodeMemo {
@@ -187,7 +172,7 @@ impl NodeMemo {
     pub fn new(node: &Arc<Node>) -> NodeMemo {
         NodeMemo {
             node: Arc::clone(node),
-            facts: Mutex::new(Vec::new()),
+            selections: Mutex::new(Vec::new()),
             metadata_names: Mutex::new(Vec::new()),
         }
     }
@@ -218,53 +203,46 @@ impl NodeMemo {
         Arc::ptr_eq(&self.node, node)
     }
 
-    /// The value remembered for this NodeWright, fact and input.
-    pub fn get(&self, nodewright: NodeWrightId, fact: NodeFact, input: u64) -> Option<u8> {
+    /// Whether the node matched the selector of this id, as remembered for this NodeWright.
+    pub fn selected(&self, nodewright: NodeWrightId, selector: u64) -> Option<bool> {
         // A poisoned lock only means a panic elsewhere; the list itself is always whole.
-        let facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
-        facts
-            .iter()
-            .find(|f| f.fact == fact && f.input == input && f.nodewright == nodewright)
-            .map(|f| f.value)
+        let selections = self
+            .selections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (selections.iter())
+            .find(|(nw, id, _)| *nw == nodewright && *id == selector)
+            .map(|(_, _, matched)| *matched)
     }
 
-    /// The value `memo` remembers for this NodeWright, fact and input, or `compute`d (and
-    /// remembered) when it has none; always computed without a memo.
-    pub fn recall(
+    /// Whether the node matches the selector of this id: as `memo` remembers it for this
+    /// NodeWright, or `matches`, then remembered; always matched without a memo.
+    pub fn recall_selected(
         memo: Option<&NodeMemo>,
         nodewright: NodeWrightId,
-        fact: NodeFact,
-        input: u64,
-        compute: impl FnOnce() -> u8,
-    ) -> u8 {
+        selector: u64,
+        matches: impl FnOnce() -> bool,
+    ) -> bool {
         let Some(memo) = memo else {
-            return compute();
+            return matches();
         };
-        if let Some(value) = memo.get(nodewright, fact, input) {
-            return value;
+        if let Some(matched) = memo.selected(nodewright, selector) {
+            return matched;
         }
-        let value = compute();
-        memo.remember(nodewright, fact, input, value);
-        value
+        let matched = matches();
+        memo.remember_selected(nodewright, selector, matched);
+        matched
     }
 
-    /// Remembers a value (replacing the one for another input).
-    pub fn remember(&self, nodewright: NodeWrightId, fact: NodeFact, input: u64, value: u8) {
-        let mut facts = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
-        match facts
-            .iter_mut()
-            .find(|f| f.fact == fact && f.nodewright == nodewright)
-        {
-            Some(slot) => {
-                slot.input = input;
-                slot.value = value;
-            }
-            None => facts.push(RememberedFact {
-                nodewright,
-                fact,
-                input,
-                value,
-            }),
+    /// Remembers a selector match for a NodeWright (replacing the one for another selector).
+    pub fn remember_selected(&self, nodewright: NodeWrightId, selector: u64, matched: bool) {
+        let mut selections = self
+            .selections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match selections.iter_mut().find(|(nw, _, _)| *nw == nodewright) {
+            Some(slot) => *slot = (nodewright, selector, matched),
+            None => selections.push((nodewright, selector, matched)),
         }
     }
 }
@@ -1055,12 +1033,13 @@ mod tests {
         let memo = Arc::new(NodeMemo::new(&node));
         let ids = StateCache::new();
         let (nw, other) = (ids.nodewright_id("nw"), ids.nodewright_id("other"));
-        memo.remember(nw, NodeFact::Selected, 1, 3);
-        assert_eq!(memo.get(nw, NodeFact::Selected, 1), Some(3));
-        assert_eq!(memo.get(nw, NodeFact::Selected, 2), None, "other input");
-        assert_eq!(memo.get(other, NodeFact::Selected, 1), None);
-        memo.remember(nw, NodeFact::Selected, 2, 0);
-        assert_eq!(memo.get(nw, NodeFact::Selected, 1), None, "replaced");
+        memo.remember_selected(nw, 1, true);
+        assert_eq!(memo.selected(nw, 1), Some(true));
+        assert_eq!(memo.selected(nw, 2), None, "another selector");
+        assert_eq!(memo.selected(other, 1), None);
+        memo.remember_selected(nw, 2, false);
+        assert_eq!(memo.selected(nw, 2), Some(false));
+        assert_eq!(memo.selected(nw, 1), None, "replaced");
 
         let state = parsed("{}");
         let mut cache = StateCache::new();
