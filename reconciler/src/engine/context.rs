@@ -1080,12 +1080,7 @@ impl<'a> SnapIndex<'a> {
                 job_facts.push(JobFacts::of(job));
                 continue;
             };
-            let m = &job.metadata;
-            let known = m
-                .uid
-                .as_deref()
-                .zip(m.resource_version.as_deref())
-                .and_then(|(uid, rv)| cache.job_version(uid, rv));
+            let known = jobs::job_version(job).and_then(|(uid, rv)| cache.job_version(uid, rv));
             match known {
                 Some(known) => {
                     package_annotations.push(OnceCell::from(Arc::clone(&known.package)));
@@ -1579,12 +1574,12 @@ impl<'a> PassCtx<'a> {
                 .zip(ix.job_facts.iter().zip(&ix.package_annotations))
                 .filter(|((_, anew), _)| **anew)
                 .filter_map(|((job, _), (facts, package))| {
-                    let m = &job.metadata;
+                    let (uid, version) = jobs::job_version(job)?;
                     let read = JobVersion {
                         facts: facts.unlabelled(),
                         package: Arc::clone(package.get()?),
                     };
-                    Some((m.uid.as_deref()?, m.resource_version.as_deref()?, read))
+                    Some((uid, version, read))
                 }),
         );
     }
@@ -1617,8 +1612,7 @@ impl<'a> PassCtx<'a> {
         let Some(before) = self.swept_before.as_deref() else {
             return false;
         };
-        let m = &job.metadata;
-        let (Some(uid), Some(version)) = (m.uid.as_deref(), m.resource_version.as_deref()) else {
+        let Some((uid, version)) = jobs::job_version(job) else {
             return false;
         };
         let Some(swept) = before.jobs.get(uid) else {
@@ -1644,8 +1638,7 @@ impl<'a> PassCtx<'a> {
         if !self.keep_sweep {
             return;
         }
-        let m = &job.metadata;
-        let (Some(uid), Some(version)) = (m.uid.as_deref(), m.resource_version.as_deref()) else {
+        let Some((uid, version)) = jobs::job_version(job) else {
             return;
         };
         let n = &self.nodes[node];

@@ -874,6 +874,14 @@ pub fn job_name(job: &Job) -> &str {
     job.metadata.name.as_deref().unwrap_or_default()
 }
 
+/// The Job's version: its uid and resourceVersion, `None` without either. The API server (and
+/// the simulator) moves the resourceVersion on every write, so what is read from one version
+/// holds for that version; memos across passes key on it.
+pub fn job_version(job: &Job) -> Option<(&str, &str)> {
+    let m = &job.metadata;
+    m.uid.as_deref().zip(m.resource_version.as_deref())
+}
+
 /// The parsed `package` annotation. A pass reads it through
 /// [`super::context::PassCtx::package_annotation`], which parses each Job once.
 pub fn read_package_annotation(job: &Job) -> Option<PackageAnnotation> {

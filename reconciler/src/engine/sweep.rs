@@ -105,14 +105,8 @@ struct Expected {
 fn matches(ctx: &PassCtx<'_>, job: &Job, expected: &Expected) -> bool {
     let compare = || jobs::job_matches(job, &expected.job);
     let memo = ctx.job_matches.as_deref();
-    let m = &job.metadata;
-    match (
-        memo,
-        expected.target,
-        m.uid.as_deref(),
-        m.resource_version.as_deref(),
-    ) {
-        (Some(memo), Some(target), Some(uid), Some(version)) => {
+    match (memo, expected.target, jobs::job_version(job)) {
+        (Some(memo), Some(target), Some((uid, version))) => {
             memo.recall(uid, version, target, compare)
         }
         _ => compare(),
