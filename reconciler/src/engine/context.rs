@@ -887,11 +887,7 @@ impl<'a> NwView<'a> {
             let mirrored = self.published_at[p] == 0 && self.node_state.untouched(n.name);
             let published_untouched = self.node_status.untouched(n.name);
             let written_back = mirrored && self.written_back_at[p] == 0 && published_untouched;
-            let published = match self.published_seed[p] {
-                Some(s) if published_untouched => Some(s),
-                _ if published_untouched => Some(self.published_node_status(n.name)),
-                _ => None,
-            };
+            let published = published_untouched.then(|| self.published_node_status_at(p, n.name));
             let facts = CarriedFacts {
                 digest,
                 status,
