@@ -273,12 +273,12 @@ pub fn node_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDige
 fn derive_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDigest>> {
     let view = &ctx.nws[nw];
     let n = ctx.node(node);
-    let unwritten = n.unwritten_state(view.name);
+    let unwritten = n.unwritten_state(view.state_key());
     let applied = n.annotation(&view.keys.config_applied);
     if let Some(known) = unwritten.and_then(|p| p.digest(&view.completion_inputs, applied)) {
         return Some(known);
     }
-    let state = n.state(view.name).ok()?;
+    let state = n.state(view.state_key()).ok()?;
     if state.0.is_empty() {
         let mut empty = view.empty_digest.borrow_mut();
         if let Some((at, digest)) = empty.as_ref()

@@ -121,7 +121,7 @@ pub fn refresh_malformed(ctx: &mut PassCtx, nw: usize) {
     let names: Vec<String> = view
         .selected
         .iter()
-        .filter(|&&n| ctx.node(n).malformed(view.name))
+        .filter(|&&n| ctx.node(n).malformed(view.state_key()))
         .map(|&n| ctx.node(n).name().to_string())
         .collect();
     let now = ctx.now;

@@ -286,7 +286,7 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             // No record to prune and no package to record: nothing to do on this node.
             continue;
         }
-        let Ok(state) = n.state(&nw_name) else {
+        let Ok(state) = n.state(ctx.nws[nw].state_key()) else {
             continue;
         };
         let mut applied: AppliedConfig = complete::parse_applied(raw);

@@ -35,7 +35,7 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CachedStates, CarriedFacts, CarriedNode, JobMatchMemo, JobVersion, NodeMemo, NodeWrightId,
+    CarriedFacts, CarriedNode, JobMatchMemo, JobVersion, NodeEntry, NodeMemo, NodeWrightId,
     ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, SweptJob, SweptJobs,
     VersionId,
 };
@@ -60,7 +60,7 @@ pub struct NodeWorkResult {
 
 /// One NodeWright's node-state annotation on one node: as read, and as the pass leaves it.
 #[derive(Clone, Debug)]
-struct StateSlot {
+pub(super) struct StateSlot {
     /// The snapshot value and its parse (shared with [`StateCache`]); `None` when the
     /// annotation is absent.
     original: Option<Arc<ParsedState>>,
@@ -75,6 +75,25 @@ struct StateSlot {
 
 static EMPTY_STATE: NodeState = NodeState(BTreeMap::new());
 
+/// A node's state slots, by the [`StateKey`] index of their NodeWright, ascending.
+pub(super) type StateSlots = Vec<(u32, StateSlot)>;
+
+/// Names one NodeWright's node-state annotation on a node: the NodeWright's position among
+/// the pass's NodeWrights ([`NwView::state_key`]) and its name. A slot is found by the
+/// position, an integer; the name is read only to load an annotation or to write a patch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateKey<'n> {
+    index: u32,
+    name: &'n str,
+}
+
+impl<'n> StateKey<'n> {
+    /// The NodeWright's name.
+    pub fn name(&self) -> &'n str {
+        self.name
+    }
+}
+
 impl StateSlot {
     fn new(original: Option<Arc<ParsedState>>) -> StateSlot {
         StateSlot {
@@ -83,6 +102,19 @@ impl StateSlot {
             deleted: false,
             changed: false,
         }
+    }
+
+    /// The snapshot value and its parse, `None` when the annotation is absent.
+    pub(super) fn original(&self) -> Option<&Arc<ParsedState>> {
+        self.original.as_ref()
+    }
+
+    /// The slot as read from the node object, this pass's working value dropped: what the
+    /// next pass starts from for the same object.
+    fn reset(&mut self) {
+        self.current = None;
+        self.deleted = false;
+        self.changed = false;
     }
 
     /// The parsed snapshot value when it parses.
@@ -133,19 +165,15 @@ pub struct NodeWork<'a> {
     /// Count of writes to this node so far in the pass; derived values computed at one count
     /// stay valid while it does not move (see [`NwView::complete`]).
     writes: u32,
-    /// Per NodeWright name, sorted by name; parsed on first use.
-    states: Vec<(Cow<'a, str>, StateSlot)>,
+    /// This pass's NodeWright states on this node; parsed on first use. Handed from pass to
+    /// pass with the node object ([`StateCache`]), so a node the fleet did not change starts
+    /// with every parse in place.
+    states: StateSlots,
     /// Values derived from the snapshot's node object, shared with the caller's cache (absent
     /// without one).
     memo: Option<Arc<NodeMemo>>,
-    /// The cache's memo was made for this very node object, so its parses are this node's.
-    unchanged: bool,
-    /// How many parses the cache's entry for this node holds.
-    entry_states: usize,
-    /// How many of this node's slots were loaded from that entry as it is.
-    kept_states: usize,
-    /// Some slot was loaded from a parse the entry does not hold for this node object.
-    read_elsewhere: bool,
+    /// The snapshot's `Arc` of this node as the cache held it, handed back at the end.
+    held: Option<Arc<Node>>,
 }
 
 impl<'a> NodeWork<'a> {
@@ -166,10 +194,7 @@ impl<'a> NodeWork<'a> {
             writes: 0,
             states: Vec::new(),
             memo: None,
-            unchanged: false,
-            entry_states: 0,
-            kept_states: 0,
-            read_elsewhere: false,
+            held: None,
         }
     }
 
@@ -296,21 +321,11 @@ impl<'a> NodeWork<'a> {
         }
     }
 
-    fn slot_index(&self, nw: &str) -> Result<usize, usize> {
-        // Callers pass the NodeWright's own name, the very `&str` its slot was loaded with, so
-        // an address match finds the slot without comparing bytes (this runs many times per
-        // node and pass); equal address and length mean equal names.
-        if let Some(i) = self
-            .states
-            .iter()
-            .position(|(k, _)| std::ptr::eq(k.as_ptr(), nw.as_ptr()) && k.len() == nw.len())
-        {
-            return Ok(i);
-        }
-        self.states.binary_search_by(|(k, _)| k.as_ref().cmp(nw))
+    fn slot_index(&self, nw: StateKey<'_>) -> Result<usize, usize> {
+        self.states.binary_search_by_key(&nw.index, |(k, _)| *k)
     }
 
-    fn slot(&mut self, nw: &str) -> &mut StateSlot {
+    fn slot(&mut self, nw: StateKey<'_>) -> &mut StateSlot {
         let i = match self.slot_index(nw) {
             Ok(i) => i,
             Err(i) => {
@@ -319,9 +334,9 @@ impl<'a> NodeWork<'a> {
                     .metadata
                     .annotations
                     .as_ref()
-                    .and_then(|a| a.get(&keys::node_state(nw)));
+                    .and_then(|a| a.get(&keys::node_state(nw.name)));
                 let slot = StateSlot::new(raw.map(|r| Arc::new(ParsedState::parse(r))));
-                self.states.insert(i, (Cow::Owned(nw.to_string()), slot));
+                self.states.insert(i, (nw.index, slot));
                 i
             }
         };
@@ -329,14 +344,16 @@ impl<'a> NodeWork<'a> {
     }
 
     /// Loads a NodeWright's state from the snapshot annotation `key` (`nodeState_<nw>`),
-    /// reusing `cache`'s parse when it was made from the same value.
+    /// unless the node already holds it (the slots came with the node object from the last
+    /// pass). `earlier` are the slots the last pass left for an earlier object of this node:
+    /// a parse made from the same value is taken from there rather than parsed again.
     /// `slots` is how many NodeWrights the pass has: the node's slots are sized for them all
     /// on the first load, rather than grown one at a time.
-    fn load_state_cached(
+    fn load_state_reusing(
         &mut self,
-        nw: &'a str,
+        nw: StateKey<'_>,
         key: &str,
-        cache: Option<CachedStates<'_>>,
+        earlier: &[(u32, StateSlot)],
         slots: usize,
     ) {
         let Err(i) = self.slot_index(nw) else {
@@ -345,29 +362,25 @@ impl<'a> NodeWork<'a> {
         if self.states.capacity() == 0 {
             self.states.reserve_exact(slots);
         }
-        // The very node object of the last pass: its parse was read from this annotation, so
-        // the annotation is there with exactly that value.
-        let kept = cache
-            .filter(|_| self.unchanged)
-            .and_then(|c| c.get_unchanged(nw));
-        let kept_one = kept.is_some();
-        let original = kept.or_else(|| {
-            let raw = self.node.metadata.annotations.as_ref()?.get(key)?;
-            Some(
-                cache
-                    .and_then(|c| c.get(nw, raw))
-                    .unwrap_or_else(|| Arc::new(ParsedState::parse(raw))),
-            )
-        });
-        self.kept_states += usize::from(kept_one);
-        self.read_elsewhere |= !kept_one && original.is_some();
-        self.states
-            .insert(i, (Cow::Borrowed(nw), StateSlot::new(original)));
+        let original = self
+            .node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(|raw| {
+                earlier
+                    .iter()
+                    .filter(|(k, _)| *k == nw.index)
+                    .find_map(|(_, slot)| slot.original.as_ref().filter(|p| p.is_of(raw)))
+                    .map_or_else(|| Arc::new(ParsedState::parse(raw)), Arc::clone)
+            });
+        self.states.insert(i, (nw.index, StateSlot::new(original)));
     }
 
     /// The snapshot's parse of this NodeWright's state, while the working state is still
     /// exactly that parse (no writer touched it); `None` once written or when absent.
-    pub fn unwritten_state(&self, nw: &str) -> Option<&Arc<ParsedState>> {
+    pub fn unwritten_state(&self, nw: StateKey<'_>) -> Option<&Arc<ParsedState>> {
         let slot = &self.states[self.slot_index(nw).ok()?].1;
         if slot.current.is_some() || slot.deleted {
             return None;
@@ -375,28 +388,31 @@ impl<'a> NodeWork<'a> {
         slot.original.as_ref()
     }
 
-    /// Whether the cache's entry for this node already holds exactly the parses this pass
-    /// read: the same node object, every parse of the entry read, and nothing read elsewhere.
-    fn cache_entry_current(&self) -> bool {
-        self.unchanged && !self.read_elsewhere && self.kept_states == self.entry_states
-    }
-
-    /// The annotations this node's states were read from, for [`StateCache::retain_pass`].
-    fn read_states(&self) -> impl Iterator<Item = (&str, &Arc<ParsedState>)> {
-        self.states
-            .iter()
-            .filter_map(|(nw, slot)| slot.original.as_ref().map(|p| (nw.as_ref(), p)))
+    /// What the next pass starts this node from ([`StateCache`]): the node object (`node`,
+    /// the snapshot's `Arc` of it), its memo, and its slots as read from the object. `None`
+    /// without a memo (a pass without a cache).
+    fn into_entry(self, node: &Arc<Node>) -> Option<NodeEntry> {
+        let memo = self.memo?;
+        let mut slots = self.states;
+        for (_, slot) in &mut slots {
+            slot.reset();
+        }
+        Some(NodeEntry {
+            node: self.held.unwrap_or_else(|| Arc::clone(node)),
+            memo,
+            slots,
+        })
     }
 
     /// Parses this NodeWright's node state now, so later reads through `&self` see it.
-    pub fn load_state(&mut self, nw: &str) {
+    pub fn load_state(&mut self, nw: StateKey<'_>) {
         self.slot(nw);
     }
 
     /// The working node state of a NodeWright (absent annotation reads as empty).
     /// Call [`NodeWork::load_state`] (or any writer) first; [`PassCtx::new`] loads every
     /// selected node's state.
-    pub fn state(&self, nw: &str) -> Result<&NodeState, &MalformedNodeState> {
+    pub fn state(&self, nw: StateKey<'_>) -> Result<&NodeState, &MalformedNodeState> {
         match self.slot_index(nw) {
             Ok(i) => {
                 let slot = &self.states[i].1;
@@ -409,22 +425,26 @@ impl<'a> NodeWork<'a> {
         }
     }
     /// Whether the state annotation does not parse.
-    pub fn malformed(&self, nw: &str) -> bool {
+    pub fn malformed(&self, nw: StateKey<'_>) -> bool {
         self.state(nw).is_err()
     }
     /// Whether the node carries the annotation for this NodeWright after this pass's changes.
-    pub fn state_present(&self, nw: &str) -> bool {
+    pub fn state_present(&self, nw: StateKey<'_>) -> bool {
         match self.slot_index(nw) {
             Ok(i) => {
                 let slot = &self.states[i].1;
                 !slot.deleted && (slot.original.is_some() || !slot.current().is_empty())
             }
-            Err(_) => self.annotations.contains_key(&keys::node_state(nw)),
+            Err(_) => self.annotations.contains_key(&keys::node_state(nw.name)),
         }
     }
     /// Upserts an entry (keyed `<name>|<version>`). Refused on a malformed annotation, and
     /// after the pass deleted the annotation (a reset must not be undone in the same pass).
-    pub fn set_entry(&mut self, nw: &str, entry: PackageStatus) -> Result<(), MalformedNodeState> {
+    pub fn set_entry(
+        &mut self,
+        nw: StateKey<'_>,
+        entry: PackageStatus,
+    ) -> Result<(), MalformedNodeState> {
         self.writes = self.writes.wrapping_add(1);
         let slot = self.slot(nw);
         if let Some(e) = slot.malformed() {
@@ -438,7 +458,7 @@ impl<'a> NodeWork<'a> {
         Ok(())
     }
     /// Removes an entry by key.
-    pub fn remove_entry(&mut self, nw: &str, key: &str) {
+    pub fn remove_entry(&mut self, nw: StateKey<'_>, key: &str) {
         self.writes = self.writes.wrapping_add(1);
         let slot = self.slot(nw);
         if slot.malformed().is_none()
@@ -450,7 +470,7 @@ impl<'a> NodeWork<'a> {
     }
     /// Deletes the whole annotation (a reset, §10.6): the working state reads empty, and no
     /// later write of this pass re-creates it.
-    pub fn delete_state(&mut self, nw: &str) {
+    pub fn delete_state(&mut self, nw: StateKey<'_>) {
         self.writes = self.writes.wrapping_add(1);
         let slot = self.slot(nw);
         slot.current = Some(NodeState::default());
@@ -469,7 +489,8 @@ impl<'a> NodeWork<'a> {
     }
 
     /// The changes of this pass as one patch (empty when nothing changed).
-    fn patch(&self) -> NodePatch {
+    /// `names` are the pass's NodeWright names by [`StateKey`] index.
+    fn patch(&self, names: &[&str]) -> NodePatch {
         let mut patch = NodePatch::new(self.name);
         if self.dirty {
             let orig_ann = self
@@ -481,7 +502,7 @@ impl<'a> NodeWork<'a> {
             let state_keys: Vec<String> = self
                 .states
                 .iter()
-                .map(|(nw, _)| keys::node_state(nw))
+                .map(|(nw, _)| keys::node_state(slot_name(names, *nw)))
                 .collect();
             diff_maps(orig_ann, &self.annotations, &mut patch.annotations, |k| {
                 state_keys.iter().any(|s| s == k)
@@ -514,6 +535,7 @@ impl<'a> NodeWork<'a> {
             if !slot.changed {
                 continue;
             }
+            let nw = slot_name(names, *nw);
             if slot.deleted {
                 if slot.original.is_some() {
                     patch.node_state.push(NodeStateDelta::Delete {
@@ -551,6 +573,13 @@ impl<'a> NodeWork<'a> {
     }
 }
 
+/// The name of the NodeWright at `index` among the pass's, from its [`StateKey`] index. Slots
+/// are keyed only by indices of the pass's NodeWrights (the cache remaps them by name when
+/// the NodeWrights change), so the name is always there.
+fn slot_name<'n>(names: &[&'n str], index: u32) -> &'n str {
+    names.get(index as usize).copied().unwrap_or_default()
+}
+
 /// Longest Job label value; longer node names are hashed into the `node` label (§4.7).
 const LABEL_MAX: usize = 63;
 
@@ -582,6 +611,9 @@ pub struct NwView<'a> {
     pub nw: &'a NodeWright,
     /// Its name.
     pub name: &'a str,
+    /// Its position among the pass's NodeWrights (priority order), which keys its node-state
+    /// slots ([`StateKey`]).
+    index: u32,
     /// Selected node ids, sorted by `creationTimestamp`, then name (§5.3).
     pub selected: Vec<usize>,
     /// The referenced policy, when it exists.
@@ -631,6 +663,11 @@ pub struct NwView<'a> {
     carried_ready: Option<String>,
     /// The `Ready` message this pass made from the snapshot's `nodeStatus`, for the next pass.
     pub(super) ready_message: Option<String>,
+    /// The last pass found no departed node in the per-node maps this pass starts with, over
+    /// the very nodes this pass selects (see [`NwView::nothing_departed`]).
+    carried_nothing_departed: bool,
+    /// This pass found no departed node in the per-node maps as the snapshot holds them.
+    nothing_departed: bool,
     /// Which of its two node conditions the snapshot's node object already carries as wanted
     /// (§4.5), under one input of completion and erroring, parallel to `selected`. A fact of
     /// the node object alone, so it holds whatever the pass writes.
@@ -816,20 +853,26 @@ impl<'a> NwView<'a> {
         // Selection order is stable, so the node at the same position is tried first; a node
         // that joined or left shifts the rest, which are then found by their memo.
         let mut by_memo: Option<FxHashMap<*const NodeMemo, usize>> = None;
+        // Every selected node is the very object the last pass had at its position.
+        let mut in_place = carry.nodes.len() == self.selected.len();
         let digests = self.digests.get_mut();
         for (p, &i) in self.selected.iter().enumerate() {
             let Some(memo) = nodes[i].memo.as_ref() else {
+                in_place = false;
                 continue;
             };
             let carried = match carry.nodes.get(p) {
                 Some(c) if Arc::ptr_eq(&c.memo, memo) => Some(c),
-                _ => by_memo
-                    .get_or_insert_with(|| {
-                        let memos = carry.nodes.iter().map(|c| Arc::as_ptr(&c.memo));
-                        memos.zip(0..).collect()
-                    })
-                    .get(&Arc::as_ptr(memo))
-                    .map(|&k| &carry.nodes[k]),
+                _ => {
+                    in_place = false;
+                    by_memo
+                        .get_or_insert_with(|| {
+                            let memos = carry.nodes.iter().map(|c| Arc::as_ptr(&c.memo));
+                            memos.zip(0..).collect()
+                        })
+                        .get(&Arc::as_ptr(memo))
+                        .map(|&k| &carry.nodes[k])
+                }
             };
             let Some(c) = carried.map(|c| &c.facts) else {
                 continue;
@@ -861,6 +904,28 @@ impl<'a> NwView<'a> {
         if same_version && every_node_carried {
             self.carried_ready = carry.ready_message.clone();
         }
+        self.carried_nothing_departed = same_version && in_place && carry.nothing_departed;
+    }
+
+    /// Whether the last pass found no departed node in the per-node maps this pass starts
+    /// with, over the very nodes this pass selects (status version and nodes unchanged).
+    pub fn carried_nothing_departed(&self) -> bool {
+        self.carried_nothing_departed
+    }
+
+    /// Records whether this pass found no departed node in the maps as the snapshot holds
+    /// them, for the next pass.
+    pub fn set_nothing_departed(&mut self, nothing: bool) {
+        self.nothing_departed = nothing;
+    }
+
+    /// Whether the per-node maps (`nodeStatus`, `nodeState`, `nodeBootIds`, `nodePriority`)
+    /// are still the snapshot's: this pass changed none of them yet.
+    pub fn maps_unchanged(&self) -> bool {
+        self.node_status.unchanged()
+            && self.node_state.unchanged()
+            && self.node_boot_ids.unchanged()
+            && self.node_priority_unchanged()
     }
 
     /// Refills `carry` with what this pass derived for each selected node before writing it
@@ -916,6 +981,7 @@ impl<'a> NwView<'a> {
         }
         carry.nodes.truncate(self.selected.len());
         carry.ready_message = self.ready_message.clone();
+        carry.nothing_departed = self.nothing_departed;
     }
 
     /// [`NwView::published_node_status`] of the selected node at position `p` named `node`,
@@ -945,6 +1011,13 @@ impl<'a> NwView<'a> {
             self.node_state.into_patch(),
             self.node_boot_ids.into_patch(),
         )
+    }
+    /// The key of this NodeWright's node state on a node.
+    pub fn state_key(&self) -> StateKey<'a> {
+        StateKey {
+            index: self.index,
+            name: self.name,
+        }
     }
     /// `disable` annotation (§5.11).
     pub fn disabled(&self) -> bool {
@@ -1301,6 +1374,9 @@ pub struct PassCtx<'a> {
     selector_ids: Vec<(Option<&'a LabelSelector>, u64)>,
     /// Every node by id (index in `snap.nodes`).
     pub nodes: Vec<NodeWork<'a>>,
+    /// Some node was not found where the cache's last pass had it (see
+    /// [`StateCache::keep_nodes`]).
+    nodes_moved: bool,
     node_ids: FxHashMap<&'a str, usize>,
     /// Nodes whose Job `node` label differs from their name (names over 63 characters), by
     /// label; the first node id wins.
@@ -1337,12 +1413,13 @@ impl<'a> PassCtx<'a> {
         PassCtx::new_cached(snap, settings, None)
     }
 
-    /// [`PassCtx::new`], reusing the parses of `cache` for node-state annotations whose value
-    /// is unchanged since they were cached (the result is the same as without a cache).
+    /// [`PassCtx::new`], starting from what `cache` kept of the last pass (the result is the
+    /// same as without a cache). The nodes' entries move out of the cache into the pass;
+    /// [`PassCtx::into_actions`] hands them back.
     pub fn new_cached(
         snap: &'a Snapshot,
         settings: &'a Settings,
-        cache: Option<&StateCache>,
+        cache: Option<&mut StateCache>,
     ) -> PassCtx<'a> {
         let runtime_taint = settings.runtime_required_taint();
         let mut nodes: Vec<NodeWork<'a>> = snap.nodes.iter().map(|n| NodeWork::new(n)).collect();
@@ -1378,19 +1455,36 @@ impl<'a> PassCtx<'a> {
                 .cmp(&nodes[b].created)
                 .then_with(|| nodes[a].name.cmp(nodes[b].name))
         });
-        // One cache lookup per node, shared by every NodeWright selecting it.
-        let cached: Vec<Option<CachedStates<'_>>> = match cache {
-            Some(c) => nodes.iter().map(|n| c.node(n.name)).collect(),
-            None => Vec::new(),
-        };
-        if cache.is_some() {
-            for ((work, node), entry) in nodes.iter_mut().zip(&snap.nodes).zip(&cached) {
-                let hit = entry.and_then(|c| c.memo_for(node));
-                work.unchanged = hit.is_some();
-                work.entry_states = entry.map_or(0, |c| c.state_count());
-                work.memo = Some(hit.unwrap_or_else(|| Arc::new(NodeMemo::new(node))));
+        let names: Vec<&'a str> = nw_refs.iter().map(|nw| nw.name()).collect();
+        // Each node starts from what the last pass left for it. For the very same node object
+        // that is its memo and its slots with every parse in place, moved rather than looked
+        // up or copied; a node whose object changed keeps the last pass's slots aside, for the
+        // parses of values that did not change.
+        let mut earlier: Vec<(usize, StateSlots)> = Vec::new();
+        let mut nodes_moved = true;
+        let cache: Option<&StateCache> = match cache {
+            Some(c) => {
+                let mut carried = c.take_nodes(&names);
+                for (i, (work, node)) in nodes.iter_mut().zip(&snap.nodes).enumerate() {
+                    match carried.take(i, node) {
+                        Some(entry) if Arc::ptr_eq(&entry.node, node) => {
+                            work.memo = Some(entry.memo);
+                            work.states = entry.slots;
+                            work.held = Some(entry.node);
+                        }
+                        found => {
+                            work.memo = Some(Arc::new(NodeMemo::new(node)));
+                            if let Some(entry) = found.filter(|e| !e.slots.is_empty()) {
+                                earlier.push((i, entry.slots));
+                            }
+                        }
+                    }
+                }
+                nodes_moved = carried.moved(snap.nodes.len());
+                Some(&*c)
             }
-        }
+            None => None,
+        };
         let mut nws = Vec::with_capacity(nw_refs.len());
         // NodeWrights often target the same pool: each distinct selector is matched once.
         let mut selections: Vec<Selection<'_>> = Vec::new();
@@ -1430,10 +1524,17 @@ impl<'a> PassCtx<'a> {
                     selected
                 }
             };
+            let key = StateKey {
+                index: nws.len() as u32,
+                name,
+            };
             let state_key = keys::node_state(name);
             for &i in &selected {
-                let cached = cached.get(i).copied().flatten();
-                nodes[i].load_state_cached(name, &state_key, cached, slots);
+                let before = match earlier.binary_search_by_key(&i, |(n, _)| *n) {
+                    Ok(k) => earlier[k].1.as_slice(),
+                    Err(_) => &[],
+                };
+                nodes[i].load_state_reusing(key, &state_key, before, slots);
             }
             let (policy, policy_missing) = match nw.spec.deployment_policy.as_deref() {
                 Some(p) if !p.is_empty() => {
@@ -1484,11 +1585,14 @@ impl<'a> PassCtx<'a> {
                 boot_recorded: vec![false; selected.len()],
                 carried_ready: None,
                 ready_message: None,
+                carried_nothing_departed: false,
+                nothing_departed: false,
                 written_back_at,
                 compartments: Vec::new(),
                 compartment_of: Vec::new(),
                 nw,
                 name,
+                index: key.index,
                 selected,
                 policy,
                 policy_missing,
@@ -1520,6 +1624,7 @@ impl<'a> PassCtx<'a> {
             now: snap.now,
             runtime_taint,
             nodes,
+            nodes_moved,
             node_ids,
             long_labels,
             label_collision,
@@ -1541,19 +1646,9 @@ impl<'a> PassCtx<'a> {
         }
     }
 
-    /// Hands the node-state annotations this pass read to `cache`, for the next pass.
+    /// Hands what this pass resolved of its NodeWrights, selectors and Jobs to `cache`, for
+    /// the next pass (the nodes go back at the end, [`PassCtx::into_actions`]).
     pub fn fill_cache(&self, cache: &mut StateCache) {
-        // At steady state every node is the last pass's object and read exactly what its entry
-        // holds, and the cache holds exactly these nodes: it is already what the pass leaves.
-        let current = cache.node_count() == self.nodes.len()
-            && self.nodes.iter().all(NodeWork::cache_entry_current);
-        if !current {
-            cache.retain_nodes(
-                self.nodes
-                    .iter()
-                    .map(|n| (n.name, n.memo.as_ref(), n.read_states())),
-            );
-        }
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
         cache.retain_selectors(self.selector_ids.iter().copied());
         cache.job_matches().begin_pass();
@@ -1772,12 +1867,12 @@ impl<'a> PassCtx<'a> {
         // The snapshot's mirror was found equal to this very parse under this very status
         // version in an earlier pass, and neither side moved since: nothing to compare.
         let unwritten = n
-            .unwritten_state(view.name)
+            .unwritten_state(view.state_key())
             .filter(|_| view.node_state.untouched(n.name));
         let known_equal = unwritten
             .zip(view.status_version)
             .is_some_and(|(parsed, version)| parsed.mirrored_in(version));
-        if !known_equal && let Ok(state) = n.state(view.name) {
+        if !known_equal && let Ok(state) = n.state(view.state_key()) {
             if view.node_state.set(n.name, state) {
                 view.node_state_changes += 1;
             } else if let Some((parsed, version)) = unwritten.zip(view.status_version) {
@@ -1898,9 +1993,12 @@ impl<'a> PassCtx<'a> {
     pub fn into_actions(
         self,
         node_conditions: Vec<Action>,
+        cache: Option<&mut StateCache>,
     ) -> (Vec<Action>, bool, Option<Duration>, Vec<String>) {
         let PassCtx {
+            snap,
             nodes,
+            nodes_moved,
             nws,
             mut actions,
             events,
@@ -1909,13 +2007,21 @@ impl<'a> PassCtx<'a> {
             errors,
             ..
         } = self;
+        let names: Vec<&str> = nws.iter().map(|v| v.name).collect();
         let mut wrote = !actions.is_empty();
         for n in nodes.iter().filter(|n| n.touched()) {
-            let patch = n.patch();
+            let patch = n.patch(&names);
             if !patch.is_empty() {
                 wrote = true;
                 actions.push(Action::PatchNode(patch));
             }
+        }
+        if let Some(cache) = cache {
+            let entries = nodes
+                .into_iter()
+                .zip(&snap.nodes)
+                .map(|(n, node)| n.into_entry(node));
+            cache.keep_nodes(entries, &names, nodes_moved);
         }
         wrote |= !node_conditions.is_empty();
         actions.extend(node_conditions);

@@ -47,6 +47,7 @@ pub fn finalizer(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let view = &ctx.nws[nw];
     let nw_obj = view.nw;
     let name = view.name.to_string();
+    let state_key = view.state_key();
     let has_finalizer = nw_obj
         .metadata
         .finalizers
@@ -70,7 +71,7 @@ pub fn finalizer(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let mut malformed = false;
     let mut pending = false;
     for &id in &selected {
-        match ctx.node(id).state(&name) {
+        match ctx.node(id).state(state_key) {
             Err(_) => malformed = true,
             Ok(state) => pending |= pending_uninstall(nw_obj, state),
         }
@@ -129,7 +130,7 @@ pub fn finalizer(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     // Phase 3: cleanup.
     for &id in &selected {
         ctx.uncordon(nw, id);
-        let keep_records = ctx.node(id).state(&name).is_ok_and(|s| !s.is_empty());
+        let keep_records = ctx.node(id).state(state_key).is_ok_and(|s| !s.is_empty());
         let n = ctx.node_mut(id);
         for segment in keys::node_key::PER_NODEWRIGHT {
             let key = format!("{}{segment}{name}", keys::PREFIX);
@@ -140,8 +141,8 @@ pub fn finalizer(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
                 continue;
             }
             if segment == keys::node_key::NODE_STATE {
-                if n.state_present(&name) {
-                    n.delete_state(&name);
+                if n.state_present(state_key) {
+                    n.delete_state(state_key);
                 }
                 continue;
             }

@@ -181,8 +181,9 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
         return;
     };
     let nw_name = ctx.nws[nw].name.to_string();
+    let state_key = ctx.nws[nw].state_key();
     let node_name = ctx.node(node).name().to_string();
-    let Ok(state) = ctx.node(node).state(&nw_name).cloned() else {
+    let Ok(state) = ctx.node(node).state(state_key).cloned() else {
         // A malformed node state cannot take the write; the next pass retries (§4.2).
         return;
     };
@@ -244,7 +245,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                     });
                 if !done && let Some(mut e) = entry.clone() {
                     for k in others {
-                        ctx.node_mut(node).remove_entry(&nw_name, &k);
+                        ctx.node_mut(node).remove_entry(state_key, &k);
                     }
                     e.stage = Some(Stage::Upgrade);
                     e.state = Some(State::Complete);
@@ -269,7 +270,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                         e.restarts = 0;
                         set(ctx, nw, node, e);
                     } else {
-                        ctx.node_mut(node).remove_entry(&nw_name, &key);
+                        ctx.node_mut(node).remove_entry(state_key, &key);
                         ctx.publish_node(nw, node);
                     }
                     applied_event(ctx, &nw_name, &node_name, &pkg, stage);
@@ -333,7 +334,8 @@ fn record_config(ctx: &mut PassCtx<'_>, nw: usize, node: usize, job: &Job, key: 
 
 fn set(ctx: &mut PassCtx<'_>, nw: usize, node: usize, entry: nodewright_schema::PackageStatus) {
     let nw_name = ctx.nws[nw].name.to_string();
-    if let Err(e) = ctx.node_mut(node).set_entry(&nw_name, entry) {
+    let state_key = ctx.nws[nw].state_key();
+    if let Err(e) = ctx.node_mut(node).set_entry(state_key, entry) {
         let node_name = ctx.node(node).name().to_string();
         ctx.error(format!("node {node_name}, nodewright {nw_name}: {e}"));
     } else {
@@ -398,8 +400,8 @@ fn fail_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
         mark_processed(ctx, job, false);
         return;
     };
-    let nw_name = ctx.nws[nw].name.to_string();
-    let Ok(state) = ctx.node(node).state(&nw_name).cloned() else {
+    let state_key = ctx.nws[nw].state_key();
+    let Ok(state) = ctx.node(node).state(state_key).cloned() else {
         return;
     };
     let entry = state.get(&pkg.name, &pkg.version).cloned();
@@ -463,8 +465,8 @@ fn write_erroring(ctx: &mut PassCtx<'_>, nw: usize, job: &Job, restarts: Option<
     ) else {
         return;
     };
-    let nw_name = ctx.nws[nw].name.to_string();
-    let Ok(state) = ctx.node(node).state(&nw_name) else {
+    let state_key = ctx.nws[nw].state_key();
+    let Ok(state) = ctx.node(node).state(state_key) else {
         return;
     };
     if let Some(e) = state.get(&pkg.name, &pkg.version).cloned()
@@ -849,8 +851,9 @@ mod tests {
 
     fn entry(ctx: &PassCtx<'_>, key: &str) -> Option<(Stage, State, i32)> {
         let id = ctx.node_id("n1").unwrap();
+        let nw = ctx.nw_index("nw").unwrap();
         ctx.node(id)
-            .state("nw")
+            .state(ctx.nws[nw].state_key())
             .unwrap()
             .0
             .get(key)

@@ -155,7 +155,7 @@ pub fn reconcile_with_cache(
         };
     }
     let mut cache = cache;
-    let mut ctx = PassCtx::new_cached(snapshot, settings, cache.as_deref());
+    let mut ctx = PassCtx::new_cached(snapshot, settings, cache.as_deref_mut());
     if let Some(cache) = cache.as_deref_mut() {
         ctx.fill_cache(cache);
     }
@@ -295,10 +295,11 @@ fn finish(mut ctx: PassCtx<'_>, cache: Option<&mut StateCache>) -> Plan {
         stamp_versions(&mut ctx, nw);
     }
     let node_conditions = conditions::node_conditions(&ctx);
-    if let Some(cache) = cache {
+    let mut cache = cache;
+    if let Some(cache) = cache.as_deref_mut() {
         ctx.carry_into(cache);
     }
-    let (actions, active, after, errors) = ctx.into_actions(node_conditions);
+    let (actions, active, after, errors) = ctx.into_actions(node_conditions, cache);
     let requeue = if active || !errors.is_empty() {
         Requeue::Active
     } else if let Some(d) = after {
@@ -316,7 +317,9 @@ fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
     let version = &ctx.settings.operator_version;
     for (p, &n) in view.selected.iter().enumerate() {
         let node = &mut ctx.nodes[n];
-        if node.state_present(view.name) && !version_stamped(node, &view.version_stamped[p], &key) {
+        if node.state_present(view.state_key())
+            && !version_stamped(node, &view.version_stamped[p], &key)
+        {
             node.set_annotation(key.clone(), version.clone());
         }
     }

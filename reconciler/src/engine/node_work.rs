@@ -43,11 +43,12 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
     let view = &ctx.nws[nw];
     let nw_obj = view.nw;
     let nw_name = view.name.to_string();
+    let state_key = view.state_key();
     let serial = nw_obj.spec.serial;
     let packages = nw_obj.spec.packages();
     let node_name = ctx.node(node).name().to_string();
 
-    let state = match ctx.node(node).state(&nw_name) {
+    let state = match ctx.node(node).state(state_key) {
         Ok(s) => s.clone(),
         Err(e) => {
             ctx.error(format!("node {node_name}, nodewright {nw_name}: {e}"));
@@ -66,7 +67,7 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
         match packages::uninstall_step(nw_obj, &state, name, p) {
             UninstallStep::None => {}
             UninstallStep::Remove(key) => {
-                ctx.node_mut(node).remove_entry(&nw_name, &key);
+                ctx.node_mut(node).remove_entry(state_key, &key);
                 ctx.set_node_status(nw, node, Status::InProgress);
             }
             UninstallStep::Enter(e) => {
@@ -161,7 +162,7 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
 
 fn current_state(ctx: &PassCtx<'_>, nw: usize, node: usize) -> NodeState {
     ctx.node(node)
-        .state(ctx.nws[nw].name)
+        .state(ctx.nws[nw].state_key())
         .cloned()
         .unwrap_or_default()
 }
@@ -173,7 +174,8 @@ fn set_entry(
     entry: nodewright_schema::PackageStatus,
 ) {
     let nw_name = ctx.nws[nw].name.to_string();
-    if let Err(e) = ctx.node_mut(node).set_entry(&nw_name, entry) {
+    let state_key = ctx.nws[nw].state_key();
+    if let Err(e) = ctx.node_mut(node).set_entry(state_key, entry) {
         let node_name = ctx.node(node).name().to_string();
         ctx.error(format!("node {node_name}, nodewright {nw_name}: {e}"));
     }

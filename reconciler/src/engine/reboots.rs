@@ -13,17 +13,18 @@ pub fn track(ctx: &mut PassCtx) -> bool {
     let mut wrote = false;
     for nw in 0..ctx.nws.len() {
         for (p, n) in ctx.nws[nw].selected.clone().into_iter().enumerate() {
+            let node_name = ctx.node(n).name();
+            // Carried per node object and status version: the boot id is part of the node
+            // object, the recorded one part of the status, and this pass has not written it.
+            // Checked first, so a node recorded as it is is not read again.
+            let untouched = ctx.nws[nw].node_boot_ids.untouched(node_name);
+            if untouched && ctx.nws[nw].boot_recorded[p] {
+                continue;
+            }
             let Some(boot) = ctx.node(n).boot_id() else {
                 continue;
             };
-            let node_name = ctx.node(n).name();
             let view = &mut ctx.nws[nw];
-            // Carried per node object and status version: the boot id is part of the node
-            // object, the recorded one part of the status, and this pass has not written it.
-            let untouched = view.node_boot_ids.untouched(node_name);
-            if untouched && view.boot_recorded[p] {
-                continue;
-            }
             if view.node_boot_ids.get(node_name).map(String::as_str) == Some(boot) {
                 view.boot_recorded[p] = untouched;
                 continue;
@@ -42,6 +43,7 @@ pub fn track(ctx: &mut PassCtx) -> bool {
 /// NodeWright go (its cordon stays so the re-run releases it) and its Jobs are deleted.
 fn reset_node(ctx: &mut PassCtx, nw: usize, n: usize) {
     let name = ctx.nws[nw].name;
+    let key = ctx.nws[nw].state_key();
     let node_name = ctx.node(n).name().to_string();
     let spec = &ctx.nws[nw].nw.spec;
     if spec.runtime_required && spec.auto_taint_new_nodes {
@@ -60,7 +62,7 @@ fn reset_node(ctx: &mut PassCtx, nw: usize, n: usize) {
         );
     }
     let node = ctx.node_mut(n);
-    node.delete_state(name);
+    node.delete_state(key);
     for key in [
         keys::status(name),
         keys::node_version(name),

@@ -33,6 +33,7 @@ use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright, Status};
 
 use super::complete::{CompletionInputs, NodeDigest};
+use super::context::{StateSlot, StateSlots};
 use super::jobs::{JobFacts, MatchTarget, PackageAnnotation};
 use crate::settings::Settings;
 
@@ -89,6 +90,11 @@ impl StatusVersion {
 }
 
 impl ParsedState {
+    /// Whether this is the parse of exactly `raw`.
+    pub fn is_of(&self, raw: &str) -> bool {
+        self.raw == raw
+    }
+
     /// Parses an annotation value.
     pub fn parse(raw: &str) -> ParsedState {
         ParsedState {
@@ -247,50 +253,103 @@ impl NodeMemo {
     }
 }
 
-/// The cached annotations of one node, per NodeWright name.
-#[derive(Debug, Default)]
-struct CachedNode {
-    /// Pass counter value when the node was last in a pass.
-    seen: u64,
-    /// NodeWright name, parsed annotation, pass counter value when last used.
-    states: Vec<(String, Arc<ParsedState>, u64)>,
-    /// What the last pass derived from the node object it saw.
-    memo: Option<Arc<NodeMemo>>,
+/// What a pass leaves of one node for the next ([`StateCache::take_nodes`]): the node object
+/// it read, the memo made for that object, and the node's state slots as read from it.
+#[derive(Debug)]
+pub struct NodeEntry {
+    /// The snapshot's `Arc` of the node. Held, so its address names this object alone.
+    pub(super) node: Arc<Node>,
+    /// What the pass derived from the object.
+    pub(super) memo: Arc<NodeMemo>,
+    /// The node-state annotations read from the object, by the last pass's NodeWright
+    /// positions (remapped to the taking pass's by [`StateCache::take_nodes`]).
+    pub(super) slots: StateSlots,
+}
+
+/// The last pass's node entries, moved out of the cache for one pass to take from.
+pub(super) struct CarriedNodes<'c> {
+    entries: Vec<Option<NodeEntry>>,
+    index: &'c FxHashMap<Box<str>, usize>,
+    moved: bool,
+}
+
+impl CarriedNodes<'_> {
+    /// The entry of the node at position `at` of the snapshot: the last pass's entry at the
+    /// same position when it is for this very object, else the entry of the same name (an
+    /// earlier object of the node), else `None`.
+    pub(super) fn take(&mut self, at: usize, node: &Arc<Node>) -> Option<NodeEntry> {
+        if let Some(entry) = self.entries.get_mut(at)
+            && entry.as_ref().is_some_and(|e| Arc::ptr_eq(&e.node, node))
+        {
+            return entry.take();
+        }
+        let found = node
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|name| self.index.get(name))
+            .copied();
+        if found != Some(at) {
+            self.moved = true;
+        }
+        self.entries.get_mut(found?)?.take()
+    }
+
+    /// Whether some node of a snapshot of `nodes` nodes was not where the last pass had it.
+    pub(super) fn moved(&self, nodes: usize) -> bool {
+        self.moved || self.entries.len() != nodes
+    }
 }
 
 /// The cached annotations of one node, from [`StateCache::node`].
 #[derive(Clone, Copy, Debug)]
-pub struct CachedStates<'c>(&'c CachedNode);
+pub struct CachedStates<'c> {
+    entry: &'c NodeEntry,
+    names: &'c [Box<str>],
+}
 
 impl CachedStates<'_> {
+    fn slots_of<'s>(&'s self, nodewright: &'s str) -> impl Iterator<Item = &'s StateSlot> + 's {
+        self.entry
+            .slots
+            .iter()
+            .filter(move |(k, _)| {
+                self.names
+                    .get(*k as usize)
+                    .is_some_and(|n| &**n == nodewright)
+            })
+            .map(|(_, slot)| slot)
+    }
+
     /// The parse of `raw` for this NodeWright, when cached from exactly this value.
     pub fn get(&self, nodewright: &str, raw: &str) -> Option<Arc<ParsedState>> {
-        self.0
-            .states
-            .iter()
-            .find(|(nw, parsed, _)| nw == nodewright && parsed.raw == raw)
-            .map(|(_, parsed, _)| Arc::clone(parsed))
+        self.slots_of(nodewright)
+            .filter_map(StateSlot::original)
+            .find(|p| p.is_of(raw))
+            .cloned()
     }
 
     /// The parse cached for this NodeWright, which is the parse of its annotation whenever
     /// [`CachedStates::memo_for`] answers for the node: every parse of the entry was read from
     /// the node object the memo holds.
     pub fn get_unchanged(&self, nodewright: &str) -> Option<Arc<ParsedState>> {
-        self.0
-            .states
-            .iter()
-            .find(|(nw, _, _)| nw == nodewright)
-            .map(|(_, parsed, _)| Arc::clone(parsed))
+        self.slots_of(nodewright)
+            .find_map(StateSlot::original)
+            .cloned()
     }
 
     /// How many parses the entry holds.
     pub fn state_count(&self) -> usize {
-        self.0.states.len()
+        self.entry
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.original().is_some())
+            .count()
     }
 
     /// The last pass's memo, when it was made for exactly this node object.
     pub fn memo_for(&self, node: &Arc<Node>) -> Option<Arc<NodeMemo>> {
-        self.0.memo.as_ref().filter(|m| m.is_for(node)).cloned()
+        Arc::ptr_eq(&self.entry.node, node).then(|| Arc::clone(&self.entry.memo))
     }
 }
 
@@ -298,7 +357,12 @@ impl CachedStates<'_> {
 /// by the caller of [`super::reconcile_cached`]. An empty cache is always correct.
 #[derive(Debug, Default)]
 pub struct StateCache {
-    nodes: FxHashMap<String, CachedNode>,
+    /// Per node of the last pass, in its snapshot order.
+    nodes: Vec<Option<NodeEntry>>,
+    /// Position of each node in `nodes`, by name.
+    node_index: FxHashMap<Box<str>, usize>,
+    /// The last pass's NodeWright names by position, which key the entries' slots.
+    slot_names: Vec<Box<str>>,
     /// The completion inputs of each NodeWright of the last pass.
     completion_inputs: Vec<(String, Arc<CompletionInputs>)>,
     /// What the last pass read from each Job version (by uid, with the resourceVersion it
@@ -317,7 +381,6 @@ pub struct StateCache {
     next_id: AtomicU64,
     /// Sweep comparisons of unfinished Jobs, shared with the pass that adds to them.
     job_matches: Arc<JobMatchMemo>,
-    pass: u64,
     /// Per NodeWright of the last pass: what it derived for each node it selected.
     carries: FxHashMap<NodeWrightId, SelectionCarry>,
     /// The Jobs the last pass's sweep left alone, and what it judged them from.
@@ -409,6 +472,9 @@ pub struct SelectionCarry {
     pub nodes: Vec<CarriedNode>,
     /// The `Ready` message (§12.1), when made from the status version's `nodeStatus` as is.
     pub ready_message: Option<String>,
+    /// Under the carry's status version and over exactly these nodes, dropping the entries
+    /// of departed nodes (ReportState, §5.4) found none to drop.
+    pub nothing_departed: bool,
 }
 
 /// A Job's parsed `package` annotation, `None` when it does not parse (shared between the
@@ -450,7 +516,77 @@ impl StateCache {
 
     /// The cached annotations of one node (one lookup serves all its NodeWrights).
     pub fn node(&self, node: &str) -> Option<CachedStates<'_>> {
-        self.nodes.get(node).map(CachedStates)
+        let &at = self.node_index.get(node)?;
+        let entry = self.nodes.get(at)?.as_ref()?;
+        Some(CachedStates {
+            entry,
+            names: &self.slot_names,
+        })
+    }
+
+    /// Moves the last pass's node entries out for a pass over NodeWrights `names` (by
+    /// position) to take from ([`CarriedNodes::take`]); the pass hands its own back with
+    /// [`StateCache::keep_nodes`]. Slots follow their NodeWright to its position in this
+    /// pass; those of a NodeWright that left are dropped.
+    pub(super) fn take_nodes(&mut self, names: &[&str]) -> CarriedNodes<'_> {
+        let mut entries = std::mem::take(&mut self.nodes);
+        if !self
+            .slot_names
+            .iter()
+            .map(|n| &**n)
+            .eq(names.iter().copied())
+        {
+            let to: Vec<Option<u32>> = self
+                .slot_names
+                .iter()
+                .map(|old| names.iter().position(|n| *n == &**old).map(|p| p as u32))
+                .collect();
+            for entry in entries.iter_mut().flatten() {
+                entry.slots.retain_mut(|(k, _)| {
+                    let new = to.get(*k as usize).copied().flatten();
+                    *k = new.unwrap_or(u32::MAX);
+                    new.is_some()
+                });
+                entry.slots.sort_by_key(|(k, _)| *k);
+                entry.slots.dedup_by_key(|(k, _)| *k);
+            }
+        }
+        CarriedNodes {
+            entries,
+            index: &self.node_index,
+            moved: false,
+        }
+    }
+
+    /// Keeps a pass's node entries, in its snapshot order, for the next pass; `names` are its
+    /// NodeWrights by position. The name index is rebuilt only when some node `moved`
+    /// ([`CarriedNodes::moved`]): at steady state every node is where it was.
+    pub(super) fn keep_nodes(
+        &mut self,
+        entries: impl Iterator<Item = Option<NodeEntry>>,
+        names: &[&str],
+        moved: bool,
+    ) {
+        self.nodes.clear();
+        self.nodes.extend(entries);
+        if moved {
+            self.node_index = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter_map(|(at, e)| {
+                    Some((Box::from(e.as_ref()?.node.metadata.name.as_deref()?), at))
+                })
+                .collect();
+        }
+        if !self
+            .slot_names
+            .iter()
+            .map(|n| &**n)
+            .eq(names.iter().copied())
+        {
+            self.slot_names = names.iter().map(|n| Box::from(*n)).collect();
+        }
     }
 
     /// The completion inputs of a NodeWright: the last pass's `Arc` when they are equal (so
@@ -632,75 +768,23 @@ impl StateCache {
 
     /// Number of cached nodes.
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.nodes.iter().flatten().count()
     }
 
     /// Number of cached annotations.
     pub fn len(&self) -> usize {
-        self.nodes.values().map(|n| n.states.len()).sum()
+        let parses = |e: &NodeEntry| {
+            e.slots
+                .iter()
+                .filter(|(_, s)| s.original().is_some())
+                .count()
+        };
+        self.nodes.iter().flatten().map(parses).sum()
     }
 
     /// Whether nothing is cached.
     pub fn is_empty(&self) -> bool {
-        self.nodes.values().all(|n| n.states.is_empty())
-    }
-
-    /// Replaces the cache content with the annotations a pass read: `(node, NodeWright,
-    /// parse)`. Entries the pass did not read are dropped, so the cache never outgrows the
-    /// fleet; entries unchanged since the last pass are kept without allocating.
-    pub fn retain_pass<'s>(
-        &mut self,
-        read: impl IntoIterator<Item = (&'s str, &'s str, &'s Arc<ParsedState>)>,
-    ) {
-        self.retain_nodes(
-            read.into_iter()
-                .map(|(node, nw, parsed)| (node, None, [(nw, parsed)])),
-        );
-    }
-
-    /// Replaces the cache content with the nodes of a pass: each node's name, its memo, and
-    /// the parses read from it. Like [`StateCache::retain_pass`], and each memo is kept with
-    /// the parses read from the same node object, which [`CachedStates::get_unchanged`]
-    /// relies on.
-    pub fn retain_nodes<'s, S>(
-        &mut self,
-        nodes: impl IntoIterator<Item = (&'s str, Option<&'s Arc<NodeMemo>>, S)>,
-    ) where
-        S: IntoIterator<Item = (&'s str, &'s Arc<ParsedState>)>,
-    {
-        self.pass += 1;
-        let pass = self.pass;
-        for (node, memo, read) in nodes {
-            let entry = match self.nodes.get_mut(node) {
-                Some(entry) => entry,
-                None => self.nodes.entry(node.to_string()).or_default(),
-            };
-            if entry.seen == pass {
-                // Two nodes of one name (only a hand-built snapshot has them): the entry's
-                // parses may come from either, so no memo may vouch for them.
-                entry.memo = None;
-            } else {
-                entry.seen = pass;
-                entry.memo = memo.cloned();
-            }
-            for (nodewright, parsed) in read {
-                match entry.states.iter_mut().find(|(nw, _, _)| nw == nodewright) {
-                    Some(slot) => {
-                        if !Arc::ptr_eq(&slot.1, parsed) {
-                            slot.1 = Arc::clone(parsed);
-                        }
-                        slot.2 = pass;
-                    }
-                    None => entry
-                        .states
-                        .push((nodewright.to_string(), Arc::clone(parsed), pass)),
-                }
-            }
-        }
-        self.nodes.retain(|_, n| {
-            n.states.retain(|(_, _, seen)| *seen == pass);
-            n.seen == pass && (!n.states.is_empty() || n.memo.is_some())
-        });
+        self.len() == 0
     }
 }
 
@@ -988,10 +1072,17 @@ mod tests {
 
     #[test]
     fn a_hit_needs_the_same_value_and_the_cache_keeps_only_the_last_pass() {
-        let a = parsed(r#"{}"#);
-        let b = parsed("not json");
+        use crate::engine::testkit::{node, nw, settings, world};
+        use nodewright_schema::keys;
+        let key = keys::node_state("nw");
+        let mut snap = world()
+            .node(node("n1").annotation(&key, "{}"))
+            .node(node("n2").annotation(&key, "not json"))
+            .nw(nw("nw").package("p", "1.0.0"))
+            .build();
+        let settings = settings();
         let mut cache = StateCache::new();
-        cache.retain_pass([("n1", "nw", &a), ("n2", "nw", &b)]);
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
         assert!(cache.get("n1", "nw", "{}").is_some());
         assert!(cache.get("n1", "nw", "{ }").is_none());
         assert!(cache.get("n1", "other", "{}").is_none());
@@ -1001,10 +1092,18 @@ mod tests {
                 .is_some_and(|p| p.parsed().is_err())
         );
         assert_eq!(cache.len(), 2);
-        cache.retain_pass([("n2", "nw", &b)]);
+        // n1 leaves the fleet: its parse goes.
+        snap.nodes.remove(0);
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
         assert!(cache.get("n1", "nw", "{}").is_none());
         assert_eq!(cache.len(), 1);
-        cache.retain_pass(std::iter::empty());
+        // The NodeWright leaves (another takes its place): its parses go.
+        snap.nodewrights = world()
+            .nw(nw("other").package("p", "1.0.0"))
+            .build()
+            .nodewrights;
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        assert!(cache.get("n2", "nw", "not json").is_none());
         assert!(cache.is_empty());
     }
 
@@ -1028,7 +1127,6 @@ mod tests {
 
     #[test]
     fn a_node_memo_answers_only_for_the_very_node_object_it_was_made_for() {
-        use k8s_openapi::api::core::v1::Node;
         let node = Arc::new(crate::engine::testkit::node("n1").build());
         let memo = Arc::new(NodeMemo::new(&node));
         let ids = StateCache::new();
@@ -1040,15 +1138,25 @@ mod tests {
         memo.remember_selected(nw, 2, false);
         assert_eq!(memo.selected(nw, 2), Some(false));
         assert_eq!(memo.selected(nw, 1), None, "replaced");
+    }
 
-        let state = parsed("{}");
+    #[test]
+    fn a_cache_entry_answers_only_for_the_very_node_object_it_was_made_for() {
+        use crate::engine::testkit::{node, nw, settings, world};
+        use nodewright_schema::{Stage, State};
+        let mut snap = world()
+            .node(node("n1").state("nw", &[("p", "1.0.0", Stage::Config, State::Complete)]))
+            .nw(nw("nw").package("p", "1.0.0"))
+            .build();
+        let settings = settings();
         let mut cache = StateCache::new();
-        cache.retain_nodes([("n1", Some(&memo), [("nw", &state)])]);
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        let node = Arc::clone(&snap.nodes[0]);
         let entry = cache.node("n1").expect("cached");
         assert!(entry.memo_for(&node).is_some());
         assert!(entry.get_unchanged("nw").is_some());
         // An equal copy, or the node changed through `make_mut` while the cache holds it, is
-        // another object: the memo does not answer for it.
+        // another object: the entry does not answer for it.
         let copy: Arc<Node> = Arc::new((*node).clone());
         assert!(entry.memo_for(&copy).is_none());
         let mut written = Arc::clone(&node);
@@ -1059,17 +1167,24 @@ mod tests {
             .insert("k".into(), "v".into());
         assert!(entry.memo_for(&written).is_none());
 
-        // Two nodes of one name: neither memo may vouch for the entry's parses.
-        let twin = Arc::new(NodeMemo::new(&copy));
-        cache.retain_nodes([
-            ("n1", Some(&memo), [("nw", &state)]),
-            ("n1", Some(&twin), [("nw", &state)]),
-        ]);
-        let entry = cache.node("n1").expect("cached");
-        assert!(entry.memo_for(&node).is_none() && entry.memo_for(&copy).is_none());
-        // A pass that does not name the node drops its memo.
-        cache.retain_pass([("n1", "nw", &state)]);
-        assert!(cache.node("n1").and_then(|e| e.memo_for(&node)).is_none());
+        // Two nodes of one name (only a hand-built snapshot has them): each object keeps its
+        // own entry, and a warm pass decides as a cold one.
+        snap.nodes.push(Arc::new(
+            crate::engine::testkit::node("n1")
+                .state("nw", &[("p", "1.0.0", Stage::Apply, State::InProgress)])
+                .build(),
+        ));
+        for _ in 0..3 {
+            assert_eq!(
+                reconcile_cached(&snap, &settings, &mut cache),
+                reconcile(&snap, &settings)
+            );
+        }
+        snap.nodes.swap(0, 1);
+        assert_eq!(
+            reconcile_cached(&snap, &settings, &mut cache),
+            reconcile(&snap, &settings)
+        );
     }
 
     #[test]
@@ -1121,6 +1236,18 @@ mod tests {
         );
     }
 
+    /// The `nodeState_a` annotation of the node at `index`.
+    fn state_of(snap: &Snapshot, index: usize) -> String {
+        let key = nodewright_schema::keys::node_state("a");
+        snap.nodes[index]
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(&key))
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// A world at steady state under a cache: NodeWright `a` (with a uid and resourceVersion,
     /// as the API server gives it) over a complete node `n1` and a fresh node `n2`.
     fn carried_world() -> (Snapshot, Settings, StateCache) {
@@ -1168,13 +1295,17 @@ mod tests {
             cache.node("n1").and_then(|c| c.memo_for(&snap.nodes[0]))
         };
         let before = entry(&cache, &snap).expect("n1 is cached");
-        let (pass, parses) = (cache.pass, cache.len());
+        let parses = cache.len();
+        let parse = cache
+            .get("n1", "a", &state_of(&snap, 0))
+            .expect("n1's parse");
         let _ = reconcile_cached(&snap, &settings, &mut cache);
-        assert_eq!(
-            cache.pass, pass,
-            "a steady pass leaves the parse cache alone"
-        );
+        // A steady pass keeps the node's memo and parse as they are.
         assert!(entry(&cache, &snap).is_some_and(|m| Arc::ptr_eq(&m, &before)));
+        let kept = cache
+            .get("n1", "a", &state_of(&snap, 0))
+            .expect("n1's parse");
+        assert!(Arc::ptr_eq(&kept, &parse));
         assert_eq!((cache.node_count(), cache.len()), (2, parses));
         // n2 leaves: the cache follows, and keeps serving n1.
         snap.nodes.truncate(1);
@@ -1225,6 +1356,46 @@ mod tests {
         assert_eq!(
             reconcile_cached(&snap, &settings, &mut cache),
             reconcile(&snap, &settings)
+        );
+    }
+
+    #[test]
+    fn a_carried_no_departures_verdict_holds_only_for_the_same_status_version_and_nodes() {
+        let (snap, settings, mut cache) = carried_world();
+        // `nodeStatus` names a node the fleet does not have.
+        let with_ghost = |snap: &Snapshot, version: &str| {
+            let mut snap = snap.clone();
+            let nw = &mut snap.nodewrights[0];
+            nw.metadata.resource_version = Some(version.into());
+            let status = nw.status.get_or_insert_with(Default::default);
+            let map = status.node_status.get_or_insert_with(Default::default);
+            map.insert("gone".into(), nodewright_schema::Status::Complete);
+            snap
+        };
+        // Under the status version the last pass found clean (which the API server would have
+        // moved), the verdict is believed and the entry stays: the verdict is what it read.
+        let lie = with_ghost(&snap, "1");
+        assert_ne!(
+            reconcile_cached(&lie, &settings, &mut cache),
+            reconcile(&lie, &settings),
+            "the carried verdict was not consulted"
+        );
+        // Under a new resourceVersion, the entry is dropped as in a cold pass.
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        let moved = with_ghost(&snap, "2");
+        assert_eq!(
+            reconcile_cached(&moved, &settings, &mut cache),
+            reconcile(&moved, &settings)
+        );
+        // So it is over other node objects, under the same version.
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        let mut other_nodes = with_ghost(&snap, "1");
+        other_nodes.nodes[1] = Arc::new((*other_nodes.nodes[1]).clone());
+        assert_eq!(
+            reconcile_cached(&other_nodes, &settings, &mut cache),
+            reconcile(&other_nodes, &settings)
         );
     }
 
@@ -1460,20 +1631,22 @@ mod tests {
         let settings = settings();
         let mut cache = StateCache::new();
         warm_passes(&mut snap, &settings, &mut cache, 3);
-        let selected = |snap: &Snapshot, cache: &StateCache| {
-            let ctx = PassCtx::new_cached(snap, &settings, Some(cache));
-            ctx.nws[0]
+        let selected = |snap: &Snapshot, cache: &mut StateCache| {
+            let ctx = PassCtx::new_cached(snap, &settings, Some(&mut *cache));
+            let names = ctx.nws[0]
                 .selected
                 .iter()
                 .map(|&n| ctx.node(n).name().to_string())
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            let _ = ctx.into_actions(Vec::new(), Some(cache));
+            names
         };
-        assert_eq!(selected(&snap, &cache), ["n1"]);
+        assert_eq!(selected(&snap, &mut cache), ["n1"]);
         snap.nodewrights[0].spec.node_selectors = Some(LabelSelector {
             match_labels: Some([("pool".to_string(), "b".to_string())].into()),
             match_expressions: None,
         });
-        assert_eq!(selected(&snap, &cache), ["n2"]);
+        assert_eq!(selected(&snap, &mut cache), ["n2"]);
         let plan = reconcile_cached(&snap, &settings, &mut cache);
         assert_eq!(plan, reconcile(&snap, &settings));
     }

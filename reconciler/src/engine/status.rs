@@ -141,6 +141,13 @@ pub fn report_state(ctx: &mut PassCtx, nw: usize) -> bool {
 }
 
 fn prune_departed(ctx: &mut PassCtx, nw: usize) {
+    // Which entries name departed nodes depends only on the maps' names and on the selected
+    // nodes: with the maps as the last pass found them clean, over the same nodes, none do.
+    let pristine = ctx.nws[nw].maps_unchanged();
+    if pristine && ctx.nws[nw].carried_nothing_departed() {
+        ctx.nws[nw].set_nothing_departed(true);
+        return;
+    }
     let keep =
         |ctx: &PassCtx, name: &str| ctx.node_id(name).is_some_and(|id| ctx.nws[nw].selects(id));
     let gone_prio: Vec<String> = (ctx.nws[nw].node_priority())
@@ -149,9 +156,6 @@ fn prune_departed(ctx: &mut PassCtx, nw: usize) {
         .filter(|n| !keep(ctx, n))
         .cloned()
         .collect();
-    for n in gone_prio {
-        ctx.remove_from_priority(nw, &n);
-    }
     let view = &ctx.nws[nw];
     // The three maps mostly name the same nodes: each name is judged once.
     let names = union_sorted(
@@ -162,6 +166,10 @@ fn prune_departed(ctx: &mut PassCtx, nw: usize) {
         .filter(|n| !keep(ctx, n))
         .map(str::to_string)
         .collect();
+    ctx.nws[nw].set_nothing_departed(pristine && gone_prio.is_empty() && gone.is_empty());
+    for n in gone_prio {
+        ctx.remove_from_priority(nw, &n);
+    }
     if !gone.is_empty() {
         ctx.nws[nw].retain_nodes(|k| !gone.contains(k));
     }

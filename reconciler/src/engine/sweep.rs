@@ -131,7 +131,7 @@ fn validation_failure(
     if spec.is_none_or(|p| p.version != pkg.version) && !uninstall_exempt {
         return Some("no spec package matches the Job");
     }
-    let state = ctx.node(node).state(view.name).ok()?;
+    let state = ctx.node(node).state(view.state_key()).ok()?;
     let Some(entry) = state.get(&pkg.name, &pkg.version) else {
         return Some("the node has no entry for the package");
     };
@@ -166,7 +166,7 @@ fn rerun_due(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job, facts: &JobFa
     let (Some(pkg), Some(stage)) = (ctx.package_annotation(job), facts.stage) else {
         return false;
     };
-    let Ok(state) = ctx.node(node).state(view.name) else {
+    let Ok(state) = ctx.node(node).state(view.state_key()) else {
         return false;
     };
     let Some(entry) = state.get(&pkg.name, &pkg.version) else {
@@ -220,7 +220,7 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             );
             continue;
         };
-        if ctx.node(node).malformed(ctx.nws[nw].name) {
+        if ctx.node(node).malformed(ctx.nws[nw].state_key()) {
             continue;
         }
         if ctx.swept_before(nw, node, job) {
@@ -414,10 +414,12 @@ mod tests {
         let s = settings();
         let mut cache = StateCache::new();
         let mut warm = |snap: &crate::snapshot::Snapshot| {
-            let mut ctx = PassCtx::new_cached(snap, &s, Some(&cache));
+            let mut ctx = PassCtx::new_cached(snap, &s, Some(&mut cache));
             ctx.fill_cache(&mut cache);
             sweep(&mut ctx, 0);
-            deleted(&ctx)
+            let gone = deleted(&ctx);
+            let _ = ctx.into_actions(Vec::new(), Some(&mut cache));
+            gone
         };
         let original = package("tuning", "1.0.0");
         let mut edited = original.clone();
@@ -471,11 +473,12 @@ mod tests {
         let s = settings();
         let mut cache = StateCache::new();
         let warm = |snap: &crate::snapshot::Snapshot, cache: &mut StateCache| {
-            let mut ctx = PassCtx::new_cached(snap, &s, Some(cache));
+            let mut ctx = PassCtx::new_cached(snap, &s, Some(&mut *cache));
             ctx.fill_cache(cache);
             sweep(&mut ctx, 0);
             let gone = deleted(&ctx);
             ctx.carry_into(cache);
+            let _ = ctx.into_actions(Vec::new(), Some(cache));
             gone
         };
         assert!(warm(&snap, &mut cache).is_empty());
@@ -505,14 +508,14 @@ mod tests {
         forged_under(&mut cache, &snap, elsewhere);
         assert_eq!(warm(&snap, &mut cache), std::slice::from_ref(&name));
         forged(&mut cache, &snap);
-        let mut believing = PassCtx::new_cached(&snap, &s, Some(&cache));
+        let mut believing = PassCtx::new_cached(&snap, &s, Some(&mut cache));
         believing.fill_cache(&mut cache);
         sweep(&mut believing, 0);
         assert!(
             deleted(&believing).is_empty(),
             "the carried verdict was not read"
         );
-        drop(believing);
+        let _ = believing.into_actions(Vec::new(), Some(&mut cache));
         forged(&mut cache, &snap);
         snap.jobs[0] = stale("3");
         assert_eq!(warm(&snap, &mut cache), std::slice::from_ref(&name));

@@ -511,7 +511,7 @@ pub fn fake_work(
     nw: usize,
     node: usize,
 ) -> super::context::NodeWorkResult {
-    let name = ctx.nws[nw].name;
+    let name = ctx.nws[nw].state_key();
     let pkgs: Vec<(String, Package)> = ctx.nws[nw]
         .nw
         .spec
