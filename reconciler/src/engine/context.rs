@@ -1372,6 +1372,9 @@ pub struct PassCtx<'a> {
     pub runtime_taint: Taint,
     /// The distinct node selectors of the pass with their cache ids, for [`PassCtx::fill_cache`].
     selector_ids: Vec<(Option<&'a LabelSelector>, u64)>,
+    /// The node order and the selections by selector id, for [`PassCtx::fill_cache`].
+    order: Vec<usize>,
+    selections: Vec<(u64, Vec<usize>)>,
     /// Every node by id (index in `snap.nodes`).
     pub nodes: Vec<NodeWork<'a>>,
     /// Some node was not found where the cache's last pass had it (see
@@ -1447,14 +1450,6 @@ impl<'a> PassCtx<'a> {
                 .cmp(&b.spec.priority)
                 .then_with(|| a.name().cmp(b.name()))
         });
-        // Node order used by every NodeWright: creationTimestamp, then name.
-        let mut order: Vec<usize> = (0..nodes.len()).collect();
-        order.sort_by(|&a, &b| {
-            nodes[a]
-                .created
-                .cmp(&nodes[b].created)
-                .then_with(|| nodes[a].name.cmp(nodes[b].name))
-        });
         let names: Vec<&'a str> = nw_refs.iter().map(|nw| nw.name()).collect();
         // Each node starts from what the last pass left for it. For the very same node object
         // that is its memo and its slots with every parse in place, moved rather than looked
@@ -1462,9 +1457,14 @@ impl<'a> PassCtx<'a> {
         // parses of values that did not change.
         let mut earlier: Vec<(usize, StateSlots)> = Vec::new();
         let mut nodes_moved = true;
+        // Every node is the very object the last pass had at its position.
+        let mut same_objects = false;
+        // Every node has the name and creationTimestamp the last pass had at its position.
+        let mut same_order = false;
         let cache: Option<&StateCache> = match cache {
             Some(c) => {
                 let mut carried = c.take_nodes(&names);
+                let (mut objects, mut created) = (true, true);
                 for (i, (work, node)) in nodes.iter_mut().zip(&snap.nodes).enumerate() {
                     match carried.take(i, node) {
                         Some(entry) if Arc::ptr_eq(&entry.node, node) => {
@@ -1473,6 +1473,11 @@ impl<'a> PassCtx<'a> {
                             work.held = Some(entry.node);
                         }
                         found => {
+                            objects = false;
+                            created &= found.as_ref().is_some_and(|e| {
+                                e.node.metadata.creation_timestamp
+                                    == node.metadata.creation_timestamp
+                            });
                             work.memo = Some(Arc::new(NodeMemo::new(node)));
                             if let Some(entry) = found.filter(|e| !e.slots.is_empty()) {
                                 earlier.push((i, entry.slots));
@@ -1481,9 +1486,26 @@ impl<'a> PassCtx<'a> {
                     }
                 }
                 nodes_moved = carried.moved(snap.nodes.len());
+                same_objects = objects && !nodes_moved;
+                same_order = created && !nodes_moved;
                 Some(&*c)
             }
             None => None,
+        };
+        // Node order used by every NodeWright: creationTimestamp, then name. The last pass's
+        // order holds while every position has the same name and creationTimestamp.
+        let order: Vec<usize> = match cache.map(StateCache::node_order) {
+            Some(kept) if same_order && kept.len() == nodes.len() => kept.to_vec(),
+            _ => {
+                let mut order: Vec<usize> = (0..nodes.len()).collect();
+                order.sort_by(|&a, &b| {
+                    nodes[a]
+                        .created
+                        .cmp(&nodes[b].created)
+                        .then_with(|| nodes[a].name.cmp(nodes[b].name))
+                });
+                order
+            }
         };
         let mut nws = Vec::with_capacity(nw_refs.len());
         // NodeWrights often target the same pool: each distinct selector is matched once.
@@ -1506,16 +1528,23 @@ impl<'a> PassCtx<'a> {
                         Some(Ok(sel)) => sel.matches(&n.labels),
                         Some(Err(_)) => false,
                     };
-                    let selected: Vec<usize> = order
-                        .iter()
-                        .copied()
-                        .filter(|&i| {
-                            let n = &nodes[i];
-                            let memo = id.and(n.memo());
-                            let input = id.unwrap_or_default();
-                            NodeMemo::recall_selected(memo, memo_id, input, || matches(n))
-                        })
-                        .collect();
+                    // Over the very node objects of the last pass, its selection holds.
+                    let kept = id
+                        .filter(|_| same_objects)
+                        .and_then(|id| cache?.selected_by(id));
+                    let selected: Vec<usize> = match kept {
+                        Some(kept) => kept.to_vec(),
+                        None => order
+                            .iter()
+                            .copied()
+                            .filter(|&i| {
+                                let n = &nodes[i];
+                                let memo = id.and(n.memo());
+                                let input = id.unwrap_or_default();
+                                NodeMemo::recall_selected(memo, memo_id, input, || matches(n))
+                            })
+                            .collect(),
+                    };
                     selections.push(Selection {
                         selector: wanted,
                         id,
@@ -1617,10 +1646,16 @@ impl<'a> PassCtx<'a> {
             .iter()
             .filter_map(|s| Some((s.selector, s.id?)))
             .collect();
+        let selections = selections
+            .into_iter()
+            .filter_map(|s| Some((s.id?, s.nodes)))
+            .collect();
         PassCtx {
             snap,
             settings,
             selector_ids,
+            order,
+            selections,
             now: snap.now,
             runtime_taint,
             nodes,
@@ -1648,7 +1683,11 @@ impl<'a> PassCtx<'a> {
 
     /// Hands what this pass resolved of its NodeWrights, selectors and Jobs to `cache`, for
     /// the next pass (the nodes go back at the end, [`PassCtx::into_actions`]).
-    pub fn fill_cache(&self, cache: &mut StateCache) {
+    pub fn fill_cache(&mut self, cache: &mut StateCache) {
+        cache.keep_order(
+            std::mem::take(&mut self.order),
+            std::mem::take(&mut self.selections),
+        );
         cache.retain_completion_inputs(self.nws.iter().map(|v| (v.name, &v.completion_inputs)));
         cache.retain_selectors(self.selector_ids.iter().copied());
         cache.job_matches().begin_pass();

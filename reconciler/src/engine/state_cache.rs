@@ -363,6 +363,11 @@ pub struct StateCache {
     node_index: FxHashMap<Box<str>, usize>,
     /// The last pass's NodeWright names by position, which key the entries' slots.
     slot_names: Vec<Box<str>>,
+    /// The last pass's node order (§5.3: creationTimestamp, then name), by position.
+    node_order: Vec<usize>,
+    /// The last pass's selected nodes (in node order) per selector id, over the very node
+    /// objects `nodes` holds.
+    selections: Vec<(u64, Vec<usize>)>,
     /// The completion inputs of each NodeWright of the last pass.
     completion_inputs: Vec<(String, Arc<CompletionInputs>)>,
     /// What the last pass read from each Job version (by uid, with the resourceVersion it
@@ -522,6 +527,27 @@ impl StateCache {
             entry,
             names: &self.slot_names,
         })
+    }
+
+    /// The last pass's node order, by position in its snapshot.
+    pub(super) fn node_order(&self) -> &[usize] {
+        &self.node_order
+    }
+
+    /// The nodes the last pass selected with the selector of this id, by position in its
+    /// snapshot, in node order.
+    pub(super) fn selected_by(&self, selector: u64) -> Option<&[usize]> {
+        self.selections
+            .iter()
+            .find(|(id, _)| *id == selector)
+            .map(|(_, nodes)| nodes.as_slice())
+    }
+
+    /// Keeps a pass's node order and its selections per selector id, for a next pass over
+    /// the same node objects.
+    pub(super) fn keep_order(&mut self, order: Vec<usize>, selections: Vec<(u64, Vec<usize>)>) {
+        self.node_order = order;
+        self.selections = selections;
     }
 
     /// Moves the last pass's node entries out for a pass over NodeWrights `names` (by
@@ -1396,6 +1422,58 @@ mod tests {
         assert_eq!(
             reconcile_cached(&other_nodes, &settings, &mut cache),
             reconcile(&other_nodes, &settings)
+        );
+    }
+
+    #[test]
+    fn the_node_order_and_selections_hold_only_over_the_same_node_objects() {
+        use crate::engine::context::PassCtx;
+        use crate::engine::testkit::{node, nw, settings, world};
+        let mut snap = world()
+            .node(node("n1").label("pool", "a"))
+            .node(node("n2").label("pool", "a"))
+            .node(node("n3").label("pool", "b"))
+            .nw(nw("w").selects("pool", "a").package("p", "1.0.0"))
+            .build();
+        let settings = settings();
+        let mut cache = StateCache::new();
+        warm_passes(&mut snap, &settings, &mut cache, 3);
+        let selected = |snap: &Snapshot, cache: &mut StateCache| {
+            let mut ctx = PassCtx::new_cached(snap, &settings, Some(&mut *cache));
+            ctx.fill_cache(cache);
+            let names = ctx.nws[0]
+                .selected
+                .iter()
+                .map(|&n| ctx.node(n).name().to_string())
+                .collect::<Vec<_>>();
+            let _ = ctx.into_actions(Vec::new(), Some(cache));
+            names
+        };
+        assert_eq!(selected(&snap, &mut cache), ["n1", "n2"]);
+        // A kept order and selection that lie are believed over the same node objects, so
+        // they are what the pass read.
+        cache.node_order = vec![1, 0, 2];
+        for (_, nodes) in &mut cache.selections {
+            *nodes = vec![1];
+        }
+        assert_eq!(selected(&snap, &mut cache), ["n2"]);
+        // Another object for n3 (its labels moved it into the pool): matched afresh, in
+        // the order its name and creationTimestamp give (the lying order still stands, as
+        // nothing it depends on changed).
+        cache.node_order = vec![1, 0, 2];
+        let n3 = Arc::make_mut(&mut snap.nodes[2]);
+        n3.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("pool".into(), "a".into());
+        assert_eq!(selected(&snap, &mut cache), ["n2", "n1", "n3"]);
+        // A node that joins reorders from scratch.
+        snap.nodes
+            .insert(0, Arc::new(node("n0").label("pool", "a").build()));
+        assert_eq!(selected(&snap, &mut cache), ["n0", "n1", "n2", "n3"]);
+        assert_eq!(
+            reconcile_cached(&snap, &settings, &mut cache),
+            reconcile(&snap, &settings)
         );
     }
 
