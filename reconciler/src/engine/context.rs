@@ -220,6 +220,22 @@ impl<'a> NodeWork<'a> {
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.get(key).map(String::as_str)
     }
+    /// Whether the working annotations carry `key`. `seen` remembers the answer for the
+    /// snapshot's node object (a pass may start it from the last pass's, for the same object):
+    /// it is used and set only while this pass has not written the annotations.
+    pub fn has_annotation_remembered(&self, key: &str, seen: &Cell<Option<bool>>) -> bool {
+        if self.annotations_written() {
+            return self.annotation(key).is_some();
+        }
+        match seen.get() {
+            Some(known) => known,
+            None => {
+                let present = self.annotation(key).is_some();
+                seen.set(Some(present));
+                present
+            }
+        }
+    }
     /// Whether this pass wrote the annotations (they may no longer read as the snapshot's).
     pub fn annotations_written(&self) -> bool {
         matches!(self.annotations, Cow::Owned(_))
@@ -676,6 +692,9 @@ pub struct NwView<'a> {
     /// `selected`; read through the working annotations, so it holds only while the pass has
     /// not written them.
     pub version_stamped: Vec<Cell<Option<bool>>>,
+    /// Whether the snapshot's node object carries `drain_blocked_<nw>` (§7.6), parallel to
+    /// `selected`; like `version_stamped`.
+    pub drain_blocked: Vec<Cell<Option<bool>>>,
     /// `status.nodeBootIds` of the snapshot's status version holds the node object's boot id
     /// (§10.6), parallel to `selected`; holds while the pass leaves that entry untouched.
     pub boot_recorded: Vec<bool>,
@@ -879,6 +898,7 @@ impl<'a> NwView<'a> {
             };
             self.conditions_current[p].set(c.conditions);
             self.version_stamped[p].set(c.stamped);
+            self.drain_blocked[p].set(c.drain_blocked);
             if let Some(status) = c.status {
                 self.status_memo[p].set((0, status));
             }
@@ -961,6 +981,7 @@ impl<'a> NwView<'a> {
                 published,
                 conditions: self.conditions_current[p].get(),
                 stamped: self.version_stamped[p].get(),
+                drain_blocked: self.drain_blocked[p].get(),
                 boot_recorded: self.boot_recorded[p] && self.node_boot_ids.untouched(n.name),
             };
             // Refilled in place: at steady state the same node sits at the same position,
@@ -1611,6 +1632,7 @@ impl<'a> PassCtx<'a> {
                 published_seed: vec![None; selected.len()],
                 conditions_current: vec![Cell::new(None); selected.len()],
                 version_stamped: vec![Cell::new(None); selected.len()],
+                drain_blocked: vec![Cell::new(None); selected.len()],
                 boot_recorded: vec![false; selected.len()],
                 carried_ready: None,
                 ready_message: None,

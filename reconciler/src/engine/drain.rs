@@ -439,8 +439,11 @@ pub fn drain_blocked_condition(ctx: &PassCtx<'_>, nw: usize) -> Option<(String, 
     let mut blocked_nodes = Vec::new();
     let mut reasons = std::collections::BTreeSet::new();
     let mut details = Vec::new();
-    for &id in &view.selected {
+    for (p, &id) in view.selected.iter().enumerate() {
         let n = ctx.node(id);
+        if !n.has_annotation_remembered(&key, &view.drain_blocked[p]) {
+            continue;
+        }
         let blockers = read_blockers(n.annotation(&key));
         if blockers.is_empty() {
             continue;

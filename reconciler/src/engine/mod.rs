@@ -41,8 +41,6 @@ mod sim_tests;
 #[cfg(test)]
 pub mod testkit;
 
-use std::cell::Cell;
-
 use nodewright_schema::{Status, keys};
 
 use crate::plan::{Plan, Requeue};
@@ -318,25 +316,9 @@ fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
     for (p, &n) in view.selected.iter().enumerate() {
         let node = &mut ctx.nodes[n];
         if node.state_present(view.state_key())
-            && !version_stamped(node, &view.version_stamped[p], &key)
+            && !node.has_annotation_remembered(&key, &view.version_stamped[p])
         {
             node.set_annotation(key.clone(), version.clone());
-        }
-    }
-}
-
-/// Whether the node's working annotations carry `key` (its `version_<nw>`); carried across
-/// passes for an unchanged node whose annotations this pass has not written.
-fn version_stamped(node: &context::NodeWork<'_>, seen: &Cell<Option<bool>>, key: &str) -> bool {
-    if node.annotations_written() {
-        return node.annotation(key).is_some();
-    }
-    match seen.get() {
-        Some(known) => known,
-        None => {
-            let stamped = node.annotation(key).is_some();
-            seen.set(Some(stamped));
-            stamped
         }
     }
 }

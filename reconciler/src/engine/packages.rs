@@ -223,7 +223,7 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
     let mut held_nodes: Vec<String> = Vec::new();
     let mut stale_blockers: Vec<usize> = Vec::new();
     let blocked_key = keys::drain_blocked(&name);
-    for &id in &selected {
+    for (p, &id) in selected.iter().enumerate() {
         let Some(digest) = complete::node_digest(ctx, nw, id) else {
             continue;
         };
@@ -240,7 +240,7 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
             if !super::drain::protected_pods(nw_obj, ctx.index.pods_on(node_name)).is_empty() {
                 held_nodes.push(node_name.to_string());
             }
-        } else if n.annotation(&blocked_key).is_some() {
+        } else if n.has_annotation_remembered(&blocked_key, &ctx.nws[nw].drain_blocked[p]) {
             stale_blockers.push(id);
         }
     }

@@ -456,6 +456,8 @@ pub struct CarriedFacts {
     pub conditions: Option<(u8, u8)>,
     /// Whether the node object carries `version_<nw>`.
     pub stamped: Option<bool>,
+    /// Whether the node object carries `drain_blocked_<nw>`.
+    pub drain_blocked: Option<bool>,
     /// Under the carry's status version, `status.nodeBootIds` holds the node's boot id.
     pub boot_recorded: bool,
 }
@@ -1475,6 +1477,32 @@ mod tests {
             reconcile_cached(&snap, &settings, &mut cache),
             reconcile(&snap, &settings)
         );
+    }
+
+    #[test]
+    fn a_carried_drain_blocked_fact_holds_only_for_the_same_node_object() {
+        let (mut snap, settings, mut cache) = carried_world();
+        // n1 is complete yet still carries a drain blocker record: a stale one, to drop.
+        let key = nodewright_schema::keys::drain_blocked("a");
+        Arc::make_mut(&mut snap.nodes[0])
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(key, "[]".into());
+        let cold = reconcile(&snap, &settings);
+        assert_eq!(reconcile_cached(&snap, &settings, &mut cache), cold);
+        // A carry that says the object has none is believed for the same object.
+        carried(&mut cache, &snap, 0).drain_blocked = Some(false);
+        assert_ne!(
+            reconcile_cached(&snap, &settings, &mut cache),
+            cold,
+            "the carried fact was not consulted"
+        );
+        // Not for another object of n1.
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        carried(&mut cache, &snap, 0).drain_blocked = Some(false);
+        snap.nodes[0] = Arc::new((*snap.nodes[0]).clone());
+        assert_eq!(reconcile_cached(&snap, &settings, &mut cache), cold);
     }
 
     #[test]
