@@ -30,7 +30,7 @@ pub struct Snapshot {
     pub jobs: Vec<Job>,
     /// Pods the lifecycle looks at: package pods in the operator namespace, and workload pods
     /// bound to nodes (for drain classification and the non-interrupt barrier).
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<Pod>>,
     /// ConfigMaps in the operator namespace owned by NodeWrights.
     pub config_maps: Vec<ConfigMap>,
     /// In-memory state carried between passes (lost on restart, by design).

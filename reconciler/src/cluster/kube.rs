@@ -608,16 +608,15 @@ impl Cluster for KubeCluster {
             .map(|n| n.name_any())
             .collect();
         let node_stores = self.node_pod_stores(&under_drain).await?;
-        let mut pods: BTreeMap<(String, String), Pod> = BTreeMap::new();
+        // The stores' own `Arc`s: an unchanged pod is the same allocation pass after pass,
+        // which the engine's cache recognises.
+        let mut pods: BTreeMap<(String, String), Arc<Pod>> = BTreeMap::new();
         for store in node_stores
             .iter()
             .chain(std::iter::once(&self.package_pods))
         {
             for pod in store.state() {
-                pods.insert(
-                    (pod.namespace().unwrap_or_default(), pod.name_any()),
-                    (*pod).clone(),
-                );
+                pods.insert((pod.namespace().unwrap_or_default(), pod.name_any()), pod);
             }
         }
         let mut config_maps: BTreeMap<String, ConfigMap> = BTreeMap::new();

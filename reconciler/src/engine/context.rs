@@ -35,9 +35,9 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CarriedFacts, CarriedNode, JobMatchMemo, JobVersion, NodeEntry, NodeMemo, NodeWrightId,
-    ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, SweptJob, SweptJobs,
-    VersionId,
+    CarriedFacts, CarriedNode, CarriedPod, JobMatchMemo, JobVersion, NodeEntry, NodeMemo,
+    NodeWrightId, ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, SweptJob,
+    SweptJobs, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -1128,7 +1128,7 @@ impl<'a> NwView<'a> {
 #[derive(Debug)]
 pub struct SnapIndex<'a> {
     jobs: &'a [Job],
-    pods: &'a [Pod],
+    pods: &'a [Arc<Pod>],
     /// Jobs by name.
     job_by_name: OnceCell<FxHashMap<&'a str, &'a Job>>,
     /// Jobs by UID.
@@ -1401,6 +1401,9 @@ pub struct PassCtx<'a> {
     /// Some node was not found where the cache's last pass had it (see
     /// [`StateCache::keep_nodes`]).
     nodes_moved: bool,
+    /// The pods of the last pass with their evidence verdicts, refilled by this pass for the
+    /// next; `None` without a cache.
+    pods: Option<Vec<CarriedPod>>,
     node_ids: FxHashMap<&'a str, usize>,
     /// Nodes whose Job `node` label differs from their name (names over 63 characters), by
     /// label; the first node id wins.
@@ -1482,8 +1485,10 @@ impl<'a> PassCtx<'a> {
         let mut same_objects = false;
         // Every node has the name and creationTimestamp the last pass had at its position.
         let mut same_order = false;
+        let mut pods = None;
         let cache: Option<&StateCache> = match cache {
             Some(c) => {
+                pods = Some(c.take_pods(&settings.namespace));
                 let mut carried = c.take_nodes(&names);
                 let (mut objects, mut created) = (true, true);
                 for (i, (work, node)) in nodes.iter_mut().zip(&snap.nodes).enumerate() {
@@ -1682,6 +1687,7 @@ impl<'a> PassCtx<'a> {
             runtime_taint,
             nodes,
             nodes_moved,
+            pods,
             node_ids,
             long_labels,
             label_collision,
@@ -1842,6 +1848,37 @@ impl<'a> PassCtx<'a> {
         let offset = (job as *const Job as usize).checked_sub(jobs.as_ptr() as usize)?;
         let i = offset / std::mem::size_of::<Job>();
         (i < jobs.len() && std::ptr::eq(&jobs[i], job)).then_some(i)
+    }
+
+    /// Whether the pod at position `at` of the snapshot is the very object the last pass
+    /// had there, and its evidence (§8.10) was quiet then.
+    pub fn pod_quiet_before(&self, at: usize) -> bool {
+        let (Some(pods), Some(pod)) = (&self.pods, self.snap.pods.get(at)) else {
+            return false;
+        };
+        pods.get(at)
+            .is_some_and(|c| c.quiet && Arc::ptr_eq(&c.pod, pod))
+    }
+
+    /// Records whether the evidence of the pod at position `at` was quiet, for the next pass
+    /// (without a cache, nothing is recorded). Called for every pod, in snapshot order.
+    pub fn record_pod(&mut self, at: usize, quiet: bool) {
+        let (Some(pods), Some(pod)) = (&mut self.pods, self.snap.pods.get(at)) else {
+            return;
+        };
+        match pods.get_mut(at) {
+            Some(c) if Arc::ptr_eq(&c.pod, pod) => c.quiet = quiet,
+            Some(c) => {
+                *c = CarriedPod {
+                    pod: Arc::clone(pod),
+                    quiet,
+                }
+            }
+            None => pods.push(CarriedPod {
+                pod: Arc::clone(pod),
+                quiet,
+            }),
+        }
     }
 
     /// Node id by name.
@@ -2058,8 +2095,10 @@ impl<'a> PassCtx<'a> {
     ) -> (Vec<Action>, bool, Option<Duration>, Vec<String>) {
         let PassCtx {
             snap,
+            settings,
             nodes,
             nodes_moved,
+            pods,
             nws,
             mut actions,
             events,
@@ -2083,6 +2122,10 @@ impl<'a> PassCtx<'a> {
                 .zip(&snap.nodes)
                 .map(|(n, node)| n.into_entry(node));
             cache.keep_nodes(entries, &names, nodes_moved);
+            if let Some(mut pods) = pods {
+                pods.truncate(snap.pods.len());
+                cache.keep_pods(pods, &settings.namespace);
+            }
         }
         wrote |= !node_conditions.is_empty();
         actions.extend(node_conditions);

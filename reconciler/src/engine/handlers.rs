@@ -681,41 +681,59 @@ fn interrupt_budget(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     }
 }
 
+/// The first filters of §8.10, which read the pod alone: `None` when its evidence is quiet
+/// (another namespace, no labels, being deleted, not failing, or disrupted), else its labels
+/// and, for an interrupt pod, its restart count.
+fn quiet_evidence<'p>(
+    pod: &'p Pod,
+    namespace: &str,
+) -> Option<(&'p BTreeMap<String, String>, Option<i32>)> {
+    if pod.metadata.namespace.as_deref() != Some(namespace) {
+        return None;
+    }
+    let labels = pod.metadata.labels.as_ref()?;
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    // Whether the pod is failing is checked before its other labels are read: nearly every
+    // pod of a pass is not, and every check here only filters.
+    let interrupt = labels.get(keys::JOB_LABEL_INTERRUPT).map(String::as_str) == Some("True");
+    let (failing, restarts) = if interrupt {
+        match interrupt_status(pod) {
+            Some(c) if crash_looping(c) => (true, Some(c.restart_count)),
+            _ => (false, None),
+        }
+    } else {
+        let deadline = pod_reason(pod) == Some("DeadlineExceeded");
+        let step_failed = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .is_some_and(|cs| cs.iter().any(real_failure));
+        (deadline || step_failed, None)
+    };
+    if !failing || pod_condition_true(pod, "DisruptionTarget") {
+        return None;
+    }
+    Some((labels, restarts))
+}
+
 /// §8.10: in-flight `erroring` evidence from stage pods; never creates or regresses an entry
 /// and never sets the node Status.
 fn pod_evidence(ctx: &mut PassCtx<'_>) {
     let namespace = ctx.settings.namespace.clone();
     let snap = ctx.snap;
-    for pod in &snap.pods {
-        if pod.metadata.namespace.as_deref() != Some(namespace.as_str()) {
+    for (at, pod) in snap.pods.iter().enumerate() {
+        // Whether a pod's evidence is quiet is a fact of the pod object (and the namespace):
+        // the very object found quiet by the last pass is not read again.
+        if ctx.pod_quiet_before(at) {
             continue;
         }
-        let Some(labels) = pod.metadata.labels.as_ref() else {
+        let quiet = quiet_evidence(pod, &namespace);
+        ctx.record_pod(at, quiet.is_none());
+        let Some((labels, restarts)) = quiet else {
             continue;
         };
-        if pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        // Whether the pod is failing is checked before its other labels are read: nearly
-        // every pod of a pass is not, and every check here only filters.
-        let interrupt = labels.get(keys::JOB_LABEL_INTERRUPT).map(String::as_str) == Some("True");
-        let (failing, restarts) = if interrupt {
-            match interrupt_status(pod) {
-                Some(c) if crash_looping(c) => (true, Some(c.restart_count)),
-                _ => (false, None),
-            }
-        } else {
-            let deadline = pod_reason(pod) == Some("DeadlineExceeded");
-            let step_failed = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.init_container_statuses.as_ref())
-                .is_some_and(|cs| cs.iter().any(real_failure));
-            (deadline || step_failed, None)
-        };
-        if !failing || pod_condition_true(pod, "DisruptionTarget") {
-            continue;
-        }
         let (Some(nw_name), Some(_), Some(stage)) = (
             labels.get(keys::JOB_LABEL_NAME),
             labels.get(keys::JOB_LABEL_PACKAGE),
@@ -1195,6 +1213,42 @@ mod tests {
                 Some((Stage::Apply, State::InProgress, 0))
             );
         }
+    }
+
+    #[test]
+    fn a_pod_found_quiet_is_not_read_again_until_its_object_changes() {
+        use crate::engine::StateCache;
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let job = running_job(&obj);
+        let mut snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job.clone())
+            .pod(child(&job, "a1", 1, failed_pod(None, Some(1), false)))
+            .build();
+        let s = settings();
+        let mut cache = StateCache::new();
+        let pass = |snap: &crate::snapshot::Snapshot, cache: &mut StateCache| {
+            let mut ctx = PassCtx::new_cached(snap, &s, Some(&mut *cache));
+            run(&mut ctx);
+            let found = entry(&ctx, "tuning|1.0.0");
+            let _ = ctx.into_actions(Vec::new(), Some(cache));
+            found
+        };
+        let erroring = Some((Stage::Apply, State::Erroring, 3));
+        assert_eq!(pass(&snap, &mut cache), erroring);
+        // A verdict that calls the same failing pod object quiet is believed: it is what the
+        // pass read.
+        cache.quiet_every_pod();
+        let untouched = Some((Stage::Apply, State::InProgress, 0));
+        assert_eq!(pass(&snap, &mut cache), untouched);
+        // Another object of the pod is read again.
+        cache.quiet_every_pod();
+        snap.pods[0] = std::sync::Arc::new((*snap.pods[0]).clone());
+        assert_eq!(pass(&snap, &mut cache), erroring);
     }
 
     /// A running attempt whose containers are `(name, state)`: `ok` (exited 0), `crash`

@@ -384,7 +384,7 @@ impl World {
     }
     /// Adds a pod.
     pub fn pod(mut self, p: Pod) -> Self {
-        self.0.pods.push(p);
+        self.0.pods.push(Arc::new(p));
         self
     }
     /// Sets the pass time.

@@ -286,7 +286,7 @@ impl SimCluster {
             }),
             |j| &j.metadata,
         );
-        refresh(
+        refresh_shared(
             &mut snapshot.pods,
             self.pods.values().filter(|p| {
                 p.metadata.namespace.as_deref() == Some(ns)

@@ -205,6 +205,7 @@ pub fn log_pods<'a>(
     let mut pods: Vec<&Pod> = snapshot
         .pods
         .iter()
+        .map(|pod| &**pod)
         .filter(|pod| {
             let labels = pod.metadata.labels.as_ref();
             let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
