@@ -29,7 +29,9 @@ pub struct Snapshot {
     /// Jobs in the operator namespace carrying the NodeWright `name` label.
     pub jobs: Vec<Job>,
     /// Pods the lifecycle looks at: package pods in the operator namespace, and workload pods
-    /// bound to nodes (for drain classification and the non-interrupt barrier).
+    /// bound to nodes (for drain classification and the non-interrupt barrier). Shared like
+    /// `nodes`, for the same reason: an unchanged pod is the same allocation from snapshot to
+    /// snapshot, which the engine's cache recognises.
     pub pods: Vec<Arc<Pod>>,
     /// ConfigMaps in the operator namespace owned by NodeWrights.
     pub config_maps: Vec<ConfigMap>,
