@@ -87,13 +87,6 @@ pub struct StateKey<'n> {
     name: &'n str,
 }
 
-impl<'n> StateKey<'n> {
-    /// The NodeWright's name.
-    pub fn name(&self) -> &'n str {
-        self.name
-    }
-}
-
 impl StateSlot {
     fn new(original: Option<Arc<ParsedState>>) -> StateSlot {
         StateSlot {

@@ -898,14 +898,7 @@ mod tests {
     fn completion_is_recorded_once_and_never_creates_an_entry() {
         let obj = nw("nw").package("tuning", "1.0.0").build();
         let job = finished(&obj, "tuning", Stage::Apply, "Complete", "");
-        let snap = world()
-            .node(node("n1").state(
-                "nw",
-                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
-            ))
-            .nw(nw("nw").package("tuning", "1.0.0"))
-            .job(job.clone())
-            .build();
+        let snap = apply_world(&job).build();
         let s = settings();
         let mut ctx = PassCtx::new(&snap, &s);
         run(&mut ctx);
@@ -991,14 +984,7 @@ mod tests {
             "Failed",
             "BackoffLimitExceeded",
         );
-        let snap = world()
-            .node(node("n1").state(
-                "nw",
-                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
-            ))
-            .nw(nw("nw").package("tuning", "1.0.0"))
-            .job(job.clone())
-            .build();
+        let snap = apply_world(&job).build();
         let s = settings();
         let mut ctx = PassCtx::new(&snap, &s);
         run(&mut ctx);
@@ -1123,6 +1109,18 @@ mod tests {
         pod
     }
 
+    /// A world with `job`, a Job of `tuning`'s apply stage on `n1`, whose entry there is
+    /// still in progress.
+    fn apply_world(job: &Job) -> crate::engine::testkit::World {
+        world()
+            .node(node("n1").state(
+                "nw",
+                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job.clone())
+    }
+
     fn running_job(obj: &NodeWright) -> Job {
         let mut job = finished(obj, "tuning", Stage::Apply, "Complete", "");
         job.status = Some(JobStatus {
@@ -1136,13 +1134,7 @@ mod tests {
     fn archives_keep_the_first_and_the_latest_genuine_failure() {
         let obj = nw("nw").package("tuning", "1.0.0").build();
         let job = running_job(&obj);
-        let snap = world()
-            .node(node("n1").state(
-                "nw",
-                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
-            ))
-            .nw(nw("nw").package("tuning", "1.0.0"))
-            .job(job.clone())
+        let snap = apply_world(&job)
             .pod(child(&job, "a1", 1, failed_pod(None, Some(1), false)))
             .pod(child(&job, "a2", 2, failed_pod(None, Some(1), false)))
             .pod(child(&job, "evicted", 3, failed_pod(None, Some(1), true)))
@@ -1167,17 +1159,7 @@ mod tests {
     fn pod_evidence_writes_erroring_only_on_a_genuine_live_failure() {
         let obj = nw("nw").package("tuning", "1.0.0").build();
         let job = running_job(&obj);
-        let build = |pod: Pod| {
-            world()
-                .node(node("n1").state(
-                    "nw",
-                    &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
-                ))
-                .nw(nw("nw").package("tuning", "1.0.0"))
-                .job(job.clone())
-                .pod(pod)
-                .build()
-        };
+        let build = |pod: Pod| apply_world(&job).pod(pod).build();
         let s = settings();
         let snap = build(child(&job, "a1", 1, failed_pod(None, Some(1), false)));
         let mut ctx = PassCtx::new(&snap, &s);
@@ -1220,13 +1202,7 @@ mod tests {
         use crate::engine::StateCache;
         let obj = nw("nw").package("tuning", "1.0.0").build();
         let job = running_job(&obj);
-        let mut snap = world()
-            .node(node("n1").state(
-                "nw",
-                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
-            ))
-            .nw(nw("nw").package("tuning", "1.0.0"))
-            .job(job.clone())
+        let mut snap = apply_world(&job)
             .pod(child(&job, "a1", 1, failed_pod(None, Some(1), false)))
             .build();
         let s = settings();
@@ -1319,13 +1295,7 @@ mod tests {
     }
 
     fn last_logs_actions(job: &Job, pods: Vec<Pod>) -> Vec<Action> {
-        let mut world = world()
-            .node(node("n1").state(
-                "nw",
-                &[("tuning", "1.0.0", Stage::Apply, State::InProgress)],
-            ))
-            .nw(nw("nw").package("tuning", "1.0.0"))
-            .job(job.clone());
+        let mut world = apply_world(job);
         for (i, pod) in pods.into_iter().enumerate() {
             world = world.pod(child(job, &format!("a{i}"), i as i64 + 1, pod));
         }
