@@ -109,7 +109,7 @@ fn stand_in(snapshot: &Snapshot, _: &Settings) -> Plan {
     let jobs: HashMap<&str, &Job> = snapshot
         .jobs
         .iter()
-        .filter_map(|j| Some((j.metadata.name.as_deref()?, j)))
+        .filter_map(|j| Some((j.metadata.name.as_deref()?, &**j)))
         .collect();
     let budget = (snapshot.nodes.len() / 10).max(1);
     let phase = |n: &k8s_openapi::api::core::v1::Node| {

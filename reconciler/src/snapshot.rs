@@ -26,8 +26,10 @@ pub struct Snapshot {
     /// that nothing in it changed (`Arc::ptr_eq`; a writer must `Arc::make_mut`, which copies
     /// while the cache still holds the old one).
     pub nodes: Vec<Arc<Node>>,
-    /// Jobs in the operator namespace carrying the NodeWright `name` label.
-    pub jobs: Vec<Job>,
+    /// Jobs in the operator namespace carrying the NodeWright `name` label. Shared like
+    /// `nodes`: an unchanged Job is the same allocation from snapshot to snapshot, so what a
+    /// pass derives from it (its labels resolved, its package, its pods) carries over.
+    pub jobs: Vec<Arc<Job>>,
     /// Pods the lifecycle looks at: package pods in the operator namespace, and workload pods
     /// bound to nodes (for drain classification and the non-interrupt barrier). Shared like
     /// `nodes`, for the same reason: an unchanged pod is the same allocation from snapshot to

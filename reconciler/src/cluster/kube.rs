@@ -640,7 +640,7 @@ impl Cluster for KubeCluster {
                 .map(|o| (**o).clone())
                 .collect(),
             nodes,
-            jobs: self.jobs.state().iter().map(|o| (**o).clone()).collect(),
+            jobs: self.jobs.state(),
             pods: pods.into_values().collect(),
             config_maps: config_maps.into_values().collect(),
             memory: Default::default(),

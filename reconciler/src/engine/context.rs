@@ -32,12 +32,12 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::complete::{CompletionInputs, NodeDigest};
+use super::job_table::{self, JobTable};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CarriedFacts, CarriedNode, CarriedPod, JobMatchMemo, JobVersion, NodeEntry, NodeMemo,
-    NodeWrightId, ParsedPackage, ParsedState, SelectionCarry, StateCache, StatusVersion, SweptJob,
-    SweptJobs, VersionId,
+    CarriedFacts, CarriedNode, CarriedPod, JobMatchMemo, NodeEntry, NodeMemo, NodeWrightId,
+    ParsedState, SelectionCarry, StateCache, StatusVersion, SweptJob, SweptJobs, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -1120,7 +1120,7 @@ impl<'a> NwView<'a> {
 /// pods read are built on first use, so a pass that works no node does not build them.
 #[derive(Debug)]
 pub struct SnapIndex<'a> {
-    jobs: &'a [Job],
+    jobs: &'a [Arc<Job>],
     pods: &'a [Arc<Pod>],
     /// Jobs by name.
     job_by_name: OnceCell<FxHashMap<&'a str, &'a Job>>,
@@ -1132,71 +1132,23 @@ pub struct SnapIndex<'a> {
     jobs_of_nw: FxHashMap<&'a str, Vec<&'a Job>>,
     /// Jobs by `node` label (any NodeWright).
     jobs_on_node: OnceCell<FxHashMap<&'a str, Few<&'a Job>>>,
-    /// Pods by their Job's controller UID label.
-    pods_of_job: FxHashMap<&'a str, Few<&'a Pod>>,
     /// Pods by `spec.nodeName`.
     pods_on_node: OnceCell<FxHashMap<&'a str, Few<&'a Pod>>>,
     /// ConfigMaps by name.
     pub config_map_by_name: FxHashMap<&'a str, &'a ConfigMap>,
-    /// The parsed `package` annotation of each snapshot Job (parallel to `snap.jobs`), parsed
-    /// on first use: handlers and the sweep read it several times per Job and pass.
-    package_annotations: Vec<OnceCell<ParsedPackage>>,
-    /// The label, marker and condition facts of each snapshot Job (parallel to `snap.jobs`).
-    job_facts: Vec<JobFacts<'a>>,
-    /// With a cache: whether each snapshot Job's version was read anew (the cache did not
-    /// hold it), so [`PassCtx::fill_cache`] hands it over.
-    read_anew: Vec<bool>,
+    /// What the pass reads of each snapshot Job: facts, `package` annotation, pods.
+    pub jobs_read: JobTable<'a>,
 }
 
 impl<'a> SnapIndex<'a> {
-    /// With a cache, every Job's facts and `package` annotation are resolved now (from the
-    /// cache when the last pass read the same Job version), so the pass can hand what it read
-    /// anew back to it.
-    fn build(snap: &'a Snapshot, cache: Option<&StateCache>) -> SnapIndex<'a> {
-        let n = snap.jobs.len();
-        let mut package_annotations = Vec::with_capacity(n);
-        let mut job_facts = Vec::with_capacity(n);
-        let mut read_anew = Vec::with_capacity(if cache.is_some() { n } else { 0 });
-        for job in &snap.jobs {
-            let Some(cache) = cache else {
-                package_annotations.push(OnceCell::new());
-                job_facts.push(JobFacts::of(job));
-                continue;
-            };
-            let known = jobs::job_version(job).and_then(|(uid, rv)| cache.job_version(uid, rv));
-            match known {
-                Some(known) => {
-                    package_annotations.push(OnceCell::from(Arc::clone(&known.package)));
-                    job_facts.push(known.facts.labelled(job));
-                    read_anew.push(false);
-                }
-                None => {
-                    let parsed =
-                        jobs::package_annotation_raw(job).and_then(jobs::parse_package_annotation);
-                    package_annotations.push(OnceCell::from(Arc::new(parsed)));
-                    job_facts.push(JobFacts::of(job));
-                    read_anew.push(true);
-                }
-            }
-        }
+    fn build(snap: &'a Snapshot, jobs_read: JobTable<'a>) -> SnapIndex<'a> {
         let mut jobs_of_nw: FxHashMap<&'a str, Vec<&'a Job>> = FxHashMap::default();
-        for (job, facts) in snap.jobs.iter().zip(&job_facts) {
+        for (job, facts) in jobs_read.with_facts() {
             if let Some(nw) = facts.nodewright {
                 jobs_of_nw.entry(nw).or_default().push(job);
             }
         }
         // Sized up front: growing maps of thousands of entries rehashes them several times.
-        let mut pods_of_job: FxHashMap<&'a str, Few<&'a Pod>> = sized(snap.pods.len());
-        for pod in &snap.pods {
-            if let Some(uid) = pod
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(keys::JOB_CONTROLLER_UID_LABEL))
-            {
-                pods_of_job.entry(uid.as_str()).or_default().push(pod);
-            }
-        }
         let mut config_map_by_name = sized(snap.config_maps.len());
         for cm in &snap.config_maps {
             if let Some(name) = cm.metadata.name.as_deref() {
@@ -1211,18 +1163,15 @@ impl<'a> SnapIndex<'a> {
             jobs_on: OnceCell::new(),
             jobs_of_nw,
             jobs_on_node: OnceCell::new(),
-            pods_of_job,
             pods_on_node: OnceCell::new(),
             config_map_by_name,
-            package_annotations,
-            job_facts,
-            read_anew,
+            jobs_read,
         }
     }
 
     /// The snapshot's Jobs with their facts.
     fn jobs_with_facts(&self) -> impl Iterator<Item = (&'a Job, &JobFacts<'a>)> {
-        self.jobs.iter().zip(&self.job_facts)
+        self.jobs_read.with_facts()
     }
 
     /// The first Job of this name.
@@ -1279,9 +1228,9 @@ impl<'a> SnapIndex<'a> {
         });
         table.get(node_label).map_or(&[], Few::as_slice)
     }
-    /// Pods whose Job controller UID label is `uid`.
-    pub fn pods_of(&self, uid: &str) -> &[&'a Pod] {
-        self.pods_of_job.get(uid).map_or(&[], Few::as_slice)
+    /// Pods whose Job controller UID label is `job`'s uid, in snapshot order.
+    pub fn pods_of(&self, job: &Job) -> Few<&'a Pod> {
+        self.jobs_read.pods_of(job)
     }
     /// Pods bound to a node (`spec.nodeName`).
     pub fn pods_on(&self, node: &str) -> &[&'a Pod] {
@@ -1300,11 +1249,11 @@ impl<'a> SnapIndex<'a> {
 
 /// The first Job of each key (a name or uid of its metadata), like a `find` over `jobs`.
 fn first_by<'a>(
-    jobs: &'a [Job],
+    jobs: &'a [Arc<Job>],
     key: impl Fn(&'a ObjectMeta) -> Option<&'a str>,
 ) -> FxHashMap<&'a str, &'a Job> {
     let mut table = sized(jobs.len());
-    for job in jobs {
+    for job in jobs.iter().map(|j| &**j) {
         if let Some(key) = key(&job.metadata) {
             table.entry(key).or_insert(job);
         }
@@ -1479,9 +1428,11 @@ impl<'a> PassCtx<'a> {
         // Every node has the name and creationTimestamp the last pass had at its position.
         let mut same_order = false;
         let mut pods = None;
+        let mut jobs_carried = None;
         let cache: Option<&StateCache> = match cache {
             Some(c) => {
                 pods = Some(c.take_pods(&settings.namespace));
+                jobs_carried = Some(c.take_jobs());
                 let mut carried = c.take_nodes(&names);
                 let (mut objects, mut created) = (true, true);
                 for (i, (work, node)) in nodes.iter_mut().zip(&snap.nodes).enumerate() {
@@ -1670,6 +1621,15 @@ impl<'a> PassCtx<'a> {
             .into_iter()
             .filter_map(|s| Some((s.id?, s.nodes)))
             .collect();
+        let pods_in_place = job_table::pods_in_place(snap, pods.as_deref());
+        let jobs_read = JobTable::build(
+            snap,
+            jobs_carried,
+            &nodes,
+            &node_ids,
+            same_objects,
+            pods_in_place,
+        );
         PassCtx {
             snap,
             settings,
@@ -1685,7 +1645,7 @@ impl<'a> PassCtx<'a> {
             long_labels,
             label_collision,
             nws,
-            index: SnapIndex::build(snap, cache),
+            index: SnapIndex::build(snap, jobs_read),
             job_matches: cache.map(StateCache::job_matches),
             swept_before: swept_before
                 .clone()
@@ -1716,23 +1676,6 @@ impl<'a> PassCtx<'a> {
             let version = StatusVersion::of(v.nw).zip(v.status_version);
             (v.name, v.memo_id, version)
         }));
-        let ix = &self.index;
-        cache.retain_job_versions(
-            self.snap
-                .jobs
-                .iter()
-                .zip(&ix.read_anew)
-                .zip(ix.job_facts.iter().zip(&ix.package_annotations))
-                .filter(|((_, anew), _)| **anew)
-                .filter_map(|((job, _), (facts, package))| {
-                    let (uid, version) = jobs::job_version(job)?;
-                    let read = JobVersion {
-                        facts: facts.unlabelled(),
-                        package: Arc::clone(package.get()?),
-                    };
-                    Some((uid, version, read))
-                }),
-        );
     }
 
     /// Hands `cache` what this pass derived for each NodeWright's selected nodes before
@@ -1810,12 +1753,9 @@ impl<'a> PassCtx<'a> {
     /// The parsed `package` annotation of a Job (§4.7): parsed once per pass for a Job of the
     /// snapshot (every Job the pass reads), on each call for any other.
     pub fn package_annotation(&self, job: &Job) -> Option<Cow<'_, PackageAnnotation>> {
-        match self.snapshot_job_index(job) {
-            Some(i) => self.index.package_annotations[i]
-                .get_or_init(|| Arc::new(jobs::read_package_annotation(job)))
-                .as_ref()
-                .as_ref()
-                .map(Cow::Borrowed),
+        let read = &self.index.jobs_read;
+        match read.position(job) {
+            Some(i) => read.package(i).as_ref().as_ref().map(Cow::Borrowed),
             None => jobs::read_package_annotation(job).map(Cow::Owned),
         }
     }
@@ -1823,8 +1763,9 @@ impl<'a> PassCtx<'a> {
     /// The label, marker and condition facts of a Job: read once per pass for a Job of the
     /// snapshot, on each call for any other.
     pub fn job_facts(&self, job: &'a Job) -> JobFacts<'a> {
-        match self.snapshot_job_index(job) {
-            Some(i) => self.index.job_facts[i],
+        let read = &self.index.jobs_read;
+        match read.position(job) {
+            Some(i) => read.facts(i),
             None => JobFacts::of(job),
         }
     }
@@ -1832,15 +1773,6 @@ impl<'a> PassCtx<'a> {
     /// Whether a Job was invalidated (§4.7).
     pub fn job_invalid(&self, job: &Job) -> bool {
         self.package_annotation(job).is_some_and(|p| p.invalid)
-    }
-
-    /// The position of `job` in `snap.jobs` when it is one of them (found by address: every
-    /// Job the pass handles is borrowed from the snapshot).
-    fn snapshot_job_index(&self, job: &Job) -> Option<usize> {
-        let jobs = &self.snap.jobs;
-        let offset = (job as *const Job as usize).checked_sub(jobs.as_ptr() as usize)?;
-        let i = offset / std::mem::size_of::<Job>();
-        (i < jobs.len() && std::ptr::eq(&jobs[i], job)).then_some(i)
     }
 
     /// Whether the pod at position `at` of the snapshot is the very object the last pass
@@ -2093,6 +2025,7 @@ impl<'a> PassCtx<'a> {
             nodes_moved,
             pods,
             nws,
+            index,
             mut actions,
             events,
             requeue_active,
@@ -2115,6 +2048,9 @@ impl<'a> PassCtx<'a> {
                 .zip(&snap.nodes)
                 .map(|(n, node)| n.into_entry(node));
             cache.keep_nodes(entries, &names, nodes_moved);
+            if let Some(jobs) = index.jobs_read.into_carried() {
+                cache.keep_jobs(jobs);
+            }
             if let Some(mut pods) = pods {
                 pods.truncate(snap.pods.len());
                 cache.keep_pods(pods, &settings.namespace);
@@ -2175,7 +2111,10 @@ mod tests {
             ..PackageAnnotation::default()
         };
         let snap = Snapshot {
-            jobs: vec![job("a", &annotation.to_json()), job("b", "not json")],
+            jobs: vec![
+                std::sync::Arc::new(job("a", &annotation.to_json())),
+                std::sync::Arc::new(job("b", "not json")),
+            ],
             ..Snapshot::default()
         };
         let settings = Settings::default();
@@ -2193,7 +2132,7 @@ mod tests {
         assert!(!ctx.job_invalid(&snap.jobs[1]));
 
         // A Job that is not one of the snapshot's (an equal copy) is parsed on its own.
-        let copy = snap.jobs[0].clone();
+        let copy = Job::clone(&snap.jobs[0]);
         assert!(matches!(ctx.package_annotation(&copy), Some(Cow::Owned(p)) if p == annotation));
         let other = job("c", &PackageAnnotation::default().to_json());
         assert_eq!(

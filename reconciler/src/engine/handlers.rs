@@ -16,7 +16,7 @@ use nodewright_schema::node_state::entry_key;
 use nodewright_schema::{Stage, State, Status, keys, names};
 
 use super::complete::{self, AppliedConfig};
-use super::context::PassCtx;
+use super::context::{Few, PassCtx};
 use super::jobs::{self, PackageAnnotation};
 use crate::plan::{Action, EventObject, EventType};
 use crate::settings::constants::FAILURE_TARGET_GRACE;
@@ -86,11 +86,8 @@ pub fn classify_failure(pod: &Pod) -> FailureClass {
     FailureClass::Rejection
 }
 
-fn child_pods<'c, 's>(ctx: &'c PassCtx<'s>, job: &Job) -> &'c [&'s Pod] {
-    let Some(uid) = job.metadata.uid.as_deref() else {
-        return &[];
-    };
-    ctx.index.pods_of(uid)
+fn child_pods<'s>(ctx: &PassCtx<'s>, job: &Job) -> Few<&'s Pod> {
+    ctx.index.pods_of(job)
 }
 
 fn node_of(ctx: &PassCtx<'_>, job: &Job) -> Option<usize> {
@@ -131,7 +128,7 @@ fn mark_processed(ctx: &mut PassCtx<'_>, job: &Job, succeeded: bool) {
 /// Runs the Job handler and the Pod-evidence handler over the snapshot (once per pass).
 pub fn run(ctx: &mut PassCtx<'_>) {
     let snap = ctx.snap;
-    for job in &snap.jobs {
+    for job in snap.jobs.iter().map(|j| &**j) {
         let facts = ctx.job_facts(job);
         let Some(nw_name) = facts.nodewright else {
             continue;
@@ -156,8 +153,11 @@ pub fn run(ctx: &mut PassCtx<'_>) {
             if !facts.interrupt {
                 prune_archives(ctx, job, facts.node_label);
             }
-            failure_target(ctx, nw, job);
-            last_logs(ctx, job);
+            // Both act only at FailureTarget (§8.9); most unfinished Jobs are running.
+            if facts.failure_target {
+                failure_target(ctx, nw, job);
+                last_logs(ctx, job);
+            }
             if facts.interrupt {
                 interrupt_budget(ctx, nw, job);
             }
@@ -562,9 +562,18 @@ fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job, node_label: Option<&str>) {
     let prunable = |p: &&Pod| {
         p.metadata.deletion_timestamp.is_none() && classify_failure(p) != FailureClass::NotFailed
     };
+    // Most Jobs have no failed pod: nothing to collect, sort or copy. That verdict reads the
+    // Job's pods alone, so it holds while they are the very objects judged last pass.
+    let at = ctx.index.jobs_read.position(job);
+    if at.is_some_and(|i| ctx.index.jobs_read.no_prunable_before(i)) {
+        return;
+    }
     let pods = child_pods(ctx, job);
-    // Most Jobs have no failed pod: nothing to collect, sort or copy.
-    if !pods.iter().any(&prunable) {
+    let any = pods.iter().any(&prunable);
+    if let Some(i) = at {
+        ctx.index.jobs_read.record_prunable(i, any);
+    }
+    if !any {
         return;
     }
     let mut failed: Vec<&Pod> = pods.iter().copied().filter(prunable).collect();
@@ -757,7 +766,12 @@ fn pod_evidence(ctx: &mut PassCtx<'_>) {
         };
         let owner_job = match labels.get(keys::JOB_CONTROLLER_UID_LABEL) {
             Some(uid) => ctx.index.job_by_uid(uid.as_str()),
-            None => ctx.snap.jobs.iter().find(|j| j.metadata.uid.is_none()),
+            None => ctx
+                .snap
+                .jobs
+                .iter()
+                .map(|j| &**j)
+                .find(|j| j.metadata.uid.is_none()),
         };
         let Some(job) = owner_job else { continue };
         if stage != jobs::job_stage(job).unwrap_or(stage) {

@@ -766,6 +766,8 @@ pub struct JobFacts<'a> {
     pub complete: bool,
     /// `Failed` is `True`.
     pub failed: bool,
+    /// `FailureTarget` is `True` (§8.9): the Job controller decided the Job fails.
+    pub failure_target: bool,
 }
 
 impl<'a> JobFacts<'a> {
@@ -779,6 +781,7 @@ impl<'a> JobFacts<'a> {
             processed: is_processed(job),
             complete: is_complete(job),
             failed: is_failed(job),
+            failure_target: has_condition(job, "FailureTarget"),
         }
         .labelled(job)
     }

@@ -34,7 +34,8 @@ use nodewright_schema::{NodeState, NodeWright, Status};
 
 use super::complete::{CompletionInputs, NodeDigest};
 use super::context::{StateSlot, StateSlots};
-use super::jobs::{JobFacts, MatchTarget, PackageAnnotation};
+use super::job_table::CarriedJobs;
+use super::jobs::{MatchTarget, PackageAnnotation};
 use crate::settings::Settings;
 
 /// A node's digest under one set of NodeWright inputs and one `configApplied` value.
@@ -385,10 +386,9 @@ pub struct StateCache {
     selections: Vec<(u64, Vec<usize>)>,
     /// The completion inputs of each NodeWright of the last pass.
     completion_inputs: Vec<(String, Arc<CompletionInputs>)>,
-    /// What the last pass read from each Job version (by uid, with the resourceVersion it
-    /// was read from): every pass reads every Job, and at steady state none changed.
-    job_versions: FxHashMap<Box<str>, CachedJob>,
-    job_pass: u64,
+    /// What the last pass read from each Job, by position in its snapshot: every pass reads
+    /// every Job, and at steady state none changed.
+    jobs: CarriedJobs,
     /// The node selectors of the last pass with their ids: equal selectors keep their id, a
     /// new one gets the next, so an id names one selector for the cache's whole life.
     selectors: Vec<(Option<LabelSelector>, u64)>,
@@ -502,28 +502,6 @@ pub struct SelectionCarry {
 /// A Job's parsed `package` annotation, `None` when it does not parse (shared between the
 /// pass that parsed it and the cache).
 pub type ParsedPackage = Arc<Option<PackageAnnotation>>;
-
-/// What a pass reads from one version of a Job: its facts but for the label strings, and its
-/// parsed `package` annotation (§4.7).
-///
-/// Kept by uid and resourceVersion: the API server moves the resourceVersion on every write
-/// (as for [`StatusVersion`]), and the simulator does too. A Job without either is read
-/// afresh every pass.
-#[derive(Clone, Debug)]
-pub struct JobVersion {
-    /// [`JobFacts::unlabelled`].
-    pub facts: JobFacts<'static>,
-    /// The parsed `package` annotation.
-    pub package: ParsedPackage,
-}
-
-#[derive(Debug)]
-struct CachedJob {
-    resource_version: Box<str>,
-    read: JobVersion,
-    /// The pass that last read it (set through `&self` while a pass builds).
-    seen: AtomicU64,
-}
 
 impl StateCache {
     /// An empty cache.
@@ -791,38 +769,21 @@ impl StateCache {
             .collect();
     }
 
-    /// What the last pass read from the Job of this uid, when it was this very version (its
-    /// resourceVersion); marks it as read by this pass, so the next keeps it.
-    pub fn job_version(&self, uid: &str, resource_version: &str) -> Option<&JobVersion> {
-        let cached = self.job_versions.get(uid)?;
-        if *cached.resource_version != *resource_version {
-            return None;
-        }
-        cached.seen.store(self.job_pass + 1, Ordering::Relaxed);
-        Some(&cached.read)
+    /// Moves the last pass's Job table out for a pass; the pass hands its own back with
+    /// [`StateCache::keep_jobs`].
+    pub(super) fn take_jobs(&mut self) -> CarriedJobs {
+        std::mem::take(&mut self.jobs)
     }
 
-    /// Starts keeping what this pass read: `fresh` are the Job versions it read anew; of the
-    /// cached ones, those it found through [`StateCache::job_version`] are kept, the rest
-    /// dropped.
-    pub fn retain_job_versions<'s>(
-        &mut self,
-        fresh: impl IntoIterator<Item = (&'s str, &'s str, JobVersion)>,
-    ) {
-        self.job_pass += 1;
-        let pass = self.job_pass;
-        for (uid, resource_version, read) in fresh {
-            self.job_versions.insert(
-                Box::from(uid),
-                CachedJob {
-                    resource_version: Box::from(resource_version),
-                    read,
-                    seen: AtomicU64::new(pass),
-                },
-            );
-        }
-        self.job_versions
-            .retain(|_, cached| cached.seen.load(Ordering::Relaxed) == pass);
+    /// Keeps a pass's Job table for the next pass.
+    pub(super) fn keep_jobs(&mut self, jobs: CarriedJobs) {
+        self.jobs = jobs;
+    }
+
+    /// The Job table the next pass starts from.
+    #[cfg(test)]
+    pub(super) fn jobs_mut(&mut self) -> &mut CarriedJobs {
+        &mut self.jobs
     }
 
     /// Keeps the completion inputs of this pass's NodeWrights (and only those).
@@ -1111,42 +1072,6 @@ mod tests {
         // Another NodeWright's inputs never serve, even when equal.
         let other = NodeWright::new("other", NodeWrightSpec::default());
         assert!(!Arc::ptr_eq(&cache.completion_inputs(&other), &inputs));
-    }
-
-    #[test]
-    fn job_versions_are_kept_by_uid_and_resource_version_while_passes_read_them() {
-        use k8s_openapi::api::batch::v1::Job;
-        let job = Job::default();
-        let read = |package: Option<PackageAnnotation>| JobVersion {
-            facts: JobFacts::of(&job).unlabelled(),
-            package: Arc::new(package),
-        };
-        let mut cache = StateCache::new();
-        cache.retain_job_versions([
-            ("u1", "1", read(Some(PackageAnnotation::default()))),
-            ("u2", "7", read(None)),
-        ]);
-        assert!(
-            cache
-                .job_version("u1", "1")
-                .is_some_and(|v| v.package.is_some())
-        );
-        assert!(cache.job_version("u1", "2").is_none(), "another version");
-        assert!(cache.job_version("u3", "1").is_none(), "another Job");
-        // The next pass keeps what it looked up (u1) and what it read anew (u3) only.
-        cache.retain_job_versions([("u3", "1", read(None))]);
-        assert!(cache.job_version("u1", "1").is_some());
-        assert!(
-            cache.job_version("u2", "7").is_none(),
-            "not read by the last pass"
-        );
-        assert!(cache.job_version("u3", "1").is_some());
-        // The look-ups above belong to the pass the next call ends; the pass after that reads
-        // neither Job, and both go.
-        cache.retain_job_versions([]);
-        cache.retain_job_versions([]);
-        assert!(cache.job_version("u1", "1").is_none());
-        assert!(cache.job_version("u3", "1").is_none());
     }
 
     #[test]

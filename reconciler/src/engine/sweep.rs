@@ -485,7 +485,7 @@ mod tests {
         assert!(warm(&snap, &mut cache).is_empty());
         // A stale Job is deleted; a verdict that says it was left alone under exactly these
         // inputs is believed (so the verdict is what the pass reads), until the Job moves on.
-        snap.jobs[0] = stale("2");
+        snap.jobs[0] = std::sync::Arc::new(stale("2"));
         assert_eq!(warm(&snap, &mut cache), std::slice::from_ref(&name));
         let forged_under = |cache: &mut StateCache, snap: &crate::snapshot::Snapshot, under| {
             let inputs = cache.completion_inputs(&snap.nodewrights[0]);
@@ -517,17 +517,17 @@ mod tests {
         );
         let _ = believing.into_actions(Vec::new(), Some(&mut cache));
         forged(&mut cache, &snap);
-        snap.jobs[0] = stale("3");
+        snap.jobs[0] = std::sync::Arc::new(stale("3"));
         assert_eq!(warm(&snap, &mut cache), std::slice::from_ref(&name));
         // A Job on a changed node (another node object) is judged afresh too.
-        snap.jobs[0] = current("4");
+        snap.jobs[0] = std::sync::Arc::new(current("4"));
         assert!(warm(&snap, &mut cache).is_empty());
         let moved_on = [("tuning", "1.0.0", Stage::Config, State::InProgress)];
         snap.nodes[0] = std::sync::Arc::new(node("n1").state("nw", &moved_on).build());
         assert_eq!(warm(&snap, &mut cache), std::slice::from_ref(&name));
         // So is a Job whose package was edited in the NodeWright's spec.
         snap.nodes[0] = std::sync::Arc::new(node("n1").state("nw", &entry).build());
-        snap.jobs[0] = current("5");
+        snap.jobs[0] = std::sync::Arc::new(current("5"));
         assert!(warm(&snap, &mut cache).is_empty());
         assert!(warm(&snap, &mut cache).is_empty());
         let package =

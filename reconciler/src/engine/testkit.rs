@@ -379,7 +379,7 @@ impl World {
     }
     /// Adds a Job.
     pub fn job(mut self, j: Job) -> Self {
-        self.0.jobs.push(j);
+        self.0.jobs.push(Arc::new(j));
         self
     }
     /// Adds a pod.

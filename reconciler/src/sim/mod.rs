@@ -276,7 +276,7 @@ impl SimCluster {
             &p.metadata
         });
         refresh_shared(&mut snapshot.nodes, self.nodes.values(), |n| &n.metadata);
-        refresh(
+        refresh_shared(
             &mut snapshot.jobs,
             self.jobs.values().filter(|j| {
                 j.metadata

@@ -1,0 +1,619 @@
+//! The pass's table of snapshot Jobs: per Job, its facts with both labels, its parsed
+//! `package` annotation (§4.7) and its pods, each read once per pass, and carried to the next
+//! pass for the very same Job object.
+//!
+//! Every pass reads every Job: the handlers (§8.8–§8.11), the sweep (§8.14) and pause/resume
+//! (§8.15) all start from these. On a 10,000-node fleet with thousands of Jobs, reading them
+//! afresh (two label lookups, the annotation, conditions, and the pods' controller labels) was
+//! a fifth of a steady pass, almost all of it waiting on memory the pass had not touched yet.
+//!
+//! So the table is handed from pass to pass ([`CarriedJobs`], kept in the
+//! [`super::state_cache::StateCache`]), by position in the snapshot:
+//! - a Job at the same position as the very same object (`Arc::ptr_eq`; an adapter hands over
+//!   the same allocation for an unchanged Job) starts with everything in place;
+//! - a Job found elsewhere under the same uid and resourceVersion keeps its facts and
+//!   package, and its labels and pods are read again;
+//! - any other Job is read afresh.
+//!
+//! The label strings of a carried Job are taken from where an equal string sits in this
+//! snapshot (the name of the NodeWright or node it names, found when the Job was read) while
+//! that NodeWright or node is where it was; otherwise they are read from the Job again. Its
+//! pods are carried while every pod of the snapshot is the very object the last pass had at
+//! its position, and so is its "no failed pod to prune" verdict (§8.11), which reads nothing
+//! but those pods.
+
+use std::cell::{Cell, OnceCell};
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use nodewright_schema::keys;
+use rustc_hash::FxHashMap;
+
+use super::context::{Few, NodeWork};
+use super::jobs::{self, JobFacts};
+use super::state_cache::{CarriedPod, ParsedPackage};
+use crate::snapshot::Snapshot;
+
+/// Where a Job's label value can be found in the snapshot without reading the Job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LabelAt {
+    /// The Job has no such label.
+    Absent,
+    /// Equal to the name of the snapshot's NodeWright at this position.
+    NodeWright(u32),
+    /// Equal to the name of the snapshot's node at this position.
+    Node(u32),
+    /// Only in the Job itself.
+    Own,
+}
+
+/// What one pass read from one snapshot Job, for the next pass (see the module docs).
+#[derive(Debug)]
+struct CarriedJob {
+    job: Arc<Job>,
+    /// [`JobFacts::unlabelled`].
+    facts: JobFacts<'static>,
+    package: ParsedPackage,
+    nodewright: LabelAt,
+    node: LabelAt,
+    /// Positions of the Job's pods in that pass's snapshot.
+    pods: Few<u32>,
+    /// None of those pods was a failed pod to prune (§8.11), when the pass judged it.
+    no_prunable: Option<bool>,
+}
+
+/// The Job table of the last pass, as the cache keeps it for the next.
+#[derive(Debug, Default)]
+pub struct CarriedJobs {
+    entries: Vec<CarriedJob>,
+    /// The NodeWright names of that pass's snapshot by position ([`LabelAt::NodeWright`]).
+    nodewrights: Vec<Box<str>>,
+    /// The position of each Job by its address, kept while every Job stays where it was.
+    at: FxHashMap<usize, u32>,
+}
+
+impl CarriedJobs {
+    /// Number of Jobs carried.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no Job is carried.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Marks every carried Job as having no failed pod to prune: a verdict that lies shows
+    /// it is what a pass reads.
+    #[cfg(test)]
+    pub(super) fn no_prunable_pods_anywhere(&mut self) {
+        for e in &mut self.entries {
+            e.no_prunable = Some(true);
+        }
+    }
+}
+
+/// The pass's table of snapshot Jobs (see the module docs). Positions are those of
+/// `snap.jobs`.
+#[derive(Debug)]
+pub struct JobTable<'a> {
+    jobs: &'a [Arc<Job>],
+    pods: &'a [Arc<Pod>],
+    facts: Vec<JobFacts<'a>>,
+    /// Parsed on first use without a cache; with one, every Job's is resolved up front so
+    /// it can be handed on.
+    packages: Vec<OnceCell<ParsedPackage>>,
+    /// Each Job's pods, by position in `snap.pods`.
+    job_pods: Vec<Few<u32>>,
+    no_prunable: Vec<Cell<Option<bool>>>,
+    /// Pods by their Job controller UID label, for Jobs whose pods are not carried (and any
+    /// Job not in the snapshot); built on first use.
+    pods_by_uid: OnceCell<FxHashMap<&'a str, Few<u32>>>,
+    /// Position by address.
+    at: FxHashMap<usize, u32>,
+    /// With a cache: the last pass's table, refilled for the next, and what it needs.
+    carry: Option<Carry>,
+}
+
+/// What a pass with a cache keeps to hand its table on.
+#[derive(Debug)]
+struct Carry {
+    last: CarriedJobs,
+    /// Per Job: it is the very object the last pass had at this position.
+    in_place: Vec<bool>,
+    labels: Vec<(LabelAt, LabelAt)>,
+}
+
+/// Whether every pod is the very object the last pass had at its position.
+pub(super) fn pods_in_place(snap: &Snapshot, carried: Option<&[CarriedPod]>) -> bool {
+    carried.is_some_and(|c| {
+        c.len() == snap.pods.len()
+            && c.iter()
+                .zip(&snap.pods)
+                .all(|(c, pod)| Arc::ptr_eq(&c.pod, pod))
+    })
+}
+
+impl<'a> JobTable<'a> {
+    /// Builds the table of `snap`'s Jobs. `last` is the cache's table from the last pass
+    /// (`None` without a cache); `nodes` are the pass's nodes by position, `node_ids` their
+    /// positions by name. `nodes_in_place` and `pods_in_place` say whether every node and
+    /// every pod is the very object the last pass had at its position.
+    pub fn build(
+        snap: &'a Snapshot,
+        last: Option<CarriedJobs>,
+        nodes: &[NodeWork<'a>],
+        node_ids: &FxHashMap<&'a str, usize>,
+        nodes_in_place: bool,
+        pods_in_place: bool,
+    ) -> JobTable<'a> {
+        let n = snap.jobs.len();
+        let mut table = JobTable {
+            jobs: &snap.jobs,
+            pods: &snap.pods,
+            facts: Vec::with_capacity(n),
+            packages: Vec::with_capacity(n),
+            job_pods: Vec::with_capacity(n),
+            no_prunable: Vec::with_capacity(n),
+            pods_by_uid: OnceCell::new(),
+            at: FxHashMap::default(),
+            carry: None,
+        };
+        let Some(mut last) = last else {
+            for job in &snap.jobs {
+                let facts = JobFacts::of(job);
+                table.facts.push(facts);
+                table.packages.push(OnceCell::new());
+                let pods = table.pods_by_uid(job);
+                table.job_pods.push(pods);
+                table.no_prunable.push(Cell::new(None));
+            }
+            table.at = addresses(&snap.jobs);
+            return table;
+        };
+        let nw_names_kept = last.nodewrights.len() == snap.nodewrights.len()
+            && last
+                .nodewrights
+                .iter()
+                .zip(&snap.nodewrights)
+                .all(|(kept, nw)| **kept == *nw.name());
+        let mut in_place = Vec::with_capacity(n);
+        let mut labels = Vec::with_capacity(n);
+        // The last pass's Jobs by uid, for Jobs found away from their position.
+        let mut by_uid: Option<FxHashMap<&str, usize>> = None;
+        for (i, job) in snap.jobs.iter().enumerate() {
+            let here = last.entries.get(i).filter(|e| Arc::ptr_eq(&e.job, job));
+            in_place.push(here.is_some());
+            if let Some(e) = here {
+                let nodewright = e.nodewright;
+                let node = e.node;
+                let label = |at: LabelAt, key: &str| match at {
+                    LabelAt::Absent => None,
+                    LabelAt::NodeWright(k) if nw_names_kept => {
+                        Some(snap.nodewrights[k as usize].name())
+                    }
+                    LabelAt::Node(k) if nodes_in_place => Some(nodes[k as usize].name()),
+                    _ => jobs::label(job, key),
+                };
+                table.facts.push(JobFacts {
+                    nodewright: label(nodewright, keys::JOB_LABEL_NAME),
+                    node_label: label(node, keys::JOB_LABEL_NODE),
+                    ..e.facts
+                });
+                table.packages.push(OnceCell::from(Arc::clone(&e.package)));
+                if pods_in_place {
+                    table.job_pods.push(e.pods.clone());
+                    table.no_prunable.push(Cell::new(e.no_prunable));
+                } else {
+                    let pods = table.pods_by_uid(job);
+                    table.job_pods.push(pods);
+                    table.no_prunable.push(Cell::new(None));
+                }
+                let resolved = if nw_names_kept && nodes_in_place {
+                    (nodewright, node)
+                } else {
+                    let facts = &table.facts[i];
+                    resolve(snap, node_ids, facts)
+                };
+                labels.push(resolved);
+                continue;
+            }
+            let entries = &last.entries;
+            let elsewhere = jobs::job_version(job).and_then(|(uid, version)| {
+                let by_uid = by_uid.get_or_insert_with(|| {
+                    let uids = entries.iter().map(|e| e.job.metadata.uid.as_deref());
+                    uids.zip(0..)
+                        .filter_map(|(uid, k)| Some((uid?, k)))
+                        .collect()
+                });
+                let e = &entries[*by_uid.get(uid)?];
+                (e.job.metadata.resource_version.as_deref() == Some(version)).then_some(e)
+            });
+            let facts = match elsewhere {
+                Some(e) => e.facts.labelled(job),
+                None => JobFacts::of(job),
+            };
+            let package = match elsewhere {
+                Some(e) => Arc::clone(&e.package),
+                None => Arc::new(jobs::read_package_annotation(job)),
+            };
+            table.facts.push(facts);
+            table.packages.push(OnceCell::from(package));
+            let pods = table.pods_by_uid(job);
+            table.job_pods.push(pods);
+            table.no_prunable.push(Cell::new(None));
+            labels.push(resolve(snap, node_ids, &facts));
+        }
+        let all_in_place = last.entries.len() == n && in_place.iter().all(|&b| b);
+        table.at = if all_in_place {
+            std::mem::take(&mut last.at)
+        } else {
+            addresses(&snap.jobs)
+        };
+        if !nw_names_kept {
+            last.nodewrights = snap.nodewrights.iter().map(|nw| nw.name().into()).collect();
+        }
+        table.carry = Some(Carry {
+            last,
+            in_place,
+            labels,
+        });
+        table
+    }
+
+    /// The positions of `job`'s pods in `snap.pods`, found by their controller UID label
+    /// (§8.10).
+    fn pods_by_uid(&self, job: &Job) -> Few<u32> {
+        let Some(uid) = job.metadata.uid.as_deref() else {
+            return Few::new();
+        };
+        let table = self.pods_by_uid.get_or_init(|| {
+            let mut table: FxHashMap<&'a str, Few<u32>> =
+                FxHashMap::with_capacity_and_hasher(self.pods.len(), Default::default());
+            for (pod, at) in self.pods.iter().zip(0..) {
+                let labels = pod.metadata.labels.as_ref();
+                if let Some(uid) = labels.and_then(|l| l.get(keys::JOB_CONTROLLER_UID_LABEL)) {
+                    table.entry(uid.as_str()).or_default().push(at);
+                }
+            }
+            table
+        });
+        table.get(uid).cloned().unwrap_or_default()
+    }
+
+    /// The Jobs of the snapshot with their facts.
+    pub fn with_facts(&self) -> impl Iterator<Item = (&'a Job, &JobFacts<'a>)> {
+        self.jobs.iter().map(|j| &**j).zip(&self.facts)
+    }
+
+    /// The position of `job` in `snap.jobs` when it is one of them (found by address).
+    pub fn position(&self, job: &Job) -> Option<usize> {
+        let at = *self.at.get(&(job as *const Job as usize))? as usize;
+        (at < self.jobs.len() && std::ptr::eq(&*self.jobs[at], job)).then_some(at)
+    }
+
+    /// The facts of the Job at position `i`.
+    pub fn facts(&self, i: usize) -> JobFacts<'a> {
+        self.facts[i]
+    }
+
+    /// The parsed `package` annotation of the Job at position `i`, parsed on first use.
+    pub fn package(&self, i: usize) -> &ParsedPackage {
+        self.packages[i].get_or_init(|| Arc::new(jobs::read_package_annotation(&self.jobs[i])))
+    }
+
+    /// The pods of `job`, by its controller UID label (§8.10), in snapshot order.
+    pub fn pods_of(&self, job: &Job) -> Few<&'a Pod> {
+        let positions = match self.position(job) {
+            Some(i) => self.job_pods[i].clone(),
+            None => self.pods_by_uid(job),
+        };
+        let pods = self.pods;
+        positions.iter().map(|&p| &*pods[p as usize]).collect()
+    }
+
+    /// Whether the last pass found no failed pod to prune among the pods of the Job at
+    /// position `i`, which are the very objects it judged.
+    pub fn no_prunable_before(&self, i: usize) -> bool {
+        self.no_prunable
+            .get(i)
+            .is_some_and(|c| c.get() == Some(true))
+    }
+
+    /// Records whether the Job at position `i` has a failed pod to prune (§8.11).
+    pub fn record_prunable(&self, i: usize, any: bool) {
+        if let Some(c) = self.no_prunable.get(i) {
+            c.set(Some(!any));
+        }
+    }
+
+    /// What the next pass starts from; `None` without a cache.
+    pub fn into_carried(self) -> Option<CarriedJobs> {
+        let JobTable {
+            jobs,
+            facts,
+            packages,
+            job_pods,
+            no_prunable,
+            at,
+            carry,
+            ..
+        } = self;
+        let Carry {
+            mut last,
+            in_place,
+            labels,
+        } = carry?;
+        last.entries.truncate(jobs.len());
+        let rows = jobs.iter().zip(facts).zip(packages).zip(no_prunable);
+        let rows = rows.zip(in_place).zip(labels).zip(job_pods);
+        for (i, ((((((job, facts), package), no_prunable), in_place), labels), pods)) in
+            rows.enumerate()
+        {
+            let no_prunable = no_prunable.get();
+            // Refilled in place: at steady state each Job sits where it was, and its `Arc`
+            // is kept rather than cloned again.
+            if in_place && let Some(e) = last.entries.get_mut(i) {
+                e.no_prunable = no_prunable;
+                (e.nodewright, e.node) = labels;
+                e.pods = pods;
+                continue;
+            }
+            let entry = CarriedJob {
+                job: Arc::clone(job),
+                facts: facts.unlabelled(),
+                package: package
+                    .into_inner()
+                    .unwrap_or_else(|| Arc::new(jobs::read_package_annotation(job))),
+                nodewright: labels.0,
+                node: labels.1,
+                pods,
+                no_prunable,
+            };
+            match last.entries.get_mut(i) {
+                Some(e) => *e = entry,
+                None => last.entries.push(entry),
+            }
+        }
+        last.at = at;
+        Some(last)
+    }
+}
+
+/// Where the two labels of a Job read now sit in the snapshot.
+fn resolve(
+    snap: &Snapshot,
+    node_ids: &FxHashMap<&str, usize>,
+    facts: &JobFacts<'_>,
+) -> (LabelAt, LabelAt) {
+    let nodewright = match facts.nodewright {
+        None => LabelAt::Absent,
+        Some(label) => match snap.nodewrights.iter().position(|nw| nw.name() == label) {
+            Some(k) => LabelAt::NodeWright(k as u32),
+            None => LabelAt::Own,
+        },
+    };
+    let node = match facts.node_label {
+        None => LabelAt::Absent,
+        Some(label) => match node_ids.get(label) {
+            Some(&k) => LabelAt::Node(k as u32),
+            None => LabelAt::Own,
+        },
+    };
+    (nodewright, node)
+}
+
+/// Each Job's position by its address.
+fn addresses(jobs: &[Arc<Job>]) -> FxHashMap<usize, u32> {
+    jobs.iter()
+        .map(|j| Arc::as_ptr(j) as usize)
+        .zip(0..)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
+    use nodewright_schema::{NodeWright, Stage, keys};
+
+    use crate::engine::context::PassCtx;
+    use crate::engine::jobs::{StageJobInput, build_stage_job};
+    use crate::engine::state_cache::StateCache;
+    use crate::engine::testkit::{node, nw, settings, world};
+    use crate::snapshot::Snapshot;
+
+    fn job(obj: &NodeWright, node: &str, uid: &str) -> Job {
+        let package = obj.spec.packages()["tuning"].clone();
+        let mut job = build_stage_job(
+            obj,
+            &settings(),
+            StageJobInput {
+                package_name: "tuning",
+                package: &package,
+                stage: Stage::Apply,
+                node,
+                node_order: 0,
+            },
+        );
+        job.metadata.uid = Some(uid.into());
+        job.metadata.resource_version = Some("1".into());
+        job
+    }
+
+    fn pod_of(job: &Job, name: &str) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(name.into());
+        pod.metadata.namespace = Some("nodewright".into());
+        let uid = job.metadata.uid.clone().expect("the test Jobs have uids");
+        pod.metadata.labels = Some([(keys::JOB_CONTROLLER_UID_LABEL.to_string(), uid)].into());
+        pod
+    }
+
+    /// What a pass reads of each snapshot Job: facts, package, and the names of its pods.
+    fn read(snap: &Snapshot, cache: Option<&mut StateCache>) -> Vec<String> {
+        let s = settings();
+        let mut cache = cache;
+        let ctx = PassCtx::new_cached(snap, &s, cache.as_deref_mut());
+        let seen = snap
+            .jobs
+            .iter()
+            .map(|job| {
+                let pods: Vec<_> = ctx
+                    .index
+                    .pods_of(job)
+                    .iter()
+                    .map(|p| p.metadata.name.clone())
+                    .collect();
+                format!(
+                    "{:?} {:?} {pods:?}",
+                    ctx.job_facts(job),
+                    ctx.package_annotation(job)
+                )
+            })
+            .collect();
+        drop(ctx.into_actions(Vec::new(), cache));
+        seen
+    }
+
+    /// A warm pass reads every Job as a cold one does, whatever moved since the last pass:
+    /// NodeWrights, nodes, Jobs or pods.
+    #[test]
+    fn a_warm_pass_reads_every_job_as_a_cold_one_whatever_moved() {
+        let a = nw("a").package("tuning", "1.0.0").build();
+        let b = nw("b").package("tuning", "1.0.0").build();
+        let (j1, j2, j3) = (
+            job(&a, "n1", "u1"),
+            job(&b, "n2", "u2"),
+            job(&b, "n1", "u3"),
+        );
+        let mut snap = world()
+            .node(node("n1"))
+            .node(node("n2"))
+            .nw(nw("a").package("tuning", "1.0.0"))
+            .nw(nw("b").package("tuning", "1.0.0"))
+            .job(j1.clone())
+            .job(j2.clone())
+            .pod(pod_of(&j1, "p1"))
+            .pod(pod_of(&j2, "p2"))
+            .pod(pod_of(&j1, "p3"))
+            .build();
+        let mut cache = StateCache::new();
+        let mut check = |snap: &Snapshot, what: &str| {
+            let cold = read(snap, None);
+            assert_eq!(
+                read(snap, Some(&mut cache)),
+                cold,
+                "first warm pass, {what}"
+            );
+            assert_eq!(
+                read(snap, Some(&mut cache)),
+                cold,
+                "second warm pass, {what}"
+            );
+        };
+        check(&snap, "nothing moved");
+        snap.nodewrights.swap(0, 1);
+        check(&snap, "NodeWrights swapped");
+        snap.nodes.swap(0, 1);
+        check(&snap, "nodes swapped");
+        snap.nodewrights.remove(0);
+        check(&snap, "a NodeWright left");
+        snap.jobs.insert(0, Arc::new(j3.clone()));
+        check(&snap, "a Job joined in front");
+        snap.pods.swap(0, 2);
+        check(&snap, "pods swapped");
+        snap.pods.push(Arc::new(pod_of(&j3, "p4")));
+        check(&snap, "a pod joined");
+        snap.pods.remove(0);
+        check(&snap, "a pod left");
+        let mut relabelled = j2.clone();
+        relabelled.metadata.resource_version = Some("2".into());
+        let labels = relabelled
+            .metadata
+            .labels
+            .as_mut()
+            .expect("Jobs are labelled");
+        labels.insert(keys::JOB_LABEL_NODE.into(), "n9".into());
+        snap.jobs[2] = Arc::new(relabelled);
+        check(&snap, "a Job's node label changed");
+        snap.jobs.swap(0, 2);
+        check(&snap, "Jobs swapped");
+        snap.nodes.remove(1);
+        check(&snap, "a node left");
+    }
+
+    /// The carried verdict that a Job has no failed pod to prune is what a pass reads: made
+    /// to lie, it is believed for the very same Job and pods, and for no other.
+    #[test]
+    fn a_pruning_verdict_is_carried_for_the_very_same_job_and_pods_only() {
+        use k8s_openapi::api::core::v1::PodStatus;
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let j = job(&obj, "n1", "u1");
+        let failed = |name: &str, created: i64| {
+            let mut pod = pod_of(&j, name);
+            pod.metadata.creation_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::from_second(created).expect("a valid second"),
+                ));
+            pod.status = Some(PodStatus {
+                phase: Some("Failed".into()),
+                reason: Some("Evicted".into()),
+                ..PodStatus::default()
+            });
+            pod
+        };
+        let mut snap = world()
+            .node(node("n1").state(
+                "nw",
+                &[(
+                    "tuning",
+                    "1.0.0",
+                    Stage::Apply,
+                    nodewright_schema::State::InProgress,
+                )],
+            ))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(j.clone())
+            .pod(failed("f1", 1))
+            .pod(failed("f2", 2))
+            .build();
+        let s = settings();
+        let pruned = |snap: &Snapshot, cache: &mut StateCache| {
+            let mut ctx = PassCtx::new_cached(snap, &s, Some(cache));
+            ctx.fill_cache(cache);
+            crate::engine::handlers::run(&mut ctx);
+            let mut names: Vec<String> = ctx
+                .emitted()
+                .iter()
+                .filter_map(|a| match a {
+                    crate::plan::Action::DeletePod(p) => Some(p.name.clone()),
+                    _ => None,
+                })
+                .collect();
+            names.sort();
+            drop(ctx.into_actions(Vec::new(), Some(cache)));
+            names
+        };
+        let mut cache = StateCache::new();
+        // Evictions are not genuine failures: neither is kept.
+        assert_eq!(pruned(&snap, &mut cache), ["f1", "f2"]);
+        assert_eq!(pruned(&snap, &mut cache), ["f1", "f2"]);
+        cache.jobs_mut().no_prunable_pods_anywhere();
+        assert!(
+            pruned(&snap, &mut cache).is_empty(),
+            "the verdict was not read"
+        );
+        // Another pod object: judged afresh.
+        cache.jobs_mut().no_prunable_pods_anywhere();
+        snap.pods[1] = Arc::new(Pod::clone(&snap.pods[1]));
+        assert_eq!(pruned(&snap, &mut cache), ["f1", "f2"]);
+        // Another Job object: judged afresh.
+        cache.jobs_mut().no_prunable_pods_anywhere();
+        snap.jobs[0] = Arc::new(Job::clone(&snap.jobs[0]));
+        assert_eq!(pruned(&snap, &mut cache), ["f1", "f2"]);
+    }
+}
