@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 // (the engine uses no randomness) and several times cheaper than SipHash on short keys.
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -32,12 +31,12 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::complete::{CompletionInputs, NodeDigest};
-use super::job_table::{self, JobTable};
+use super::job_table::{self, JobTable, SweptVerdict};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
     CarriedFacts, CarriedNode, CarriedPod, JobMatchMemo, NodeEntry, NodeMemo, NodeWrightId,
-    ParsedState, SelectionCarry, StateCache, StatusVersion, SweptJob, SweptJobs, VersionId,
+    ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -1358,15 +1357,6 @@ pub struct PassCtx<'a> {
     pub index: SnapIndex<'a>,
     /// Sweep comparisons remembered across passes (only with a cache).
     pub job_matches: Option<Arc<JobMatchMemo>>,
-    /// The Jobs the last pass's sweep left alone (only with a cache; see [`SweptJobs`]), when
-    /// they were judged under this pass's settings.
-    swept_before: Option<Arc<SweptJobs>>,
-    /// This pass's number for [`SweptJobs`] (one more than the last pass's).
-    sweep_pass: u64,
-    /// The Jobs this pass's sweep judged afresh and left alone, by uid (only with a cache).
-    swept_now: Vec<(Box<str>, SweptJob)>,
-    /// Whether sweep verdicts are kept (there is a cache).
-    keep_sweep: bool,
     actions: Vec<Action>,
     emitted_index: EmittedIndex,
     events: Vec<Event>,
@@ -1612,7 +1602,6 @@ impl<'a> PassCtx<'a> {
             }
             nws.push(view);
         }
-        let swept_before = cache.map(StateCache::swept);
         let selector_ids = selections
             .iter()
             .filter_map(|s| Some((s.selector, s.id?)))
@@ -1624,6 +1613,7 @@ impl<'a> PassCtx<'a> {
         let pods_in_place = job_table::pods_in_place(snap, pods.as_deref());
         let jobs_read = JobTable::build(
             snap,
+            settings,
             jobs_carried,
             &nodes,
             &node_ids,
@@ -1647,12 +1637,6 @@ impl<'a> PassCtx<'a> {
             nws,
             index: SnapIndex::build(snap, jobs_read),
             job_matches: cache.map(StateCache::job_matches),
-            swept_before: swept_before
-                .clone()
-                .filter(|s| s.settings.as_ref() == Some(settings)),
-            sweep_pass: swept_before.as_ref().map_or(1, |s| s.pass + 1),
-            swept_now: Vec::new(),
-            keep_sweep: cache.is_some(),
             actions: Vec::new(),
             emitted_index: EmittedIndex::default(),
             events: Vec::new(),
@@ -1682,10 +1666,6 @@ impl<'a> PassCtx<'a> {
     /// writing them, for the next pass to start from ([`SelectionCarry`]). Called last, when
     /// nothing more is derived.
     pub fn carry_into(&mut self, cache: &mut StateCache) {
-        // The handle goes back first, so the cache updates the verdicts in place.
-        self.swept_before = None;
-        let fresh = std::mem::take(&mut self.swept_now);
-        cache.keep_swept(self.settings, self.sweep_pass, fresh);
         let carries: Vec<(NodeWrightId, SelectionCarry)> = self
             .nws
             .iter()
@@ -1699,40 +1679,37 @@ impl<'a> PassCtx<'a> {
     }
 
     /// Whether the last pass's sweep left `job` alone having judged it from exactly what this
-    /// pass would judge it from (see [`SweptJobs`]): the same Job version, NodeWright spec
+    /// pass would judge it from (see [`SweptVerdict`]): the same Job version, NodeWright spec
     /// and uid, node object (not written in this pass), and settings. A verdict found
     /// standing is kept for the next pass.
     pub fn swept_before(&self, nw: usize, node: usize, job: &Job) -> bool {
-        let Some(before) = self.swept_before.as_deref() else {
+        let read = &self.index.jobs_read;
+        let Some(i) = read.position(job) else {
             return false;
         };
-        let Some((uid, version)) = jobs::job_version(job) else {
-            return false;
-        };
-        let Some(swept) = before.jobs.get(uid) else {
+        let Some(swept) = read.swept_before(i) else {
             return false;
         };
         let view = &self.nws[nw];
         let n = &self.nodes[node];
-        let standing = *swept.resource_version == *version
-            && n.writes == 0
+        let standing = n.writes == 0
             && (n.memo.as_ref()).is_some_and(|memo| Arc::ptr_eq(memo, &swept.node))
             && Arc::ptr_eq(&swept.inputs, &view.completion_inputs)
             && swept.nodewright_uid.as_deref() == view.nw.metadata.uid.as_deref();
         if standing {
-            swept.seen.store(self.sweep_pass, Ordering::Relaxed);
+            read.keep_swept(i);
         }
         standing
     }
 
     /// Records that the sweep left `job` alone, judged from the snapshot's node `node`, for
     /// the next pass ([`PassCtx::swept_before`]); nothing is recorded without a cache, for a
-    /// Job without uid or resourceVersion, or once the pass wrote the node.
+    /// Job not in the snapshot, or once the pass wrote the node.
     pub fn left_alone(&mut self, nw: usize, node: usize, job: &Job) {
-        if !self.keep_sweep {
+        if !self.index.jobs_read.carried() {
             return;
         }
-        let Some((uid, version)) = jobs::job_version(job) else {
+        let Some(i) = self.index.jobs_read.position(job) else {
             return;
         };
         let n = &self.nodes[node];
@@ -1740,14 +1717,12 @@ impl<'a> PassCtx<'a> {
             return;
         };
         let view = &self.nws[nw];
-        let swept = SweptJob {
-            resource_version: Box::from(version),
+        let verdict = SweptVerdict {
             nodewright_uid: view.nw.metadata.uid.as_deref().map(Box::from),
             inputs: Arc::clone(&view.completion_inputs),
             node: Arc::clone(memo),
-            seen: AtomicU64::new(self.sweep_pass),
         };
-        self.swept_now.push((Box::from(uid), swept));
+        self.index.jobs_read.record_swept(i, verdict);
     }
 
     /// The parsed `package` annotation of a Job (§4.7): parsed once per pass for a Job of the

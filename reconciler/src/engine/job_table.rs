@@ -30,9 +30,11 @@ use k8s_openapi::api::core::v1::Pod;
 use nodewright_schema::keys;
 use rustc_hash::FxHashMap;
 
+use super::complete::CompletionInputs;
 use super::context::{Few, NodeWork};
 use super::jobs::{self, JobFacts};
-use super::state_cache::{CarriedPod, ParsedPackage};
+use super::state_cache::{CarriedPod, NodeMemo, ParsedPackage};
+use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 /// Where a Job's label value can be found in the snapshot without reading the Job.
@@ -61,6 +63,25 @@ struct CarriedJob {
     pods: Few<u32>,
     /// None of those pods was a failed pod to prune (§8.11), when the pass judged it.
     no_prunable: Option<bool>,
+    /// The sweep left the Job alone, judged from this.
+    swept: Option<SweptVerdict>,
+}
+
+/// What the sweep (§8.14 rules 1 and 2) judged a Job from when it left the Job alone.
+///
+/// The verdict reads the Job (it is carried with the very Job object, or one of the same uid
+/// and resourceVersion), its node's state as the snapshot holds it (the node object, by its
+/// memo), the NodeWright's spec (its completion inputs, which hold the whole spec, compared
+/// by pointer) and uid, and the settings (the same for every verdict of a pass). When all of
+/// these are the same, so is the verdict.
+#[derive(Clone, Debug)]
+pub struct SweptVerdict {
+    /// The owning NodeWright's uid.
+    pub nodewright_uid: Option<Box<str>>,
+    /// The NodeWright's completion inputs (its whole spec).
+    pub inputs: Arc<CompletionInputs>,
+    /// The memo of the Job's node object.
+    pub node: Arc<NodeMemo>,
 }
 
 /// The Job table of the last pass, as the cache keeps it for the next.
@@ -71,6 +92,8 @@ pub struct CarriedJobs {
     nodewrights: Vec<Box<str>>,
     /// The position of each Job by its address, kept while every Job stays where it was.
     at: FxHashMap<usize, u32>,
+    /// The settings the sweep verdicts were found under.
+    swept_under: Option<Settings>,
 }
 
 impl CarriedJobs {
@@ -90,6 +113,16 @@ impl CarriedJobs {
     pub(super) fn no_prunable_pods_anywhere(&mut self) {
         for e in &mut self.entries {
             e.no_prunable = Some(true);
+        }
+    }
+
+    /// Gives every carried Job this sweep verdict, found under `settings`: a verdict that
+    /// lies shows it is what a pass reads.
+    #[cfg(test)]
+    pub(super) fn forge_swept(&mut self, settings: &Settings, verdict: &SweptVerdict) {
+        self.swept_under = Some(settings.clone());
+        for e in &mut self.entries {
+            e.swept = Some(verdict.clone());
         }
     }
 }
@@ -123,6 +156,14 @@ struct Carry {
     /// Per Job: it is the very object the last pass had at this position.
     in_place: Vec<bool>,
     labels: Vec<(LabelAt, LabelAt)>,
+    /// Per Job: the last pass's entry it was read from (its own position when in place).
+    source: Vec<Option<u32>>,
+    /// The last pass's sweep verdicts hold under this pass's settings.
+    swept_valid: bool,
+    /// Per Job: the sweep found the carried verdict standing.
+    swept_kept: Vec<Cell<bool>>,
+    /// Verdicts this pass's sweep made, by position.
+    swept_fresh: Vec<(u32, SweptVerdict)>,
 }
 
 /// Whether every pod is the very object the last pass had at its position.
@@ -142,6 +183,7 @@ impl<'a> JobTable<'a> {
     /// every pod is the very object the last pass had at its position.
     pub fn build(
         snap: &'a Snapshot,
+        settings: &Settings,
         last: Option<CarriedJobs>,
         nodes: &[NodeWork<'a>],
         node_ids: &FxHashMap<&'a str, usize>,
@@ -180,12 +222,14 @@ impl<'a> JobTable<'a> {
                 .all(|(kept, nw)| **kept == *nw.name());
         let mut in_place = Vec::with_capacity(n);
         let mut labels = Vec::with_capacity(n);
+        let mut source = Vec::with_capacity(n);
         // The last pass's Jobs by uid, for Jobs found away from their position.
         let mut by_uid: Option<FxHashMap<&str, usize>> = None;
         for (i, job) in snap.jobs.iter().enumerate() {
             let here = last.entries.get(i).filter(|e| Arc::ptr_eq(&e.job, job));
             in_place.push(here.is_some());
             if let Some(e) = here {
+                source.push(Some(i as u32));
                 let nodewright = e.nodewright;
                 let node = e.node;
                 let label = |at: LabelAt, key: &str| match at {
@@ -227,9 +271,12 @@ impl<'a> JobTable<'a> {
                         .filter_map(|(uid, k)| Some((uid?, k)))
                         .collect()
                 });
-                let e = &entries[*by_uid.get(uid)?];
-                (e.job.metadata.resource_version.as_deref() == Some(version)).then_some(e)
+                let k = *by_uid.get(uid)?;
+                let e = &entries[k];
+                (e.job.metadata.resource_version.as_deref() == Some(version)).then_some((k, e))
             });
+            source.push(elsewhere.map(|(k, _)| k as u32));
+            let elsewhere = elsewhere.map(|(_, e)| e);
             let facts = match elsewhere {
                 Some(e) => e.facts.labelled(job),
                 None => JobFacts::of(job),
@@ -254,10 +301,18 @@ impl<'a> JobTable<'a> {
         if !nw_names_kept {
             last.nodewrights = snap.nodewrights.iter().map(|nw| nw.name().into()).collect();
         }
+        let swept_valid = last.swept_under.as_ref() == Some(settings);
+        if !swept_valid {
+            last.swept_under = Some(settings.clone());
+        }
         table.carry = Some(Carry {
             last,
             in_place,
             labels,
+            source,
+            swept_valid,
+            swept_kept: (0..n).map(|_| Cell::new(false)).collect(),
+            swept_fresh: Vec::new(),
         });
         table
     }
@@ -328,6 +383,35 @@ impl<'a> JobTable<'a> {
         }
     }
 
+    /// The sweep verdict the last pass left for the Job at position `i`, found under this
+    /// pass's settings; `None` without one (or without a cache).
+    pub fn swept_before(&self, i: usize) -> Option<&SweptVerdict> {
+        let carry = self.carry.as_ref().filter(|c| c.swept_valid)?;
+        let k = (*carry.source.get(i)?)? as usize;
+        carry.last.entries.get(k)?.swept.as_ref()
+    }
+
+    /// Keeps the carried verdict of the Job at position `i` for the next pass: the sweep
+    /// found it standing.
+    pub fn keep_swept(&self, i: usize) {
+        if let Some(kept) = self.carry.as_ref().and_then(|c| c.swept_kept.get(i)) {
+            kept.set(true);
+        }
+    }
+
+    /// Records a verdict of this pass's sweep for the Job at position `i`, for the next
+    /// pass; nothing is kept without a cache.
+    pub fn record_swept(&mut self, i: usize, verdict: SweptVerdict) {
+        if let Some(carry) = self.carry.as_mut() {
+            carry.swept_fresh.push((i as u32, verdict));
+        }
+    }
+
+    /// Whether the pass hands its table on (it has a cache).
+    pub fn carried(&self) -> bool {
+        self.carry.is_some()
+    }
+
     /// What the next pass starts from; `None` without a cache.
     pub fn into_carried(self) -> Option<CarriedJobs> {
         let JobTable {
@@ -344,33 +428,67 @@ impl<'a> JobTable<'a> {
             mut last,
             in_place,
             labels,
+            source,
+            swept_valid,
+            swept_kept,
+            swept_fresh,
         } = carry?;
-        last.entries.truncate(jobs.len());
-        let rows = jobs.iter().zip(facts).zip(packages).zip(no_prunable);
-        let rows = rows.zip(in_place).zip(labels).zip(job_pods);
-        for (i, ((((((job, facts), package), no_prunable), in_place), labels), pods)) in
-            rows.enumerate()
-        {
-            let no_prunable = no_prunable.get();
-            // Refilled in place: at steady state each Job sits where it was, and its `Arc`
-            // is kept rather than cloned again.
-            if in_place && let Some(e) = last.entries.get_mut(i) {
-                e.no_prunable = no_prunable;
-                (e.nodewright, e.node) = labels;
-                e.pods = pods;
+        let mut swept: Vec<Option<SweptVerdict>> = Vec::new();
+        if !swept_fresh.is_empty() {
+            swept.resize(jobs.len(), None);
+            for (i, verdict) in swept_fresh {
+                swept[i as usize] = Some(verdict);
+            }
+        }
+        let fresh = |i: usize| swept.get(i).cloned().flatten();
+        let kept = |i: usize| swept_valid && swept_kept[i].get();
+        // Jobs read away from their position first: each copies from the last pass's entry it
+        // was read from, which refilling in place may overwrite.
+        let mut moved: Vec<(usize, CarriedJob)> = Vec::new();
+        let rows = jobs.iter().zip(&facts).zip(&packages).zip(&in_place);
+        for (i, (((job, facts), package), &in_place)) in rows.enumerate() {
+            if in_place && i < last.entries.len() {
                 continue;
             }
-            let entry = CarriedJob {
-                job: Arc::clone(job),
-                facts: facts.unlabelled(),
-                package: package
-                    .into_inner()
-                    .unwrap_or_else(|| Arc::new(jobs::read_package_annotation(job))),
-                nodewright: labels.0,
-                node: labels.1,
-                pods,
-                no_prunable,
+            let carried_verdict = if kept(i) {
+                source[i].and_then(|k| last.entries.get(k as usize)?.swept.clone())
+            } else {
+                None
             };
+            moved.push((
+                i,
+                CarriedJob {
+                    job: Arc::clone(job),
+                    facts: facts.unlabelled(),
+                    package: package
+                        .get()
+                        .cloned()
+                        .unwrap_or_else(|| Arc::new(jobs::read_package_annotation(job))),
+                    nodewright: labels[i].0,
+                    node: labels[i].1,
+                    pods: job_pods[i].clone(),
+                    no_prunable: no_prunable[i].get(),
+                    swept: fresh(i).or(carried_verdict),
+                },
+            ));
+        }
+        // Refilled in place: at steady state each Job sits where it was, and its `Arc` is kept
+        // rather than cloned again.
+        last.entries.truncate(jobs.len());
+        for (i, e) in last.entries.iter_mut().enumerate() {
+            if !in_place[i] {
+                continue;
+            }
+            e.no_prunable = no_prunable[i].get();
+            (e.nodewright, e.node) = labels[i];
+            e.pods = job_pods[i].clone();
+            if let Some(verdict) = fresh(i) {
+                e.swept = Some(verdict);
+            } else if !kept(i) {
+                e.swept = None;
+            }
+        }
+        for (i, entry) in moved {
             match last.entries.get_mut(i) {
                 Some(e) => *e = entry,
                 None => last.entries.push(entry),

@@ -36,7 +36,6 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::context::{StateSlot, StateSlots};
 use super::job_table::CarriedJobs;
 use super::jobs::{MatchTarget, PackageAnnotation};
-use crate::settings::Settings;
 
 /// A node's digest under one set of NodeWright inputs and one `configApplied` value.
 #[derive(Debug)]
@@ -403,41 +402,6 @@ pub struct StateCache {
     job_matches: Arc<JobMatchMemo>,
     /// Per NodeWright of the last pass: what it derived for each node it selected.
     carries: FxHashMap<NodeWrightId, SelectionCarry>,
-    /// The Jobs the last pass's sweep left alone, and what it judged them from.
-    swept: Arc<SweptJobs>,
-}
-
-/// The Jobs one pass's sweep (§8.14 rules 1 and 2) judged and left alone, by uid, with the
-/// settings it judged them under.
-///
-/// The sweep's verdict on a Job reads the Job (its version: uid and resourceVersion), its
-/// node's state as the snapshot holds it (the node object), the NodeWright's spec (its
-/// completion inputs, which hold the whole spec, compared by pointer) and uid, and the
-/// settings. When all of these are the same, so is the verdict.
-#[derive(Debug, Default)]
-pub struct SweptJobs {
-    /// The settings of the passes that judged them.
-    pub settings: Option<Settings>,
-    /// By Job uid.
-    pub jobs: FxHashMap<Box<str>, SweptJob>,
-    /// The number of the last pass that kept them.
-    pub pass: u64,
-}
-
-/// One Job a sweep left alone, with what it was judged from (see [`SweptJobs`]).
-#[derive(Debug)]
-pub struct SweptJob {
-    /// The Job's resourceVersion.
-    pub resource_version: Box<str>,
-    /// The owning NodeWright's uid.
-    pub nodewright_uid: Option<Box<str>>,
-    /// The NodeWright's completion inputs (its whole spec).
-    pub inputs: Arc<CompletionInputs>,
-    /// The memo of the Job's node object.
-    pub node: Arc<NodeMemo>,
-    /// The number of the last pass that found this verdict still standing (set through a
-    /// shared handle while the pass runs).
-    pub seen: AtomicU64,
 }
 
 /// One node a NodeWright selected in the last pass, with what that pass derived for it.
@@ -709,39 +673,6 @@ impl StateCache {
     /// Takes the last pass's carry of a NodeWright, for a pass to refill (keeps its capacity).
     pub fn take_carry(&mut self, nodewright: NodeWrightId) -> SelectionCarry {
         self.carries.remove(&nodewright).unwrap_or_default()
-    }
-
-    /// The Jobs the last pass's sweep left alone.
-    pub fn swept(&self) -> Arc<SweptJobs> {
-        Arc::clone(&self.swept)
-    }
-
-    /// Keeps, for the next pass, the verdicts pass number `pass` found standing and the
-    /// `fresh` ones it made, all under `settings` (and only those). The pass must have let go
-    /// of its handle from [`StateCache::swept`].
-    pub fn keep_swept(
-        &mut self,
-        settings: &Settings,
-        pass: u64,
-        fresh: impl IntoIterator<Item = (Box<str>, SweptJob)>,
-    ) {
-        let reusable =
-            Arc::get_mut(&mut self.swept).is_some_and(|s| s.settings.as_ref() == Some(settings));
-        if !reusable {
-            self.swept = Arc::new(SweptJobs {
-                settings: Some(settings.clone()),
-                ..SweptJobs::default()
-            });
-        }
-        // Either a new `Arc` or one nobody else holds: the pass gave its handle back.
-        let Some(swept) = Arc::get_mut(&mut self.swept) else {
-            return;
-        };
-        swept.pass = pass;
-        swept
-            .jobs
-            .retain(|_, j| j.seen.load(Ordering::Relaxed) == pass);
-        swept.jobs.extend(fresh);
     }
 
     /// Keeps these carries (and only these) for the next pass.

@@ -286,8 +286,9 @@ pub fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
 #[cfg(test)]
 mod tests {
     use super::super::context::PassCtx;
+    use super::super::job_table::SweptVerdict;
     use super::super::jobs::{StageJobInput, build_stage_job};
-    use super::super::state_cache::{StateCache, SweptJob};
+    use super::super::state_cache::StateCache;
     use super::super::testkit::{node, nw, package, settings, world};
     use super::*;
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
@@ -490,14 +491,12 @@ mod tests {
         let forged_under = |cache: &mut StateCache, snap: &crate::snapshot::Snapshot, under| {
             let inputs = cache.completion_inputs(&snap.nodewrights[0]);
             let node = cache.node("n1").and_then(|c| c.memo_for(&snap.nodes[0]));
-            let verdict = SweptJob {
-                resource_version: "2".into(),
+            let verdict = SweptVerdict {
                 nodewright_uid: snap.nodewrights[0].metadata.uid.as_deref().map(Box::from),
                 inputs,
                 node: node.expect("n1's memo"),
-                seen: Default::default(),
             };
-            cache.keep_swept(&under, 1, [(Box::from("uid-1"), verdict)]);
+            cache.jobs_mut().forge_swept(&under, &verdict);
         };
         let forged = |cache: &mut StateCache, snap: &crate::snapshot::Snapshot| {
             forged_under(cache, snap, settings())
