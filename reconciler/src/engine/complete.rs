@@ -242,13 +242,18 @@ impl NodeDigest {
     }
 }
 
-/// The digest of node `node` for NodeWright `nw` in the working state; `None` when the node's
-/// state annotation is malformed (such a node is never complete, §4.2).
+/// Lends `read` the digest of node `node` for NodeWright `nw` in the working state; `None`
+/// when the node's state annotation is malformed (such a node is never complete, §4.2).
 ///
 /// While the node's state is still the snapshot's parse, the digest is remembered in that
 /// parse (engine/state_cache.rs), keyed by the NodeWright's completion inputs and the node's
 /// `configApplied` value, so later passes over an unchanged node skip the package walk.
-pub fn node_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDigest>> {
+pub fn node_digest<R>(
+    ctx: &PassCtx,
+    nw: usize,
+    node: usize,
+    read: impl FnOnce(Option<&NodeDigest>) -> R,
+) -> R {
     let view = &ctx.nws[nw];
     let n = ctx.node(node);
     let pos = view
@@ -256,17 +261,21 @@ pub fn node_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDige
         .get(node)
         .filter(|&&p| p != super::context::NOT_SELECTED)
         .map(|&p| p as usize);
-    if let Some(p) = pos
-        && let Some((at, digest)) = &view.digests.borrow()[p]
+    let Some(p) = pos else {
+        return read(derive_digest(ctx, nw, node).as_deref());
+    };
+    // Lent, not cloned: a steady pass reads the digests of thousands of nodes several times
+    // each, and moving the count of a shared digest costs a trip to memory the read itself
+    // may not need. `read` only reads, so nothing memoises a digest while it holds this.
+    if let Some((at, digest)) = &view.digests.borrow()[p]
         && *at == n.writes()
     {
-        return digest.clone();
+        return read(digest.as_deref());
     }
     let digest = derive_digest(ctx, nw, node);
-    if let Some(p) = pos {
-        view.digests.borrow_mut()[p] = Some((n.writes(), digest.clone()));
-    }
-    digest
+    let out = read(digest.as_deref());
+    view.digests.borrow_mut()[p] = Some((n.writes(), digest));
+    out
 }
 
 /// [`node_digest`] without the per-pass memo: from the node's parse when it remembers one.
@@ -300,7 +309,7 @@ fn derive_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDigest
 /// Whether node `node` is complete for NodeWright `nw` in the working state. A malformed
 /// node state is never complete (§4.2).
 pub fn node_complete(ctx: &PassCtx, nw: usize, node: usize) -> bool {
-    node_digest(ctx, nw, node).is_some_and(|d| d.complete)
+    node_digest(ctx, nw, node, |d| d.is_some_and(|d| d.complete))
 }
 
 /// HasInterrupt of a package on a node in the working state (§6.4, §16.3).

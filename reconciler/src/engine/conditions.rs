@@ -241,11 +241,12 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
         let erroring_msg = format!("Package Erroring or Unknown for {}", view.name);
         for (p, &n) in view.selected.iter().enumerate() {
             let node = ctx.node(n);
-            let Some(digest) = super::complete::node_digest(ctx, nw, n) else {
+            let Some(erroring) =
+                super::complete::node_digest(ctx, nw, n, |d| d.map(|d| d.erroring))
+            else {
                 continue;
             };
             let complete = view.complete.get(p).copied().unwrap_or(false);
-            let erroring = digest.erroring;
             let wanted: [WantedCondition<'_>; 2] = [
                 (
                     &not_ready_type,

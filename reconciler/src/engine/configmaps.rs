@@ -269,11 +269,14 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     // the nodes' package digests say which.
     let mut in_cycle = vec![false; packages.len()];
     for &id in &selected {
-        if let Some(digest) = complete::node_digest(ctx, nw, id) {
-            for (any, node) in in_cycle.iter_mut().zip(&digest.packages) {
+        complete::node_digest(ctx, nw, id, |digest| {
+            for (any, node) in in_cycle
+                .iter_mut()
+                .zip(digest.map_or(&[][..], |d| &d.packages))
+            {
                 *any |= node.in_cycle;
             }
-        }
+        });
     }
 
     // Backfill records from what the nodes last applied: the existing ConfigMap's data.

@@ -855,7 +855,9 @@ impl<'a> NwView<'a> {
     /// Starts this pass's per-node memos from what the last pass derived for the same node
     /// objects ([`SelectionCarry`]), as values at write count 0 (before this pass writes
     /// the node): each holds for the same object under the same inputs.
-    fn seed(&mut self, nodes: &[NodeWork<'_>], carry: &SelectionCarry) {
+    /// Digests move out of `carry` (and back in [`NwView::carry_out`]) rather than being
+    /// cloned: moving the count of thousands of shared digests costs a trip to memory each.
+    fn seed(&mut self, nodes: &[NodeWork<'_>], carry: &mut SelectionCarry) {
         let same_inputs = carry
             .inputs
             .as_ref()
@@ -873,7 +875,7 @@ impl<'a> NwView<'a> {
                 continue;
             };
             let carried = match carry.nodes.get(p) {
-                Some(c) if Arc::ptr_eq(&c.memo, memo) => Some(c),
+                Some(c) if Arc::ptr_eq(&c.memo, memo) => Some(p),
                 _ => {
                     in_place = false;
                     by_memo
@@ -882,10 +884,10 @@ impl<'a> NwView<'a> {
                             memos.zip(0..).collect()
                         })
                         .get(&Arc::as_ptr(memo))
-                        .map(|&k| &carry.nodes[k])
+                        .copied()
                 }
             };
-            let Some(c) = carried.map(|c| &c.facts) else {
+            let Some(c) = carried.map(|k| &mut carry.nodes[k].facts) else {
                 continue;
             };
             self.conditions_current[p].set(c.conditions);
@@ -894,10 +896,10 @@ impl<'a> NwView<'a> {
             if let Some(status) = c.status {
                 self.status_memo[p].set((0, status));
             }
-            if same_inputs && let Some(digest) = &c.digest {
+            if same_inputs && let Some(digest) = c.digest.take() {
                 self.complete[p] = digest.as_ref().is_some_and(|d| d.complete);
                 self.complete_at[p] = 0;
-                digests[p] = Some((0, digest.clone()));
+                digests[p] = Some((0, digest));
             }
             if same_version {
                 self.published_seed[p] = c.published;
@@ -945,7 +947,8 @@ impl<'a> NwView<'a> {
     fn carry_out(&self, nodes: &[NodeWork<'_>], carry: &mut SelectionCarry) {
         carry.inputs = Some(Arc::clone(&self.completion_inputs));
         carry.version = self.status_version;
-        let digests = self.digests.borrow();
+        // Taken, not cloned (see [`NwView::seed`]): the pass derives nothing after this.
+        let mut digests = self.digests.borrow_mut();
         for (p, &i) in self.selected.iter().enumerate() {
             let n = &nodes[i];
             let Some(memo) = n.memo.as_ref() else {
@@ -953,8 +956,8 @@ impl<'a> NwView<'a> {
                 carry.nodes.clear();
                 return;
             };
-            let digest = match &digests[p] {
-                Some((0, digest)) => Some(digest.clone()),
+            let digest = match digests[p].take() {
+                Some((0, digest)) => Some(digest),
                 _ => None,
             };
             let status = match self.status_memo[p].get() {
@@ -1353,6 +1356,9 @@ pub struct PassCtx<'a> {
     label_collision: bool,
     /// NodeWrights sorted by priority, then name.
     pub nws: Vec<NwView<'a>>,
+    /// What the last pass derived per NodeWright and selected node, moved out of the cache
+    /// for this pass to start from and refill (empty without a cache).
+    carries: FxHashMap<NodeWrightId, SelectionCarry>,
     /// Snapshot indexes, built once per pass (lookups by name/UID/node instead of scans).
     pub index: SnapIndex<'a>,
     /// Sweep comparisons remembered across passes (only with a cache).
@@ -1419,8 +1425,10 @@ impl<'a> PassCtx<'a> {
         let mut same_order = false;
         let mut pods = None;
         let mut jobs_carried = None;
+        let mut carries = FxHashMap::default();
         let cache: Option<&StateCache> = match cache {
             Some(c) => {
+                carries = c.take_carries();
                 pods = Some(c.take_pods(&settings.namespace));
                 jobs_carried = Some(c.take_jobs());
                 let mut carried = c.take_nodes(&names);
@@ -1597,7 +1605,7 @@ impl<'a> PassCtx<'a> {
                 },
                 transitioned: false,
             };
-            if let Some(carry) = cache.and_then(|c| c.carry(memo_id)) {
+            if let Some(carry) = carries.get_mut(&memo_id) {
                 view.seed(&nodes, carry);
             }
             nws.push(view);
@@ -1635,6 +1643,7 @@ impl<'a> PassCtx<'a> {
             long_labels,
             label_collision,
             nws,
+            carries,
             index: SnapIndex::build(snap, jobs_read),
             job_matches: cache.map(StateCache::job_matches),
             actions: Vec::new(),
@@ -1670,11 +1679,13 @@ impl<'a> PassCtx<'a> {
             .nws
             .iter()
             .map(|view| {
-                let mut carry = cache.take_carry(view.memo_id);
+                let mut carry = self.carries.remove(&view.memo_id).unwrap_or_default();
                 view.carry_out(&self.nodes, &mut carry);
                 (view.memo_id, carry)
             })
             .collect();
+        // Those of NodeWrights no longer in the pass go.
+        self.carries.clear();
         cache.keep_carries(carries);
     }
 
@@ -2000,6 +2011,7 @@ impl<'a> PassCtx<'a> {
             nodes_moved,
             pods,
             nws,
+            carries,
             index,
             mut actions,
             events,
@@ -2023,6 +2035,11 @@ impl<'a> PassCtx<'a> {
                 .zip(&snap.nodes)
                 .map(|(n, node)| n.into_entry(node));
             cache.keep_nodes(entries, &names, nodes_moved);
+            // A pass that did not hand its carries on (no [`PassCtx::carry_into`]) gives the
+            // last pass's back as they were.
+            if !carries.is_empty() {
+                cache.keep_carries(carries);
+            }
             if let Some(jobs) = index.jobs_read.into_carried() {
                 cache.keep_jobs(jobs);
             }

@@ -224,18 +224,22 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
     let mut stale_blockers: Vec<usize> = Vec::new();
     let blocked_key = keys::drain_blocked(&name);
     for (p, &id) in selected.iter().enumerate() {
-        let Some(digest) = complete::node_digest(ctx, nw, id) else {
+        let waits_on_drain = complete::node_digest(ctx, nw, id, |digest| {
+            let digest = digest?;
+            for (all, node) in marks.iter_mut().zip(&digest.packages) {
+                all.present |= node.present;
+                all.in_cycle |= node.in_cycle;
+                all.incomplete |= node.incomplete;
+            }
+            uninstalling |= digest.uninstalling;
+            uninstall_failing |= digest.uninstall_failing;
+            Some(digest.waits_on_drain)
+        });
+        let Some(waits_on_drain) = waits_on_drain else {
             continue;
         };
-        for (all, node) in marks.iter_mut().zip(&digest.packages) {
-            all.present |= node.present;
-            all.in_cycle |= node.in_cycle;
-            all.incomplete |= node.incomplete;
-        }
-        uninstalling |= digest.uninstalling;
-        uninstall_failing |= digest.uninstall_failing;
         let n = ctx.node(id);
-        if digest.waits_on_drain {
+        if waits_on_drain {
             let node_name = n.name();
             if !super::drain::protected_pods(nw_obj, ctx.index.pods_on(node_name)).is_empty() {
                 held_nodes.push(node_name.to_string());

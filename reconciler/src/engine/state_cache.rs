@@ -670,9 +670,10 @@ impl StateCache {
         self.carries.get(&nodewright)
     }
 
-    /// Takes the last pass's carry of a NodeWright, for a pass to refill (keeps its capacity).
-    pub fn take_carry(&mut self, nodewright: NodeWrightId) -> SelectionCarry {
-        self.carries.remove(&nodewright).unwrap_or_default()
+    /// Moves the last pass's carries out, for a pass to start from and refill (each keeps
+    /// its capacity); the pass hands them back with [`StateCache::keep_carries`].
+    pub(super) fn take_carries(&mut self) -> FxHashMap<NodeWrightId, SelectionCarry> {
+        std::mem::take(&mut self.carries)
     }
 
     /// Keeps these carries (and only these) for the next pass.
