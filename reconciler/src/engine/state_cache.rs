@@ -17,10 +17,11 @@
 //! shared by pointer) and by the node's `configApplied_<nw>` value, byte for byte.
 //!
 //! Each pass also hands over what it derived: per NodeWright, for each node it selected, the
-//! values it found before writing the node ([`SelectionCarry`]), and the Jobs its sweep left
-//! alone ([`SweptJobs`]). The next pass starts from them wherever what they were derived from
-//! is unchanged (the same node object, completion inputs, status version, Job version), so a
-//! steady pass re-derives only what changed.
+//! values it found before writing the node ([`SelectionCarry`]), and what it read of each Job
+//! ([`CarriedJobs`]: facts, package, pods, the sweep's verdicts). The next pass starts from
+//! them wherever what they were derived from is unchanged (the same node object, completion
+//! inputs, status version, Job object or version), so a steady pass re-derives only what
+//! changed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
