@@ -1625,7 +1625,7 @@ impl<'a> PassCtx<'a> {
             jobs_carried,
             &nodes,
             &node_ids,
-            same_objects,
+            cache.is_some() && !nodes_moved,
             pods_in_place,
         );
         PassCtx {

@@ -17,7 +17,8 @@
 //!
 //! The label strings of a carried Job are taken from where an equal string sits in this
 //! snapshot (the name of the NodeWright or node it names, found when the Job was read) while
-//! that NodeWright or node is where it was; otherwise they are read from the Job again. Its
+//! the names of the NodeWrights, or of the nodes, by position are the same as then;
+//! otherwise they are read from the Job again. Its
 //! pods are carried while every pod of the snapshot is the very object the last pass had at
 //! its position, and so is its "no failed pod to prune" verdict (§8.11), which reads nothing
 //! but those pods.
@@ -179,15 +180,16 @@ pub(super) fn pods_in_place(snap: &Snapshot, carried: Option<&[CarriedPod]>) -> 
 impl<'a> JobTable<'a> {
     /// Builds the table of `snap`'s Jobs. `last` is the cache's table from the last pass
     /// (`None` without a cache); `nodes` are the pass's nodes by position, `node_ids` their
-    /// positions by name. `nodes_in_place` and `pods_in_place` say whether every node and
-    /// every pod is the very object the last pass had at its position.
+    /// positions by name. `node_names_in_place` says whether every node has the name the last
+    /// pass's node at its position had, `pods_in_place` whether every pod is the very object
+    /// the last pass had at its position.
     pub fn build(
         snap: &'a Snapshot,
         settings: &Settings,
         last: Option<CarriedJobs>,
         nodes: &[NodeWork<'a>],
         node_ids: &FxHashMap<&'a str, usize>,
-        nodes_in_place: bool,
+        node_names_in_place: bool,
         pods_in_place: bool,
     ) -> JobTable<'a> {
         let n = snap.jobs.len();
@@ -237,7 +239,7 @@ impl<'a> JobTable<'a> {
                     LabelAt::NodeWright(k) if nw_names_kept => {
                         Some(snap.nodewrights[k as usize].name())
                     }
-                    LabelAt::Node(k) if nodes_in_place => Some(nodes[k as usize].name()),
+                    LabelAt::Node(k) if node_names_in_place => Some(nodes[k as usize].name()),
                     _ => jobs::label(job, key),
                 };
                 table.facts.push(JobFacts {
@@ -254,7 +256,7 @@ impl<'a> JobTable<'a> {
                     table.job_pods.push(pods);
                     table.no_prunable.push(Cell::new(None));
                 }
-                let resolved = if nw_names_kept && nodes_in_place {
+                let resolved = if nw_names_kept && node_names_in_place {
                     (nodewright, node)
                 } else {
                     let facts = &table.facts[i];
@@ -265,13 +267,20 @@ impl<'a> JobTable<'a> {
             }
             let entries = &last.entries;
             let elsewhere = jobs::job_version(job).and_then(|(uid, version)| {
-                let by_uid = by_uid.get_or_insert_with(|| {
-                    let uids = entries.iter().map(|e| e.job.metadata.uid.as_deref());
-                    uids.zip(0..)
-                        .filter_map(|(uid, k)| Some((uid?, k)))
-                        .collect()
-                });
-                let k = *by_uid.get(uid)?;
+                // A Job rewritten in place (a new status, a new annotation) keeps its
+                // position: only a Job that moved needs the last pass's uids all read.
+                let k = match entries.get(i) {
+                    Some(e) if e.job.metadata.uid.as_deref() == Some(uid) => i,
+                    _ => {
+                        let by_uid = by_uid.get_or_insert_with(|| {
+                            let uids = entries.iter().map(|e| e.job.metadata.uid.as_deref());
+                            uids.zip(0..)
+                                .filter_map(|(uid, k)| Some((uid?, k)))
+                                .collect()
+                        });
+                        *by_uid.get(uid)?
+                    }
+                };
                 let e = &entries[k];
                 (e.job.metadata.resource_version.as_deref() == Some(version)).then_some((k, e))
             });
@@ -660,6 +669,17 @@ mod tests {
         check(&snap, "a Job's node label changed");
         snap.jobs.swap(0, 2);
         check(&snap, "Jobs swapped");
+        let renamed = snap
+            .nodes
+            .iter()
+            .position(|n| n.metadata.name.as_deref() == Some("n1"));
+        let at = renamed.expect("n1 is in the snapshot");
+        snap.nodes[at] = Arc::new(node("n1").annotation("touched", "yes").build());
+        check(&snap, "a node rewritten in place");
+        snap.nodes[at] = Arc::new(node("n3").build());
+        check(&snap, "another node in its place");
+        snap.pods[0] = Arc::new(pod_of(&j1, "p5"));
+        check(&snap, "a pod of another Job in a pod's place");
         snap.nodes.remove(1);
         check(&snap, "a node left");
     }
