@@ -98,16 +98,6 @@ pub struct CarriedJobs {
 }
 
 impl CarriedJobs {
-    /// Number of Jobs carried.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether no Job is carried.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// Marks every carried Job as having no failed pod to prune: a verdict that lies shows
     /// it is what a pass reads.
     #[cfg(test)]
@@ -206,12 +196,7 @@ impl<'a> JobTable<'a> {
         };
         let Some(mut last) = last else {
             for job in &snap.jobs {
-                let facts = JobFacts::of(job);
-                table.facts.push(facts);
-                table.packages.push(OnceCell::new());
-                let pods = table.pods_by_uid(job);
-                table.job_pods.push(pods);
-                table.no_prunable.push(Cell::new(None));
+                table.push_read(job, JobFacts::of(job), OnceCell::new());
             }
             table.at = addresses(&snap.jobs);
             return table;
@@ -294,11 +279,7 @@ impl<'a> JobTable<'a> {
                 Some(e) => Arc::clone(&e.package),
                 None => Arc::new(jobs::read_package_annotation(job)),
             };
-            table.facts.push(facts);
-            table.packages.push(OnceCell::from(package));
-            let pods = table.pods_by_uid(job);
-            table.job_pods.push(pods);
-            table.no_prunable.push(Cell::new(None));
+            table.push_read(job, facts, OnceCell::from(package));
             labels.push(resolve(snap, node_ids, &facts));
         }
         let all_in_place = last.entries.len() == n && in_place.iter().all(|&b| b);
@@ -324,6 +305,15 @@ impl<'a> JobTable<'a> {
             swept_fresh: Vec::new(),
         });
         table
+    }
+
+    /// Adds a Job whose pods are found now, with no verdict carried.
+    fn push_read(&mut self, job: &Job, facts: JobFacts<'a>, package: OnceCell<ParsedPackage>) {
+        self.facts.push(facts);
+        self.packages.push(package);
+        let pods = self.pods_by_uid(job);
+        self.job_pods.push(pods);
+        self.no_prunable.push(Cell::new(None));
     }
 
     /// The positions of `job`'s pods in `snap.pods`, found by their controller UID label
