@@ -31,7 +31,7 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::complete::{CompletionInputs, NodeDigest};
-use super::job_table::{self, JobTable, SweptVerdict};
+use super::job_table::{JobTable, SweptVerdict};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
@@ -1618,7 +1618,6 @@ impl<'a> PassCtx<'a> {
             .into_iter()
             .filter_map(|s| Some((s.id?, s.nodes)))
             .collect();
-        let pods_in_place = job_table::pods_in_place(snap, pods.as_deref());
         let jobs_read = JobTable::build(
             snap,
             settings,
@@ -1626,7 +1625,6 @@ impl<'a> PassCtx<'a> {
             &nodes,
             &node_ids,
             cache.is_some() && !nodes_moved,
-            pods_in_place,
         );
         PassCtx {
             snap,

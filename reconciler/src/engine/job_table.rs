@@ -33,8 +33,9 @@ use rustc_hash::FxHashMap;
 
 use super::complete::CompletionInputs;
 use super::context::{Few, NodeWork};
+use super::job_pods::{PodChanges, PodIndex, uid_hash};
 use super::jobs::{self, JobFacts};
-use super::state_cache::{CarriedPod, NodeMemo, ParsedPackage};
+use super::state_cache::{NodeMemo, ParsedPackage};
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
@@ -60,6 +61,8 @@ struct CarriedJob {
     package: ParsedPackage,
     nodewright: LabelAt,
     node: LabelAt,
+    /// [`uid_hash`] of the Job's uid.
+    uid_hash: u64,
     /// Positions of the Job's pods in that pass's snapshot.
     pods: Few<u32>,
     /// None of those pods was a failed pod to prune (§8.11), when the pass judged it.
@@ -93,6 +96,8 @@ pub struct CarriedJobs {
     nodewrights: Vec<Box<str>>,
     /// The position of each Job by its address, kept while every Job stays where it was.
     at: FxHashMap<usize, u32>,
+    /// That pass's pods by controller UID label.
+    pods: Option<PodIndex>,
     /// The settings the sweep verdicts were found under.
     swept_under: Option<Settings>,
 }
@@ -131,9 +136,8 @@ pub struct JobTable<'a> {
     /// Each Job's pods, by position in `snap.pods`.
     job_pods: Vec<Few<u32>>,
     no_prunable: Vec<Cell<Option<bool>>>,
-    /// Pods by their Job controller UID label, for Jobs whose pods are not carried (and any
-    /// Job not in the snapshot); built on first use.
-    pods_by_uid: OnceCell<FxHashMap<&'a str, Few<u32>>>,
+    /// The snapshot's pods by their Job controller UID label.
+    pod_index: PodIndex,
     /// Position by address.
     at: FxHashMap<usize, u32>,
     /// With a cache: the last pass's table, refilled for the next, and what it needs.
@@ -157,22 +161,11 @@ struct Carry {
     swept_fresh: Vec<(u32, SweptVerdict)>,
 }
 
-/// Whether every pod is the very object the last pass had at its position.
-pub(super) fn pods_in_place(snap: &Snapshot, carried: Option<&[CarriedPod]>) -> bool {
-    carried.is_some_and(|c| {
-        c.len() == snap.pods.len()
-            && c.iter()
-                .zip(&snap.pods)
-                .all(|(c, pod)| Arc::ptr_eq(&c.pod, pod))
-    })
-}
-
 impl<'a> JobTable<'a> {
     /// Builds the table of `snap`'s Jobs. `last` is the cache's table from the last pass
     /// (`None` without a cache); `nodes` are the pass's nodes by position, `node_ids` their
     /// positions by name. `node_names_in_place` says whether every node has the name the last
-    /// pass's node at its position had, `pods_in_place` whether every pod is the very object
-    /// the last pass had at its position.
+    /// pass's node at its position had.
     pub fn build(
         snap: &'a Snapshot,
         settings: &Settings,
@@ -180,7 +173,6 @@ impl<'a> JobTable<'a> {
         nodes: &[NodeWork<'a>],
         node_ids: &FxHashMap<&'a str, usize>,
         node_names_in_place: bool,
-        pods_in_place: bool,
     ) -> JobTable<'a> {
         let n = snap.jobs.len();
         let mut table = JobTable {
@@ -190,13 +182,15 @@ impl<'a> JobTable<'a> {
             packages: Vec::with_capacity(n),
             job_pods: Vec::with_capacity(n),
             no_prunable: Vec::with_capacity(n),
-            pods_by_uid: OnceCell::new(),
+            pod_index: PodIndex::default(),
             at: FxHashMap::default(),
             carry: None,
         };
         let Some(mut last) = last else {
+            table.pod_index = PodIndex::new(&snap.pods);
             for job in &snap.jobs {
-                table.push_read(job, JobFacts::of(job), OnceCell::new());
+                let pods = table.pods_by_uid(job);
+                table.push_read(JobFacts::of(job), OnceCell::new(), pods);
             }
             table.at = addresses(&snap.jobs);
             return table;
@@ -207,6 +201,19 @@ impl<'a> JobTable<'a> {
                 .iter()
                 .zip(&snap.nodewrights)
                 .all(|(kept, nw)| **kept == *nw.name());
+        // The last pass's pods brought up to this snapshot's: a Job none of whose pods left
+        // and to whose uid no pod joined has the very pods it had.
+        let changes = match last.pods.take() {
+            Some(mut index) => {
+                let changes = index.update(&snap.pods);
+                table.pod_index = index;
+                changes
+            }
+            None => {
+                table.pod_index = PodIndex::new(&snap.pods);
+                PodChanges::unknown()
+            }
+        };
         let mut in_place = Vec::with_capacity(n);
         let mut labels = Vec::with_capacity(n);
         let mut source = Vec::with_capacity(n);
@@ -233,14 +240,11 @@ impl<'a> JobTable<'a> {
                     ..e.facts
                 });
                 table.packages.push(OnceCell::from(Arc::clone(&e.package)));
-                if pods_in_place {
-                    table.job_pods.push(e.pods.clone());
-                    table.no_prunable.push(Cell::new(e.no_prunable));
-                } else {
-                    let pods = table.pods_by_uid(job);
-                    table.job_pods.push(pods);
-                    table.no_prunable.push(Cell::new(None));
-                }
+                let (pods, same_pods) = table.pods_after(job, Some(e), &changes);
+                table.job_pods.push(pods);
+                table
+                    .no_prunable
+                    .push(Cell::new(e.no_prunable.filter(|_| same_pods)));
                 let resolved = if nw_names_kept && node_names_in_place {
                     (nodewright, node)
                 } else {
@@ -251,11 +255,15 @@ impl<'a> JobTable<'a> {
                 continue;
             }
             let entries = &last.entries;
-            let elsewhere = jobs::job_version(job).and_then(|(uid, version)| {
-                // A Job rewritten in place (a new status, a new annotation) keeps its
-                // position: only a Job that moved needs the last pass's uids all read.
-                let k = match entries.get(i) {
-                    Some(e) if e.job.metadata.uid.as_deref() == Some(uid) => i,
+            // The last pass's entry of the same uid. A Job rewritten in place (a new status, a
+            // new annotation) keeps its position: only a Job that moved needs the last pass's
+            // uids all read.
+            let same_uid = job
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|uid| match entries.get(i) {
+                    Some(e) if e.job.metadata.uid.as_deref() == Some(uid) => Some(i),
                     _ => {
                         let by_uid = by_uid.get_or_insert_with(|| {
                             let uids = entries.iter().map(|e| e.job.metadata.uid.as_deref());
@@ -263,14 +271,16 @@ impl<'a> JobTable<'a> {
                                 .filter_map(|(uid, k)| Some((uid?, k)))
                                 .collect()
                         });
-                        *by_uid.get(uid)?
+                        by_uid.get(uid).copied()
                     }
-                };
-                let e = &entries[k];
-                (e.job.metadata.resource_version.as_deref() == Some(version)).then_some((k, e))
+                });
+            // Under the same resourceVersion too, it is the same Job as far as its facts go.
+            let version = job.metadata.resource_version.as_deref();
+            let elsewhere = same_uid.filter(|&k| {
+                version.is_some() && entries[k].job.metadata.resource_version.as_deref() == version
             });
-            source.push(elsewhere.map(|(k, _)| k as u32));
-            let elsewhere = elsewhere.map(|(_, e)| e);
+            source.push(elsewhere.map(|k| k as u32));
+            let elsewhere = elsewhere.map(|k| &entries[k]);
             let facts = match elsewhere {
                 Some(e) => e.facts.labelled(job),
                 None => JobFacts::of(job),
@@ -279,7 +289,8 @@ impl<'a> JobTable<'a> {
                 Some(e) => Arc::clone(&e.package),
                 None => Arc::new(jobs::read_package_annotation(job)),
             };
-            table.push_read(job, facts, OnceCell::from(package));
+            let (pods, _) = table.pods_after(job, same_uid.map(|k| &entries[k]), &changes);
+            table.push_read(facts, OnceCell::from(package), pods);
             labels.push(resolve(snap, node_ids, &facts));
         }
         let all_in_place = last.entries.len() == n && in_place.iter().all(|&b| b);
@@ -307,11 +318,10 @@ impl<'a> JobTable<'a> {
         table
     }
 
-    /// Adds a Job whose pods are found now, with no verdict carried.
-    fn push_read(&mut self, job: &Job, facts: JobFacts<'a>, package: OnceCell<ParsedPackage>) {
+    /// Adds a Job read now, with no pruning verdict carried.
+    fn push_read(&mut self, facts: JobFacts<'a>, package: OnceCell<ParsedPackage>, pods: Few<u32>) {
         self.facts.push(facts);
         self.packages.push(package);
-        let pods = self.pods_by_uid(job);
         self.job_pods.push(pods);
         self.no_prunable.push(Cell::new(None));
     }
@@ -319,21 +329,28 @@ impl<'a> JobTable<'a> {
     /// The positions of `job`'s pods in `snap.pods`, found by their controller UID label
     /// (§8.10).
     fn pods_by_uid(&self, job: &Job) -> Few<u32> {
-        let Some(uid) = job.metadata.uid.as_deref() else {
-            return Few::new();
-        };
-        let table = self.pods_by_uid.get_or_init(|| {
-            let mut table: FxHashMap<&'a str, Few<u32>> =
-                FxHashMap::with_capacity_and_hasher(self.pods.len(), Default::default());
-            for (pod, at) in self.pods.iter().zip(0..) {
-                let labels = pod.metadata.labels.as_ref();
-                if let Some(uid) = labels.and_then(|l| l.get(keys::JOB_CONTROLLER_UID_LABEL)) {
-                    table.entry(uid.as_str()).or_default().push(at);
-                }
-            }
-            table
-        });
-        table.get(uid).cloned().unwrap_or_default()
+        match job.metadata.uid.as_deref() {
+            Some(uid) => self.pod_index.of(uid),
+            None => Few::new(),
+        }
+    }
+
+    /// The positions of `job`'s pods in `snap.pods`, and whether they are the very pods that
+    /// `before` (the last pass's entry of the same uid) had. They are taken from `before`
+    /// unless a pod with the Job's uid joined or left; the Job's own memory is read only then.
+    fn pods_after(
+        &self,
+        job: &Job,
+        before: Option<&CarriedJob>,
+        changes: &PodChanges,
+    ) -> (Few<u32>, bool) {
+        if let Some(e) = before
+            && !changes.touched(e.uid_hash, || job.metadata.uid.as_deref())
+            && let Some(now) = changes.now_at(&e.pods)
+        {
+            return (now, true);
+        }
+        (self.pods_by_uid(job), false)
     }
 
     /// The Jobs of the snapshot with their facts.
@@ -420,6 +437,7 @@ impl<'a> JobTable<'a> {
             job_pods,
             no_prunable,
             at,
+            pod_index,
             carry,
             ..
         } = self;
@@ -465,6 +483,7 @@ impl<'a> JobTable<'a> {
                         .unwrap_or_else(|| Arc::new(jobs::read_package_annotation(job))),
                     nodewright: labels[i].0,
                     node: labels[i].1,
+                    uid_hash: uid_hash(job.metadata.uid.as_deref().unwrap_or_default()),
                     pods: job_pods[i].clone(),
                     no_prunable: no_prunable[i].get(),
                     swept: fresh(i).or(carried_verdict),
@@ -494,6 +513,7 @@ impl<'a> JobTable<'a> {
             }
         }
         last.at = at;
+        last.pods = Some(pod_index);
         Some(last)
     }
 }
@@ -672,6 +692,17 @@ mod tests {
         check(&snap, "a pod of another Job in a pod's place");
         snap.nodes.remove(1);
         check(&snap, "a node left");
+        let j4 = job(&b, "n2", "u4");
+        snap.pods.insert(1, Arc::new(pod_of(&j4, "p6")));
+        check(&snap, "a pod of a Job not yet seen joined");
+        snap.jobs.push(Arc::new(j4.clone()));
+        check(&snap, "its Job joined");
+        let p6 = snap.pods[1].clone();
+        snap.pods[1] = Arc::new(Pod::clone(&p6));
+        check(&snap, "a pod replaced by a new object of itself");
+        snap.pods.insert(0, Arc::new(pod_of(&j4, "p7")));
+        snap.pods.remove(2);
+        check(&snap, "a pod joined in front as another left");
     }
 
     /// The carried verdict that a Job has no failed pod to prune is what a pass reads: made

@@ -14,6 +14,7 @@ pub mod deletion;
 pub mod drain;
 pub mod handlers;
 pub mod interrupts;
+mod job_pods;
 pub mod job_table;
 pub mod jobs;
 pub mod metrics;

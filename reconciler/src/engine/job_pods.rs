@@ -1,0 +1,332 @@
+//! The snapshot's pods by the controller UID label their Job gives them (§8.10), kept from
+//! pass to pass and brought up to each new snapshot by what changed in it.
+//!
+//! Finding a Job's pods means reading that label on every pod. On a 10,000-node fleet that is
+//! thousands of label maps the pass would not otherwise touch, and a pass where a single pod
+//! object is new had to read them all again. [`PodIndex`] holds the pods it was built from,
+//! so it knows which positions hold a pod it has not seen, reads the label of those alone,
+//! and tells the Job table ([`super::job_table`]) which uids gained or lost a pod
+//! ([`PodChanges`]): every other Job has the very pods it had, at positions the index knows.
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use nodewright_schema::keys;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+
+use super::context::Few;
+
+/// A position with no pod in this snapshot (the pod left).
+const GONE: u32 = u32::MAX;
+
+/// Past this many uids touched in one pass, every Job's pods are looked up rather than the
+/// list searched for each (a mass change, such as the first pass after a restart of a store).
+const TOUCHED_LIMIT: usize = 64;
+
+/// The hash [`PodChanges::touched`] compares a Job's uid by.
+pub(super) fn uid_hash(uid: &str) -> u64 {
+    FxBuildHasher.hash_one(uid)
+}
+
+/// The controller UID label of a pod (`batch.kubernetes.io/controller-uid`).
+fn controller_uid(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .labels
+        .as_ref()?
+        .get(keys::JOB_CONTROLLER_UID_LABEL)
+        .map(String::as_str)
+}
+
+/// Pod positions by controller UID label, over the pods it holds.
+#[derive(Debug, Default)]
+pub(super) struct PodIndex {
+    /// The pods the positions are of. Held, so that an address names one object alone.
+    pods: Vec<Arc<Pod>>,
+    /// Positions of the pods with each label, in snapshot order.
+    by_uid: FxHashMap<Box<str>, Few<u32>>,
+}
+
+/// What changed between the pods an index held and a snapshot's, from [`PodIndex::update`].
+#[derive(Debug, Default)]
+pub(super) struct PodChanges {
+    /// Every pod's position now by its position before, [`GONE`] for a pod that left; `None`
+    /// when every pod that stayed kept its position.
+    moved: Option<Vec<u32>>,
+    /// The uids (with [`uid_hash`]) of pods that left or joined.
+    touched: Vec<(u64, Box<str>)>,
+    /// More uids than [`TOUCHED_LIMIT`] were touched, or nothing was known before.
+    all_touched: bool,
+}
+
+impl PodChanges {
+    /// Changes that tell nothing: every uid counts as touched.
+    pub(super) fn unknown() -> PodChanges {
+        PodChanges {
+            all_touched: true,
+            ..PodChanges::default()
+        }
+    }
+
+    fn touch(&mut self, uid: &str) {
+        if self.all_touched {
+            return;
+        }
+        let hash = uid_hash(uid);
+        if self.touched.iter().any(|(h, u)| *h == hash && **u == *uid) {
+            return;
+        }
+        if self.touched.len() == TOUCHED_LIMIT {
+            self.all_touched = true;
+            self.touched = Vec::new();
+            return;
+        }
+        self.touched.push((hash, uid.into()));
+    }
+
+    /// Whether a pod labelled with the uid whose [`uid_hash`] is `hash` joined or left. The
+    /// uid itself is asked for only when a touched uid has that hash.
+    pub(super) fn touched<'u>(&self, hash: u64, uid: impl FnOnce() -> Option<&'u str>) -> bool {
+        if self.all_touched {
+            return true;
+        }
+        let mut same_hash = self.touched.iter().filter(|(h, _)| *h == hash).peekable();
+        if same_hash.peek().is_none() {
+            return false;
+        }
+        let uid = uid();
+        same_hash.any(|(_, u)| Some(&**u) == uid)
+    }
+
+    /// Where the pods at positions `before` in the last snapshot are now, in snapshot order;
+    /// `None` when one of them left.
+    pub(super) fn now_at(&self, before: &Few<u32>) -> Option<Few<u32>> {
+        let Some(moved) = &self.moved else {
+            return Some(before.clone());
+        };
+        let mut now = before
+            .iter()
+            .map(|&q| moved.get(q as usize).copied().filter(|&p| p != GONE))
+            .collect::<Option<Few<u32>>>()?;
+        if !now.is_sorted() {
+            now.sort_unstable();
+        }
+        Some(now)
+    }
+}
+
+/// Adds position `at` under `uid`, keeping the positions in order.
+fn add(by_uid: &mut FxHashMap<Box<str>, Few<u32>>, uid: &str, at: u32) {
+    let list = match by_uid.get_mut(uid) {
+        Some(list) => list,
+        None => by_uid.entry(uid.into()).or_default(),
+    };
+    if let Err(i) = list.binary_search(&at) {
+        list.insert(i, at);
+    }
+}
+
+/// Removes position `at` from under `uid`, and the uid once it has no pod.
+fn remove(by_uid: &mut FxHashMap<Box<str>, Few<u32>>, uid: &str, at: u32) {
+    if let Some(list) = by_uid.get_mut(uid) {
+        list.retain(|p| *p != at);
+        if list.is_empty() {
+            by_uid.remove(uid);
+        }
+    }
+}
+
+impl PodIndex {
+    /// The index of `pods`, every label read.
+    pub(super) fn new(pods: &[Arc<Pod>]) -> PodIndex {
+        let mut by_uid = FxHashMap::with_capacity_and_hasher(pods.len(), FxBuildHasher);
+        for (pod, at) in pods.iter().zip(0..) {
+            if let Some(uid) = controller_uid(pod) {
+                add(&mut by_uid, uid, at);
+            }
+        }
+        PodIndex {
+            pods: pods.to_vec(),
+            by_uid,
+        }
+    }
+
+    /// The positions of the pods labelled `uid`, in snapshot order.
+    pub(super) fn of(&self, uid: &str) -> Few<u32> {
+        self.by_uid.get(uid).cloned().unwrap_or_default()
+    }
+
+    /// Brings the index up to `pods`, this snapshot's, reading the labels of the pods it did
+    /// not hold alone, and says what changed.
+    pub(super) fn update(&mut self, pods: &[Arc<Pod>]) -> PodChanges {
+        let mut changes = PodChanges::default();
+        if self.pods.len() == pods.len() {
+            // The same count: a pod that is not the very object held at its position is taken
+            // to have replaced it. A pod that moved reads as one that left and one that joined,
+            // which costs a lookup and is never wrong.
+            for ((held, pod), at) in self.pods.iter_mut().zip(pods).zip(0..) {
+                if Arc::ptr_eq(held, pod) {
+                    continue;
+                }
+                if let Some(uid) = controller_uid(held) {
+                    remove(&mut self.by_uid, uid, at);
+                    changes.touch(uid);
+                }
+                if let Some(uid) = controller_uid(pod) {
+                    add(&mut self.by_uid, uid, at);
+                    changes.touch(uid);
+                }
+                *held = Arc::clone(pod);
+            }
+            return changes;
+        }
+        // Pods joined or left, so positions shifted: each pod is found by its address, which
+        // names the object alone while the index holds it.
+        let before: FxHashMap<usize, u32> = self
+            .pods
+            .iter()
+            .map(|p| Arc::as_ptr(p) as usize)
+            .zip(0..)
+            .collect();
+        let mut moved = vec![GONE; self.pods.len()];
+        let mut joined = Vec::new();
+        for (pod, at) in pods.iter().zip(0u32..) {
+            match before.get(&(Arc::as_ptr(pod) as usize)) {
+                Some(&q) if moved[q as usize] == GONE => moved[q as usize] = at,
+                _ => joined.push(at),
+            }
+        }
+        for (held, &now) in self.pods.iter().zip(&moved) {
+            if now == GONE
+                && let Some(uid) = controller_uid(held)
+            {
+                changes.touch(uid);
+            }
+        }
+        for list in self.by_uid.values_mut() {
+            let mut now: Few<u32> = list
+                .iter()
+                .map(|&q| moved[q as usize])
+                .filter(|&p| p != GONE)
+                .collect();
+            if !now.is_sorted() {
+                now.sort_unstable();
+            }
+            *list = now;
+        }
+        self.by_uid.retain(|_, list| !list.is_empty());
+        for &at in &joined {
+            if let Some(uid) = controller_uid(&pods[at as usize]) {
+                add(&mut self.by_uid, uid, at);
+                changes.touch(uid);
+            }
+        }
+        self.pods.clear();
+        self.pods.extend(pods.iter().cloned());
+        changes.moved = Some(moved);
+        changes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use nodewright_schema::keys;
+
+    use super::{PodIndex, uid_hash};
+
+    fn pod(name: &str, uid: Option<&str>) -> Arc<Pod> {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(name.into());
+        pod.metadata.labels =
+            uid.map(|u| [(keys::JOB_CONTROLLER_UID_LABEL.to_string(), u.to_string())].into());
+        Arc::new(pod)
+    }
+
+    /// Every uid's positions, as a fresh index reads them.
+    fn all(index: &PodIndex, pods: &[Arc<Pod>]) -> Vec<(String, Vec<u32>)> {
+        let fresh = PodIndex::new(pods);
+        let mut uids: Vec<&str> = fresh.by_uid.keys().map(|k| &**k).collect();
+        uids.extend(index.by_uid.keys().map(|k| &**k));
+        uids.sort();
+        uids.dedup();
+        uids.iter()
+            .map(|u| (u.to_string(), index.of(u).to_vec()))
+            .collect()
+    }
+
+    fn fresh(pods: &[Arc<Pod>]) -> Vec<(String, Vec<u32>)> {
+        all(&PodIndex::new(pods), pods)
+    }
+
+    /// Brought up to a snapshot, the index holds what a fresh one reads; every uid that
+    /// gained or lost a pod object is named as touched, a uid whose pods stayed where they
+    /// were is not, and the pods of an untouched uid are found where they went.
+    #[test]
+    fn an_updated_index_reads_as_a_fresh_one_and_names_what_changed() {
+        let uids = ["a", "b", "c", "d"];
+        let mut pods = vec![
+            pod("a1", Some("a")),
+            pod("b1", Some("b")),
+            pod("x", None),
+            pod("a2", Some("a")),
+            pod("c1", Some("c")),
+        ];
+        let mut index = PodIndex::new(&pods);
+        let mut step = |pods: &[Arc<Pod>], touched: &[&str], what: &str| {
+            let before = uids.map(|u| index.of(u));
+            let changes = index.update(pods);
+            assert_eq!(all(&index, pods), fresh(pods), "{what}");
+            for (uid, before) in uids.iter().zip(&before) {
+                let is_touched = changes.touched(uid_hash(uid), || Some(uid));
+                assert_eq!(
+                    is_touched,
+                    touched.contains(uid),
+                    "{what}: is {uid} touched"
+                );
+                if !is_touched {
+                    let now = changes.now_at(before);
+                    assert_eq!(now, Some(index.of(uid)), "{what}: where {uid}'s pods went");
+                }
+            }
+        };
+        step(&pods, &[], "nothing changed");
+        pods[1] = pod("b1", Some("b"));
+        step(&pods, &["b"], "a pod replaced by a new object");
+        pods[2] = pod("d1", Some("d"));
+        step(
+            &pods,
+            &["d"],
+            "an unlabelled pod replaced by a labelled one",
+        );
+        pods[0] = pod("c2", Some("c"));
+        step(&pods, &["a", "c"], "a pod of another Job in a pod's place");
+        pods.insert(0, pod("b2", Some("b")));
+        step(&pods, &["b"], "a pod joined in front");
+        pods.remove(3);
+        step(&pods, &["d"], "a pod left");
+        // Swapped in place reads as replaced: both uids are looked up again.
+        pods.swap(0, 4);
+        step(&pods, &["b", "c"], "two pods swapped");
+        let kept = vec![pods[3].clone(), pods[1].clone(), pods[0].clone()];
+        step(&kept, &["b"], "pods left and the rest reordered");
+        step(&[], &["a", "c"], "every pod left");
+    }
+
+    /// A mass change names every uid as touched, including ones it never saw.
+    #[test]
+    fn past_the_limit_every_uid_counts_as_touched() {
+        let old: Vec<_> = (0..100)
+            .map(|i| pod(&format!("p{i}"), Some(&format!("u{i}"))))
+            .collect();
+        let mut index = PodIndex::new(&old);
+        let new: Vec<_> = (0..100)
+            .map(|i| pod(&format!("p{i}"), Some(&format!("u{i}"))))
+            .collect();
+        let changes = index.update(&new);
+        assert!(changes.touched(uid_hash("elsewhere"), || Some("elsewhere")));
+        assert_eq!(all(&index, &new), fresh(&new));
+    }
+}
