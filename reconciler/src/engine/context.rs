@@ -857,7 +857,8 @@ impl<'a> NwView<'a> {
     /// the node): each holds for the same object under the same inputs.
     /// Digests move out of `carry` (and back in [`NwView::carry_out`]) rather than being
     /// cloned: moving the count of thousands of shared digests costs a trip to memory each.
-    fn seed(&mut self, nodes: &[NodeWork<'_>], carry: &mut SelectionCarry) {
+    /// `same_names` says this pass selects the nodes of the same names as the last pass.
+    fn seed(&mut self, nodes: &[NodeWork<'_>], carry: &mut SelectionCarry, same_names: bool) {
         let same_inputs = carry
             .inputs
             .as_ref()
@@ -918,7 +919,9 @@ impl<'a> NwView<'a> {
         if same_version && every_node_carried {
             self.carried_ready = carry.ready_message.clone();
         }
-        self.carried_nothing_departed = same_version && in_place && carry.nothing_departed;
+        // Which entries name departed nodes depends on the names of the selected nodes alone.
+        self.carried_nothing_departed =
+            same_version && (in_place || same_names) && carry.nothing_departed;
     }
 
     /// Whether the last pass found no departed node in the per-node maps this pass starts
@@ -1323,6 +1326,8 @@ struct Selection<'s> {
     /// The selector's id in the cache (absent without one).
     id: Option<u64>,
     nodes: Vec<usize>,
+    /// The same positions as the last pass selected, with the same node names at them.
+    same_as_last: bool,
 }
 
 /// The whole working state of one pass.
@@ -1418,9 +1423,9 @@ impl<'a> PassCtx<'a> {
         // up or copied; a node whose object changed keeps the last pass's slots aside, for the
         // parses of values that did not change.
         let mut earlier: Vec<(usize, StateSlots)> = Vec::new();
+        // Positions of the nodes that are not the very object the last pass had there.
+        let mut renewed: Vec<usize> = Vec::new();
         let mut nodes_moved = true;
-        // Every node is the very object the last pass had at its position.
-        let mut same_objects = false;
         // Every node has the name and creationTimestamp the last pass had at its position.
         let mut same_order = false;
         let mut pods = None;
@@ -1432,7 +1437,7 @@ impl<'a> PassCtx<'a> {
                 pods = Some(c.take_pods(&settings.namespace));
                 jobs_carried = Some(c.take_jobs());
                 let mut carried = c.take_nodes(&names);
-                let (mut objects, mut created) = (true, true);
+                let mut created = true;
                 for (i, (work, node)) in nodes.iter_mut().zip(&snap.nodes).enumerate() {
                     match carried.take(i, node) {
                         Some(entry) if Arc::ptr_eq(&entry.node, node) => {
@@ -1441,7 +1446,7 @@ impl<'a> PassCtx<'a> {
                             work.held = Some(entry.node);
                         }
                         found => {
-                            objects = false;
+                            renewed.push(i);
                             created &= found.as_ref().is_some_and(|e| {
                                 e.node.metadata.creation_timestamp
                                     == node.metadata.creation_timestamp
@@ -1454,7 +1459,6 @@ impl<'a> PassCtx<'a> {
                     }
                 }
                 nodes_moved = carried.moved(snap.nodes.len());
-                same_objects = objects && !nodes_moved;
                 same_order = created && !nodes_moved;
                 Some(&*c)
             }
@@ -1482,8 +1486,9 @@ impl<'a> PassCtx<'a> {
             let name = nw.name();
             let memo_id = cache.map(|c| c.nodewright_id(name)).unwrap_or_default();
             let wanted = nw.spec.node_selectors.as_ref();
-            let selected = match selections.iter().find(|s| s.selector == wanted) {
-                Some(s) => s.nodes.clone(),
+            let (selected, same_selection) = match selections.iter().find(|s| s.selector == wanted)
+            {
+                Some(s) => (s.nodes.clone(), s.same_as_last),
                 None => {
                     // With a cache, whether a node matches is remembered per node object and
                     // selector id, so an unchanged node is not matched again.
@@ -1496,29 +1501,47 @@ impl<'a> PassCtx<'a> {
                         Some(Ok(sel)) => sel.matches(&n.labels),
                         Some(Err(_)) => false,
                     };
-                    // Over the very node objects of the last pass, its selection holds.
+                    let recall = |i: usize| {
+                        let n = &nodes[i];
+                        let memo = id.and(n.memo());
+                        let input = id.unwrap_or_default();
+                        NodeMemo::recall_selected(memo, memo_id, input, || matches(n))
+                    };
+                    // In the last pass's node order, a node that is the very object the last
+                    // pass had at its position keeps its answer: only renewed nodes are
+                    // matched again.
                     let kept = id
-                        .filter(|_| same_objects)
+                        .filter(|_| same_order)
                         .and_then(|id| cache?.selected_by(id));
-                    let selected: Vec<usize> = match kept {
-                        Some(kept) => kept.to_vec(),
-                        None => order
-                            .iter()
-                            .copied()
-                            .filter(|&i| {
-                                let n = &nodes[i];
-                                let memo = id.and(n.memo());
-                                let input = id.unwrap_or_default();
-                                NodeMemo::recall_selected(memo, memo_id, input, || matches(n))
-                            })
-                            .collect(),
+                    let (selected, same_as_last) = match kept {
+                        Some(kept) if renewed.is_empty() => (kept.to_vec(), true),
+                        Some(kept) => {
+                            let mut member = vec![false; nodes.len()];
+                            for &i in kept {
+                                if let Some(m) = member.get_mut(i) {
+                                    *m = true;
+                                }
+                            }
+                            for &i in &renewed {
+                                member[i] = recall(i);
+                            }
+                            let selected: Vec<usize> =
+                                order.iter().copied().filter(|&i| member[i]).collect();
+                            let same = selected == kept;
+                            (selected, same)
+                        }
+                        None => (
+                            order.iter().copied().filter(|&i| recall(i)).collect(),
+                            false,
+                        ),
                     };
                     selections.push(Selection {
                         selector: wanted,
                         id,
                         nodes: selected.clone(),
+                        same_as_last,
                     });
-                    selected
+                    (selected, same_as_last)
                 }
             };
             let key = StateKey {
@@ -1606,7 +1629,7 @@ impl<'a> PassCtx<'a> {
                 transitioned: false,
             };
             if let Some(carry) = carries.get_mut(&memo_id) {
-                view.seed(&nodes, carry);
+                view.seed(&nodes, carry, same_selection);
             }
             nws.push(view);
         }

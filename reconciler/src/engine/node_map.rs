@@ -6,7 +6,7 @@
 //! the snapshot's map in place and records only what it changes, and the status write
 //! carries only those changes ([`MapPatch`]).
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
@@ -16,15 +16,21 @@ use crate::plan::MapPatch;
 /// Below this many entries a tree lookup is as cheap as hashing the name.
 const INDEX_FROM: usize = 64;
 
+/// Tree lookups a pass makes in a large map before it indexes the map. A pass that reads a
+/// handful of nodes (those renewed since the last pass) does not pay for indexing thousands.
+const INDEX_AFTER: u32 = 32;
+
 /// The snapshot's map plus this pass's changes.
 #[derive(Clone, Debug)]
 pub struct NodeMap<'a, V> {
     /// The map as the snapshot holds it (`None` when absent).
     base: Option<&'a BTreeMap<String, V>>,
-    /// `base` by name, built on the first lookup of a large map: a pass looks up every
-    /// selected node in it several times, and a tree of thousands of names costs a dozen
-    /// string comparisons per lookup.
+    /// `base` by name, built once a pass has looked a large map up [`INDEX_AFTER`] times: a
+    /// pass that reads every selected node looks each up several times, and a tree of
+    /// thousands of names costs a dozen string comparisons per lookup.
     index: OnceCell<FxHashMap<&'a str, &'a V>>,
+    /// Tree lookups made so far without the index.
+    tree_lookups: Cell<u32>,
     /// The whole map was cleared this pass: `base` no longer counts.
     cleared: bool,
     /// Node → new value (`None` = removed), overriding `base`.
@@ -37,6 +43,7 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
         NodeMap {
             base,
             index: OnceCell::new(),
+            tree_lookups: Cell::new(0),
             cleared: false,
             changes: BTreeMap::new(),
         }
@@ -48,6 +55,10 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
         }
         let base = self.base?;
         if base.len() < INDEX_FROM {
+            return base.get(node);
+        }
+        if self.index.get().is_none() && self.tree_lookups.get() < INDEX_AFTER {
+            self.tree_lookups.set(self.tree_lookups.get() + 1);
             return base.get(node);
         }
         self.index

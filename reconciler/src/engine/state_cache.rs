@@ -1285,7 +1285,7 @@ mod tests {
     }
 
     #[test]
-    fn a_carried_no_departures_verdict_holds_only_for_the_same_status_version_and_nodes() {
+    fn a_carried_no_departures_verdict_holds_only_for_the_same_status_version_and_node_names() {
         let (snap, settings, mut cache) = carried_world();
         // `nodeStatus` names a node the fleet does not have.
         let with_ghost = |snap: &Snapshot, version: &str| {
@@ -1310,12 +1310,23 @@ mod tests {
         let _ = reconcile_cached(&snap, &settings, &mut cache);
         let moved = with_ghost(&snap, "2");
         assert_warm_is_cold(&moved, &settings, &mut cache);
-        // So it is over other node objects, under the same version.
+        // The verdict reads the names of the selected nodes alone: over another object of a
+        // node it is believed still.
         let _ = reconcile_cached(&snap, &settings, &mut cache);
         let _ = reconcile_cached(&snap, &settings, &mut cache);
-        let mut other_nodes = with_ghost(&snap, "1");
-        other_nodes.nodes[1] = Arc::new((*other_nodes.nodes[1]).clone());
-        assert_warm_is_cold(&other_nodes, &settings, &mut cache);
+        let mut other_object = with_ghost(&snap, "1");
+        other_object.nodes[1] = Arc::new((*other_object.nodes[1]).clone());
+        assert_ne!(
+            reconcile_cached(&other_object, &settings, &mut cache),
+            reconcile(&other_object, &settings),
+            "the carried verdict was not consulted over another object of a node"
+        );
+        // Over a node of another name, under the same version, it is not.
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        let mut other_node = with_ghost(&snap, "1");
+        other_node.nodes[1] = Arc::new(crate::engine::testkit::node("n3").build());
+        assert_warm_is_cold(&other_node, &settings, &mut cache);
     }
 
     #[test]
@@ -1352,13 +1363,17 @@ mod tests {
         assert_eq!(selected(&snap, &mut cache), ["n2"]);
         // Another object for n3 (its labels moved it into the pool): matched afresh, in
         // the order its name and creationTimestamp give (the lying order still stands, as
-        // nothing it depends on changed).
+        // nothing it depends on changed). n1 and n2 are the very objects they were: their
+        // answers stand, n1's lie included.
         cache.node_order = vec![1, 0, 2];
         let n3 = Arc::make_mut(&mut snap.nodes[2]);
         n3.metadata
             .labels
             .get_or_insert_with(Default::default)
             .insert("pool".into(), "a".into());
+        assert_eq!(selected(&snap, &mut cache), ["n2", "n3"]);
+        // Another object for n1: matched afresh too.
+        snap.nodes[0] = Arc::new((*snap.nodes[0]).clone());
         assert_eq!(selected(&snap, &mut cache), ["n2", "n1", "n3"]);
         // A node that joins reorders from scratch.
         snap.nodes
