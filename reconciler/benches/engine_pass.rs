@@ -231,6 +231,49 @@ fn churned(snap: &Snapshot, from: usize, count: usize) -> Snapshot {
     out
 }
 
+/// `snap` after a stage Job finished and the next one started: the Job at a position near
+/// the back leaves with its pods, and a new Job with one pod joins near the front, so most
+/// Jobs and pods sit one position away from where the last pass had them (an adapter lists
+/// pods by name, so one that joins moves those after it).
+fn shifted(snap: &Snapshot, pass: usize) -> Snapshot {
+    fn owner(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&String> {
+        pod.metadata
+            .labels
+            .as_ref()?
+            .get(keys::JOB_CONTROLLER_UID_LABEL)
+    }
+    let mut out = snap.clone();
+    if out.jobs.len() < 2 {
+        return out;
+    }
+    let at = out.jobs.len() - 1 - pass % (out.jobs.len() / 2);
+    let gone = out.jobs.remove(at);
+    let uid = gone.metadata.uid.clone();
+    let template = out
+        .pods
+        .iter()
+        .find(|p| owner(p) == uid.as_ref())
+        .map(|p| (**p).clone());
+    out.pods.retain(|p| owner(p) != uid.as_ref());
+    let new_uid = format!("bench-next-{pass}");
+    let mut job = (*gone).clone();
+    let name = job.metadata.name.clone().unwrap_or_default();
+    job.metadata.name = Some(format!("{name}-next-{pass}"));
+    job.metadata.uid = Some(new_uid.clone());
+    out.jobs.insert(pass % 16, std::sync::Arc::new(job));
+    if let Some(mut pod) = template {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        pod.metadata.name = Some(format!("{name}-next-{pass}"));
+        pod.metadata.uid = Some(format!("{new_uid}-pod"));
+        if let Some(labels) = pod.metadata.labels.as_mut() {
+            labels.insert(keys::JOB_CONTROLLER_UID_LABEL.to_string(), new_uid);
+        }
+        let at = (pass % 16).min(out.pods.len());
+        out.pods.insert(at, std::sync::Arc::new(pod));
+    }
+    out
+}
+
 /// Nanoseconds spent in each part-2 hook, summed over the passes of one measurement.
 static PHASE_NANOS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
 /// Allocations made in each part-2 hook, summed likewise.
@@ -361,12 +404,17 @@ fn main() {
         for action in &plan.actions {
             eprintln!("action: {}", action_kind(action));
         }
-        // With `ENGINE_BENCH_CHANGED=1`, each pass runs after a change instead (see below).
+        // With `ENGINE_BENCH_CHANGED=1`, each pass runs after a change instead, and with
+        // `ENGINE_BENCH_SHIFTED=1` after Jobs and pods joined and left (see below).
         let changed = std::env::var_os("ENGINE_BENCH_CHANGED").is_some();
+        let shift = std::env::var_os("ENGINE_BENCH_SHIFTED").is_some();
         let mut before = snap.clone();
         for pass in 0..runs {
             if changed {
                 before = churned(&before, pass * CHURN, CHURN);
+            }
+            if shift {
+                before = shifted(&before, pass);
             }
             steady_pass(&before, &settings, &mut cache);
         }
@@ -489,6 +537,22 @@ fn main() {
     println!(
         "  after a change ({CHURN} nodes, {CHURN} Jobs and {CHURN} pods new objects each pass): median {:.2} ms wall",
         ms(after_change[runs / 2])
+    );
+    // Passes after a Job and its pod left and others joined, shifting positions.
+    let mut moved: Vec<Snapshot> = Vec::with_capacity(runs);
+    for pass in 0..runs {
+        let before = moved.last().unwrap_or(&snap);
+        moved.push(shifted(before, pass));
+    }
+    let mut after_shift = Vec::with_capacity(runs);
+    for moved in &moved {
+        let (_, wall, _) = clocked(|| steady_pass(moved, &settings, &mut cache));
+        after_shift.push(wall);
+    }
+    after_shift.sort();
+    println!(
+        "  after a Job and its pods left and another joined in front (positions shifted): median {:.2} ms wall",
+        ms(after_shift[runs / 2])
     );
     let mut cold = Vec::with_capacity(runs);
     for _ in 0..runs {

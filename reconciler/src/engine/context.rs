@@ -35,8 +35,8 @@ use super::job_table::{JobTable, SweptVerdict};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CarriedFacts, CarriedNode, CarriedPod, JobMatchMemo, NodeEntry, NodeMemo, NodeWrightId,
-    ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
+    CarriedFacts, CarriedNode, JobMatchMemo, NodeEntry, NodeMemo, NodeWrightId, ParsedState,
+    SelectionCarry, StateCache, StatusVersion, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -1350,9 +1350,6 @@ pub struct PassCtx<'a> {
     /// Some node was not found where the cache's last pass had it (see
     /// [`StateCache::keep_nodes`]).
     nodes_moved: bool,
-    /// The pods of the last pass with their evidence verdicts, refilled by this pass for the
-    /// next; `None` without a cache.
-    pods: Option<Vec<CarriedPod>>,
     node_ids: FxHashMap<&'a str, usize>,
     /// Nodes whose Job `node` label differs from their name (names over 63 characters), by
     /// label; the first node id wins.
@@ -1428,13 +1425,11 @@ impl<'a> PassCtx<'a> {
         let mut nodes_moved = true;
         // Every node has the name and creationTimestamp the last pass had at its position.
         let mut same_order = false;
-        let mut pods = None;
         let mut jobs_carried = None;
         let mut carries = FxHashMap::default();
         let cache: Option<&StateCache> = match cache {
             Some(c) => {
                 carries = c.take_carries();
-                pods = Some(c.take_pods(&settings.namespace));
                 jobs_carried = Some(c.take_jobs());
                 let mut carried = c.take_nodes(&names);
                 let mut created = true;
@@ -1659,7 +1654,6 @@ impl<'a> PassCtx<'a> {
             runtime_taint,
             nodes,
             nodes_moved,
-            pods,
             node_ids,
             long_labels,
             label_collision,
@@ -1782,35 +1776,16 @@ impl<'a> PassCtx<'a> {
         self.package_annotation(job).is_some_and(|p| p.invalid)
     }
 
-    /// Whether the pod at position `at` of the snapshot is the very object the last pass
-    /// had there, and its evidence (§8.10) was quiet then.
+    /// Whether the pod at position `at` of the snapshot is an object an earlier pass found
+    /// quiet (§8.10) in this pass's operator namespace.
     pub fn pod_quiet_before(&self, at: usize) -> bool {
-        let (Some(pods), Some(pod)) = (&self.pods, self.snap.pods.get(at)) else {
-            return false;
-        };
-        pods.get(at)
-            .is_some_and(|c| c.quiet && Arc::ptr_eq(&c.pod, pod))
+        (self.index.jobs_read).pod_quiet_before(at, &self.settings.namespace)
     }
 
-    /// Records whether the evidence of the pod at position `at` was quiet, for the next pass
-    /// (without a cache, nothing is recorded). Called for every pod, in snapshot order.
+    /// Records whether the evidence of the pod at position `at` was quiet, for the next pass.
     pub fn record_pod(&mut self, at: usize, quiet: bool) {
-        let (Some(pods), Some(pod)) = (&mut self.pods, self.snap.pods.get(at)) else {
-            return;
-        };
-        match pods.get_mut(at) {
-            Some(c) if Arc::ptr_eq(&c.pod, pod) => c.quiet = quiet,
-            Some(c) => {
-                *c = CarriedPod {
-                    pod: Arc::clone(pod),
-                    quiet,
-                }
-            }
-            None => pods.push(CarriedPod {
-                pod: Arc::clone(pod),
-                quiet,
-            }),
-        }
+        let namespace = &self.settings.namespace;
+        (self.index.jobs_read).record_pod_quiet(at, namespace, quiet);
     }
 
     /// Node id by name.
@@ -2027,10 +2002,8 @@ impl<'a> PassCtx<'a> {
     ) -> (Vec<Action>, bool, Option<Duration>, Vec<String>) {
         let PassCtx {
             snap,
-            settings,
             nodes,
             nodes_moved,
-            pods,
             nws,
             carries,
             index,
@@ -2063,10 +2036,6 @@ impl<'a> PassCtx<'a> {
             }
             if let Some(jobs) = index.jobs_read.into_carried() {
                 cache.keep_jobs(jobs);
-            }
-            if let Some(mut pods) = pods {
-                pods.truncate(snap.pods.len());
-                cache.keep_pods(pods, &settings.namespace);
             }
         }
         wrote |= !node_conditions.is_empty();

@@ -1232,12 +1232,21 @@ mod tests {
         assert_eq!(pass(&snap, &mut cache), erroring);
         // A verdict that calls the same failing pod object quiet is believed: it is what the
         // pass read.
-        cache.quiet_every_pod();
+        cache.jobs_mut().quiet_every_pod(&s.namespace);
         let untouched = Some((Stage::Apply, State::InProgress, 0));
         assert_eq!(pass(&snap, &mut cache), untouched);
+        // So it is for the same object after a pod joined in front of it.
+        cache.jobs_mut().quiet_every_pod(&s.namespace);
+        let mut other = Pod::default();
+        other.metadata.name = Some("a0".into());
+        snap.pods.insert(0, std::sync::Arc::new(other));
+        assert_eq!(pass(&snap, &mut cache), untouched);
+        // Not in another operator namespace.
+        cache.jobs_mut().quiet_every_pod("elsewhere");
+        assert_eq!(pass(&snap, &mut cache), erroring);
         // Another object of the pod is read again.
-        cache.quiet_every_pod();
-        snap.pods[0] = std::sync::Arc::new((*snap.pods[0]).clone());
+        cache.jobs_mut().quiet_every_pod(&s.namespace);
+        snap.pods[1] = std::sync::Arc::new((*snap.pods[1]).clone());
         assert_eq!(pass(&snap, &mut cache), erroring);
     }
 

@@ -7,6 +7,10 @@
 //! so it knows which positions hold a pod it has not seen, reads the label of those alone,
 //! and tells the Job table ([`super::job_table`]) which uids gained or lost a pod
 //! ([`PodChanges`]): every other Job has the very pods it had, at positions the index knows.
+//!
+//! It also keeps, per pod object, whether §8.10 found its evidence quiet: a fact of the pod
+//! object and the operator namespace alone, so the very object is not read again, wherever
+//! it now sits.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -45,6 +49,10 @@ pub(super) struct PodIndex {
     pods: Vec<Arc<Pod>>,
     /// Positions of the pods with each label, in snapshot order.
     by_uid: FxHashMap<Box<str>, Few<u32>>,
+    /// Per held pod: whether its §8.10 evidence was quiet, when judged.
+    quiet: Vec<Option<bool>>,
+    /// The operator namespace the quiet verdicts were found in.
+    quiet_in: Box<str>,
 }
 
 /// What changed between the pods an index held and a snapshot's, from [`PodIndex::update`].
@@ -148,7 +156,33 @@ impl PodIndex {
         PodIndex {
             pods: pods.to_vec(),
             by_uid,
+            quiet: vec![None; pods.len()],
+            quiet_in: Box::default(),
         }
+    }
+
+    /// Whether the pod at `at` was found quiet in operator namespace `namespace` (§8.10).
+    pub(super) fn quiet(&self, at: usize, namespace: &str) -> bool {
+        *self.quiet_in == *namespace && self.quiet.get(at).copied().flatten() == Some(true)
+    }
+
+    /// Records whether the pod at `at` is quiet in operator namespace `namespace`; verdicts
+    /// found in another namespace are dropped.
+    pub(super) fn record_quiet(&mut self, at: usize, namespace: &str, quiet: bool) {
+        if *self.quiet_in != *namespace {
+            self.quiet.fill(None);
+            self.quiet_in = namespace.into();
+        }
+        if let Some(v) = self.quiet.get_mut(at) {
+            *v = Some(quiet);
+        }
+    }
+
+    /// Calls every held pod quiet: a verdict that lies shows it is what a pass reads.
+    #[cfg(test)]
+    pub(super) fn quiet_everywhere(&mut self, namespace: &str) {
+        self.quiet.fill(Some(true));
+        self.quiet_in = namespace.into();
     }
 
     /// The positions of the pods labelled `uid`, in snapshot order.
@@ -160,10 +194,16 @@ impl PodIndex {
     /// not hold alone, and says what changed.
     pub(super) fn update(&mut self, pods: &[Arc<Pod>]) -> PodChanges {
         let mut changes = PodChanges::default();
-        if self.pods.len() == pods.len() {
-            // The same count: a pod that is not the very object held at its position is taken
-            // to have replaced it. A pod that moved reads as one that left and one that joined,
-            // which costs a lookup and is never wrong.
+        let same_count = self.pods.len() == pods.len();
+        // A few pods that are not the very object held at their position are taken to have
+        // replaced it (a pod rewritten by the API server). Many are a shift: a pod joined or
+        // left before them.
+        if same_count
+            && (self.pods.iter().zip(pods))
+                .filter(|(held, pod)| !Arc::ptr_eq(held, pod))
+                .nth(TOUCHED_LIMIT / 2)
+                .is_none()
+        {
             for ((held, pod), at) in self.pods.iter_mut().zip(pods).zip(0..) {
                 if Arc::ptr_eq(held, pod) {
                     continue;
@@ -177,11 +217,12 @@ impl PodIndex {
                     changes.touch(uid);
                 }
                 *held = Arc::clone(pod);
+                self.quiet[at as usize] = None;
             }
             return changes;
         }
-        // Pods joined or left, so positions shifted: each pod is found by its address, which
-        // names the object alone while the index holds it.
+        // Otherwise each pod is found by its address, which names the object alone while the
+        // index holds it.
         let before: FxHashMap<usize, u32> = self
             .pods
             .iter()
@@ -189,17 +230,32 @@ impl PodIndex {
             .zip(0..)
             .collect();
         let mut moved = vec![GONE; self.pods.len()];
+        let mut held: Vec<Option<Arc<Pod>>> = self.pods.drain(..).map(Some).collect();
+        let mut quiet = Vec::with_capacity(pods.len());
         let mut joined = Vec::new();
         for (pod, at) in pods.iter().zip(0u32..) {
-            match before.get(&(Arc::as_ptr(pod) as usize)) {
-                Some(&q) if moved[q as usize] == GONE => moved[q as usize] = at,
-                _ => joined.push(at),
+            // The held `Arc` moves to its new position rather than being cloned: a clone
+            // writes the count in every pod object.
+            let found = match before.get(&(Arc::as_ptr(pod) as usize)) {
+                Some(&q) if moved[q as usize] == GONE => held[q as usize].take().map(|p| (q, p)),
+                _ => None,
+            };
+            match found {
+                Some((q, p)) => {
+                    moved[q as usize] = at;
+                    self.pods.push(p);
+                    quiet.push(self.quiet.get(q as usize).copied().flatten());
+                }
+                None => {
+                    joined.push(at);
+                    self.pods.push(Arc::clone(pod));
+                    quiet.push(None);
+                }
             }
         }
-        for (held, &now) in self.pods.iter().zip(&moved) {
-            if now == GONE
-                && let Some(uid) = controller_uid(held)
-            {
+        self.quiet = quiet;
+        for pod in held.iter().flatten() {
+            if let Some(uid) = controller_uid(pod) {
                 changes.touch(uid);
             }
         }
@@ -221,8 +277,6 @@ impl PodIndex {
                 changes.touch(uid);
             }
         }
-        self.pods.clear();
-        self.pods.extend(pods.iter().cloned());
         changes.moved = Some(moved);
         changes
     }

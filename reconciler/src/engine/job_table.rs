@@ -112,6 +112,15 @@ impl CarriedJobs {
         }
     }
 
+    /// Calls every carried pod's evidence quiet in operator namespace `namespace`: a verdict
+    /// that lies shows it is what a pass reads.
+    #[cfg(test)]
+    pub(super) fn quiet_every_pod(&mut self, namespace: &str) {
+        if let Some(index) = &mut self.pods {
+            index.quiet_everywhere(namespace);
+        }
+    }
+
     /// Gives every carried Job this sweep verdict, found under `settings`: a verdict that
     /// lies shows it is what a pass reads.
     #[cfg(test)]
@@ -220,10 +229,21 @@ impl<'a> JobTable<'a> {
         // The last pass's Jobs by uid, for Jobs found away from their position.
         let mut by_uid: Option<FxHashMap<&str, usize>> = None;
         for (i, job) in snap.jobs.iter().enumerate() {
-            let here = last.entries.get(i).filter(|e| Arc::ptr_eq(&e.job, job));
-            in_place.push(here.is_some());
-            if let Some(e) = here {
-                source.push(Some(i as u32));
+            // The very object the last pass had, at the same position or (a Job joined or left
+            // before it) found by its address.
+            let very = |k: usize| {
+                last.entries
+                    .get(k)
+                    .is_some_and(|e| Arc::ptr_eq(&e.job, job))
+            };
+            let here = Some(i).filter(|&i| very(i)).or_else(|| {
+                let k = *last.at.get(&(Arc::as_ptr(job) as usize))? as usize;
+                very(k).then_some(k)
+            });
+            in_place.push(here == Some(i));
+            if let Some(k) = here {
+                let e = &last.entries[k];
+                source.push(Some(k as u32));
                 let nodewright = e.nodewright;
                 let node = e.node;
                 let label = |at: LabelAt, key: &str| match at {
@@ -384,6 +404,18 @@ impl<'a> JobTable<'a> {
         positions.iter().map(|&p| &*pods[p as usize]).collect()
     }
 
+    /// Whether the pod at position `at` of the snapshot is an object an earlier pass found
+    /// quiet (§8.10) in operator namespace `namespace`.
+    pub fn pod_quiet_before(&self, at: usize, namespace: &str) -> bool {
+        self.pod_index.quiet(at, namespace)
+    }
+
+    /// Records whether the evidence of the pod at position `at` is quiet in operator
+    /// namespace `namespace`, for the next pass.
+    pub fn record_pod_quiet(&mut self, at: usize, namespace: &str, quiet: bool) {
+        self.pod_index.record_quiet(at, namespace, quiet);
+    }
+
     /// Whether the last pass found no failed pod to prune among the pods of the Job at
     /// position `i`, which are the very objects it judged.
     pub fn no_prunable_before(&self, i: usize) -> bool {
@@ -459,44 +491,7 @@ impl<'a> JobTable<'a> {
         }
         let fresh = |i: usize| swept.get(i).cloned().flatten();
         let kept = |i: usize| swept_valid && swept_kept[i].get();
-        // Jobs read away from their position first: each copies from the last pass's entry it
-        // was read from, which refilling in place may overwrite.
-        let mut moved: Vec<(usize, CarriedJob)> = Vec::new();
-        let rows = jobs.iter().zip(&facts).zip(&packages).zip(&in_place);
-        for (i, (((job, facts), package), &in_place)) in rows.enumerate() {
-            if in_place && i < last.entries.len() {
-                continue;
-            }
-            let carried_verdict = if kept(i) {
-                source[i].and_then(|k| last.entries.get(k as usize)?.swept.clone())
-            } else {
-                None
-            };
-            moved.push((
-                i,
-                CarriedJob {
-                    job: Arc::clone(job),
-                    facts: facts.unlabelled(),
-                    package: package
-                        .get()
-                        .cloned()
-                        .unwrap_or_else(|| Arc::new(jobs::read_package_annotation(job))),
-                    nodewright: labels[i].0,
-                    node: labels[i].1,
-                    uid_hash: uid_hash(job.metadata.uid.as_deref().unwrap_or_default()),
-                    pods: job_pods[i].clone(),
-                    no_prunable: no_prunable[i].get(),
-                    swept: fresh(i).or(carried_verdict),
-                },
-            ));
-        }
-        // Refilled in place: at steady state each Job sits where it was, and its `Arc` is kept
-        // rather than cloned again.
-        last.entries.truncate(jobs.len());
-        for (i, e) in last.entries.iter_mut().enumerate() {
-            if !in_place[i] {
-                continue;
-            }
+        let refill = |i: usize, e: &mut CarriedJob| {
             e.no_prunable = no_prunable[i].get();
             (e.nodewright, e.node) = labels[i];
             e.pods = job_pods[i].clone();
@@ -505,12 +500,53 @@ impl<'a> JobTable<'a> {
             } else if !kept(i) {
                 e.swept = None;
             }
-        }
-        for (i, entry) in moved {
-            match last.entries.get_mut(i) {
-                Some(e) => *e = entry,
-                None => last.entries.push(entry),
+        };
+        let read_now =
+            |i: usize, job: &Arc<Job>, carried_verdict: Option<SweptVerdict>| CarriedJob {
+                job: Arc::clone(job),
+                facts: facts[i].unlabelled(),
+                package: packages[i]
+                    .get()
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(jobs::read_package_annotation(job))),
+                nodewright: labels[i].0,
+                node: labels[i].1,
+                uid_hash: uid_hash(job.metadata.uid.as_deref().unwrap_or_default()),
+                pods: job_pods[i].clone(),
+                no_prunable: no_prunable[i].get(),
+                swept: fresh(i).or(carried_verdict),
+            };
+        if !(last.entries.len() == jobs.len() && in_place.iter().all(|&b| b)) {
+            // Jobs joined, left or moved: each entry moves to where its Job is now (its `Arc`
+            // moved, not cloned: a clone writes the count in every Job object), and a Job
+            // not carried is entered as read now.
+            let mut before: Vec<Option<CarriedJob>> = std::mem::take(&mut last.entries)
+                .into_iter()
+                .map(Some)
+                .collect();
+            for (i, job) in jobs.iter().enumerate() {
+                let k = source[i].map(|k| k as usize);
+                let very = k.and_then(|k| before.get_mut(k)?.take_if(|e| Arc::ptr_eq(&e.job, job)));
+                let entry = match very {
+                    Some(mut e) => {
+                        refill(i, &mut e);
+                        e
+                    }
+                    None => {
+                        let carried = k.filter(|_| kept(i));
+                        let verdict = carried.and_then(|k| before.get(k)?.as_ref()?.swept.clone());
+                        read_now(i, job, verdict)
+                    }
+                };
+                last.entries.push(entry);
             }
+            last.at = at;
+            last.pods = Some(pod_index);
+            return Some(last);
+        }
+        // At steady state each Job sits where it was, and its entry is refilled in place.
+        for (i, e) in last.entries.iter_mut().enumerate() {
+            refill(i, e);
         }
         last.at = at;
         last.pods = Some(pod_index);
@@ -766,6 +802,18 @@ mod tests {
             pruned(&snap, &mut cache).is_empty(),
             "the verdict was not read"
         );
+        // The very Job and pods after a Job and a pod joined in front of them: believed.
+        cache.jobs_mut().no_prunable_pods_anywhere();
+        let other = job(&obj, "n1", "u0");
+        snap.pods.insert(0, Arc::new(pod_of(&other, "o1")));
+        snap.jobs.insert(0, Arc::new(other));
+        assert!(
+            pruned(&snap, &mut cache).is_empty(),
+            "the verdict was not carried to the Job's new position"
+        );
+        snap.pods.remove(0);
+        snap.jobs.remove(0);
+        assert!(pruned(&snap, &mut cache).is_empty(), "and back in place");
         // Another pod object: judged afresh.
         cache.jobs_mut().no_prunable_pods_anywhere();
         snap.pods[1] = Arc::new(Pod::clone(&snap.pods[1]));

@@ -26,7 +26,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use rustc_hash::FxHashMap;
 
@@ -302,17 +302,6 @@ impl CarriedNodes<'_> {
     }
 }
 
-/// A pod of the last pass at its position in the snapshot, with whether its evidence was
-/// quiet: §8.10 found nothing in it to act on, whatever else the pass held (a fact of the pod
-/// object and the operator namespace alone).
-#[derive(Debug)]
-pub(super) struct CarriedPod {
-    /// The snapshot's `Arc` of the pod. Held, so its address names this object alone.
-    pub(super) pod: Arc<Pod>,
-    /// Whether its evidence was quiet.
-    pub(super) quiet: bool,
-}
-
 /// The cached annotations of one node, from [`StateCache::node`].
 #[derive(Clone, Copy, Debug)]
 pub struct CachedStates<'c> {
@@ -375,10 +364,6 @@ pub struct StateCache {
     node_index: FxHashMap<Box<str>, usize>,
     /// The last pass's NodeWright names by position, which key the entries' slots.
     slot_names: Vec<Box<str>>,
-    /// The last pass's pods by position, with the verdicts of their evidence.
-    pods: Vec<CarriedPod>,
-    /// The operator namespace those verdicts were found under.
-    pods_namespace: String,
     /// The last pass's node order (§5.3: creationTimestamp, then name), by position.
     node_order: Vec<usize>,
     /// The last pass's selected nodes (in node order) per selector id, over the very node
@@ -487,35 +472,6 @@ impl StateCache {
             entry,
             names: &self.slot_names,
         })
-    }
-
-    /// Moves the last pass's pods out for a pass in operator namespace `namespace`; the pass
-    /// hands its own back with [`StateCache::keep_pods`]. Verdicts found under another
-    /// namespace are dropped.
-    pub(super) fn take_pods(&mut self, namespace: &str) -> Vec<CarriedPod> {
-        let pods = std::mem::take(&mut self.pods);
-        if self.pods_namespace == namespace {
-            pods
-        } else {
-            Vec::new()
-        }
-    }
-
-    /// Marks every carried pod's evidence quiet: a verdict that lies shows it is what a
-    /// pass reads.
-    #[cfg(test)]
-    pub(super) fn quiet_every_pod(&mut self) {
-        for pod in &mut self.pods {
-            pod.quiet = true;
-        }
-    }
-
-    /// Keeps a pass's pods, found under operator namespace `namespace`.
-    pub(super) fn keep_pods(&mut self, pods: Vec<CarriedPod>, namespace: &str) {
-        self.pods = pods;
-        if self.pods_namespace != namespace {
-            self.pods_namespace = namespace.to_string();
-        }
     }
 
     /// The last pass's node order, by position in its snapshot.
