@@ -405,9 +405,11 @@ fn main() {
             eprintln!("action: {}", action_kind(action));
         }
         // With `ENGINE_BENCH_CHANGED=1`, each pass runs after a change instead, and with
-        // `ENGINE_BENCH_SHIFTED=1` after Jobs and pods joined and left (see below).
+        // `ENGINE_BENCH_SHIFTED=1` after Jobs and pods joined and left, and with
+        // `ENGINE_BENCH_DEPARTED=1` after a node left (see below).
         let changed = std::env::var_os("ENGINE_BENCH_CHANGED").is_some();
         let shift = std::env::var_os("ENGINE_BENCH_SHIFTED").is_some();
+        let departed = std::env::var_os("ENGINE_BENCH_DEPARTED").is_some();
         let mut before = snap.clone();
         for pass in 0..runs {
             if changed {
@@ -415,6 +417,9 @@ fn main() {
             }
             if shift {
                 before = shifted(&before, pass);
+            }
+            if departed {
+                before.nodes.remove((pass * 7) % 100);
             }
             steady_pass(&before, &settings, &mut cache);
         }
@@ -553,6 +558,23 @@ fn main() {
     println!(
         "  after a Job and its pods left and another joined in front (positions shifted): median {:.2} ms wall",
         ms(after_shift[runs / 2])
+    );
+    // Passes after a node left the fleet (near the front, so most nodes shift position).
+    let mut fewer: Vec<Snapshot> = Vec::with_capacity(runs);
+    for pass in 0..runs {
+        let mut next = fewer.last().unwrap_or(&snap).clone();
+        next.nodes.remove((pass * 7) % 100);
+        fewer.push(next);
+    }
+    let mut after_departure = Vec::with_capacity(runs);
+    for fewer in &fewer {
+        let (_, wall, _) = clocked(|| steady_pass(fewer, &settings, &mut cache));
+        after_departure.push(wall);
+    }
+    after_departure.sort();
+    println!(
+        "  after a node left (most nodes shifted): median {:.2} ms wall",
+        ms(after_departure[runs / 2])
     );
     let mut cold = Vec::with_capacity(runs);
     for _ in 0..runs {

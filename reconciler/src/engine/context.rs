@@ -35,8 +35,8 @@ use super::job_table::{JobTable, SweptVerdict};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::state_cache::{
-    CarriedFacts, CarriedNode, JobMatchMemo, NodeEntry, NodeMemo, NodeWrightId, ParsedState,
-    SelectionCarry, StateCache, StatusVersion, VersionId,
+    CarriedFacts, CarriedNode, JobMatchMemo, NodeEntry, NodeMemo, NodeMoves, NodeWrightId,
+    ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
 };
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
@@ -590,6 +590,10 @@ fn slot_name<'n>(names: &[&'n str], index: u32) -> &'n str {
 
 /// Longest Job label value; longer node names are hashed into the `node` label (§4.7).
 const LABEL_MAX: usize = 63;
+
+/// Nodes that joined since the last pass, up to which each is put in its place in the last
+/// pass's node order; past it the order is sorted afresh.
+const JOINED_INSERTED: usize = 64;
 
 static EMPTY_MAP: BTreeMap<String, String> = BTreeMap::new();
 static EMPTY_TAINTS: Vec<Taint> = Vec::new();
@@ -1350,6 +1354,8 @@ pub struct PassCtx<'a> {
     /// Some node was not found where the cache's last pass had it (see
     /// [`StateCache::keep_nodes`]).
     nodes_moved: bool,
+    /// Where each node went since the last pass, when some node moved.
+    node_moves: Option<NodeMoves>,
     node_ids: FxHashMap<&'a str, usize>,
     /// Nodes whose Job `node` label differs from their name (names over 63 characters), by
     /// label; the first node id wins.
@@ -1423,6 +1429,12 @@ impl<'a> PassCtx<'a> {
         // Positions of the nodes that are not the very object the last pass had there.
         let mut renewed: Vec<usize> = Vec::new();
         let mut nodes_moved = true;
+        // With some node not where the last pass had it: where each node went.
+        let mut node_moves: Option<NodeMoves> = None;
+        // Positions of the nodes the last pass did not have.
+        let mut joined: Vec<usize> = Vec::new();
+        // Every node the last pass had kept its creationTimestamp.
+        let mut created = true;
         // Every node has the name and creationTimestamp the last pass had at its position.
         let mut same_order = false;
         let mut jobs_carried = None;
@@ -1432,7 +1444,6 @@ impl<'a> PassCtx<'a> {
                 carries = c.take_carries();
                 jobs_carried = Some(c.take_jobs());
                 let mut carried = c.take_nodes(&names);
-                let mut created = true;
                 for (i, (work, node)) in nodes.iter_mut().zip(&snap.nodes).enumerate() {
                     match carried.take(i, node) {
                         Some(entry) if Arc::ptr_eq(&entry.node, node) => {
@@ -1442,10 +1453,13 @@ impl<'a> PassCtx<'a> {
                         }
                         found => {
                             renewed.push(i);
-                            created &= found.as_ref().is_some_and(|e| {
-                                e.node.metadata.creation_timestamp
-                                    == node.metadata.creation_timestamp
-                            });
+                            match &found {
+                                Some(e) => {
+                                    created &= e.node.metadata.creation_timestamp
+                                        == node.metadata.creation_timestamp;
+                                }
+                                None => joined.push(i),
+                            }
                             work.memo = Some(Arc::new(NodeMemo::new(node)));
                             if let Some(entry) = found.filter(|e| !e.slots.is_empty()) {
                                 earlier.push((i, entry.slots));
@@ -1454,15 +1468,39 @@ impl<'a> PassCtx<'a> {
                     }
                 }
                 nodes_moved = carried.moved(snap.nodes.len());
-                same_order = created && !nodes_moved;
+                same_order = created && joined.is_empty() && !nodes_moved;
+                if nodes_moved {
+                    node_moves = Some(carried.moves());
+                }
                 Some(&*c)
             }
             None => None,
         };
         // Node order used by every NodeWright: creationTimestamp, then name. The last pass's
         // order holds while every position has the same name and creationTimestamp.
+        // Nodes joined, left or moved, and every node that stayed kept its name and
+        // creationTimestamp: the last pass's order holds for those, and each node that joined
+        // takes its place in it. (Names are unique, so the order has no ties.)
+        let follow = created
+            && joined.len() <= JOINED_INSERTED
+            && node_ids.len() == nodes.len()
+            && node_moves.is_some();
+        let followed = |kept: &[usize]| {
+            let moves = node_moves.as_ref()?;
+            if kept.len() != moves.to.len() {
+                return None;
+            }
+            let key = |i: usize| (&nodes[i].created, nodes[i].name);
+            let mut order: Vec<usize> = kept.iter().filter_map(|&k| moves.now(k)).collect();
+            for &i in &joined {
+                let at = order.partition_point(|&q| key(q) < key(i));
+                order.insert(at, i);
+            }
+            (order.len() == nodes.len()).then_some(order)
+        };
         let order: Vec<usize> = match cache.map(StateCache::node_order) {
             Some(kept) if same_order && kept.len() == nodes.len() => kept.to_vec(),
+            Some(kept) if let Some(order) = followed(kept).filter(|_| follow) => order,
             _ => {
                 let mut order: Vec<usize> = (0..nodes.len()).collect();
                 order.sort_by(|&a, &b| {
@@ -1505,15 +1543,20 @@ impl<'a> PassCtx<'a> {
                     // In the last pass's node order, a node that is the very object the last
                     // pass had at its position keeps its answer: only renewed nodes are
                     // matched again.
+                    // So it does when nodes joined, left or moved, where the order followed them.
                     let kept = id
-                        .filter(|_| same_order)
+                        .filter(|_| same_order || follow)
                         .and_then(|id| cache?.selected_by(id));
+                    let now = |k: usize| match &node_moves {
+                        Some(moves) if !same_order => moves.now(k),
+                        _ => Some(k),
+                    };
                     let (selected, same_as_last) = match kept {
-                        Some(kept) if renewed.is_empty() => (kept.to_vec(), true),
+                        Some(kept) if same_order && renewed.is_empty() => (kept.to_vec(), true),
                         Some(kept) => {
                             let mut member = vec![false; nodes.len()];
-                            for &i in kept {
-                                if let Some(m) = member.get_mut(i) {
+                            for &k in kept {
+                                if let Some(m) = now(k).and_then(|i| member.get_mut(i)) {
                                     *m = true;
                                 }
                             }
@@ -1522,7 +1565,7 @@ impl<'a> PassCtx<'a> {
                             }
                             let selected: Vec<usize> =
                                 order.iter().copied().filter(|&i| member[i]).collect();
-                            let same = selected == kept;
+                            let same = same_order && selected == kept;
                             (selected, same)
                         }
                         None => (
@@ -1643,6 +1686,7 @@ impl<'a> PassCtx<'a> {
             &nodes,
             &node_ids,
             cache.is_some() && !nodes_moved,
+            node_moves.as_ref(),
         );
         PassCtx {
             snap,
@@ -1654,6 +1698,7 @@ impl<'a> PassCtx<'a> {
             runtime_taint,
             nodes,
             nodes_moved,
+            node_moves,
             node_ids,
             long_labels,
             label_collision,
@@ -2004,6 +2049,7 @@ impl<'a> PassCtx<'a> {
             snap,
             nodes,
             nodes_moved,
+            node_moves,
             nws,
             carries,
             index,
@@ -2028,7 +2074,7 @@ impl<'a> PassCtx<'a> {
                 .into_iter()
                 .zip(&snap.nodes)
                 .map(|(n, node)| n.into_entry(node));
-            cache.keep_nodes(entries, &names, nodes_moved);
+            cache.keep_nodes(entries, &names, nodes_moved, node_moves.as_ref());
             // A pass that did not hand its carries on (no [`PassCtx::carry_into`]) gives the
             // last pass's back as they were.
             if !carries.is_empty() {

@@ -35,7 +35,7 @@ use super::complete::CompletionInputs;
 use super::context::{Few, NodeWork};
 use super::job_pods::{PodChanges, PodIndex, uid_hash};
 use super::jobs::{self, JobFacts};
-use super::state_cache::{NodeMemo, ParsedPackage};
+use super::state_cache::{NodeMemo, NodeMoves, ParsedPackage};
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
@@ -174,14 +174,16 @@ impl<'a> JobTable<'a> {
     /// Builds the table of `snap`'s Jobs. `last` is the cache's table from the last pass
     /// (`None` without a cache); `nodes` are the pass's nodes by position, `node_ids` their
     /// positions by name. `node_names_in_place` says whether every node has the name the last
-    /// pass's node at its position had.
-    pub fn build(
+    /// pass's node at its position had; otherwise `node_moves`, when known, says where each
+    /// of the last pass's nodes went.
+    pub(super) fn build(
         snap: &'a Snapshot,
         settings: &Settings,
         last: Option<CarriedJobs>,
         nodes: &[NodeWork<'a>],
         node_ids: &FxHashMap<&'a str, usize>,
         node_names_in_place: bool,
+        node_moves: Option<&NodeMoves>,
     ) -> JobTable<'a> {
         let n = snap.jobs.len();
         let mut table = JobTable {
@@ -223,6 +225,13 @@ impl<'a> JobTable<'a> {
                 PodChanges::unknown()
             }
         };
+        // Where the last pass's node at `k` is now, when known.
+        let node_now = |k: u32| -> Option<u32> {
+            if node_names_in_place {
+                return Some(k);
+            }
+            node_moves?.now(k as usize).map(|p| p as u32)
+        };
         let mut in_place = Vec::with_capacity(n);
         let mut labels = Vec::with_capacity(n);
         let mut source = Vec::with_capacity(n);
@@ -251,7 +260,10 @@ impl<'a> JobTable<'a> {
                     LabelAt::NodeWright(k) if nw_names_kept => {
                         Some(snap.nodewrights[k as usize].name())
                     }
-                    LabelAt::Node(k) if node_names_in_place => Some(nodes[k as usize].name()),
+                    LabelAt::Node(k) => match node_now(k) {
+                        Some(p) => Some(nodes[p as usize].name()),
+                        None => jobs::label(job, key),
+                    },
                     _ => jobs::label(job, key),
                 };
                 table.facts.push(JobFacts {
@@ -265,12 +277,21 @@ impl<'a> JobTable<'a> {
                 table
                     .no_prunable
                     .push(Cell::new(e.no_prunable.filter(|_| same_pods)));
-                let resolved = if nw_names_kept && node_names_in_place {
-                    (nodewright, node)
-                } else {
-                    let facts = &table.facts[i];
-                    resolve(snap, node_ids, facts)
+                let facts = &table.facts[i];
+                let nodewright = match nodewright {
+                    LabelAt::NodeWright(_) if !nw_names_kept => {
+                        resolve_nodewright(snap, facts.nodewright)
+                    }
+                    at => at,
                 };
+                let node = match node {
+                    LabelAt::Node(k) => match node_now(k) {
+                        Some(p) => LabelAt::Node(p),
+                        None => resolve_node(node_ids, facts.node_label),
+                    },
+                    at => at,
+                };
+                let resolved = (nodewright, node);
                 labels.push(resolved);
                 continue;
             }
@@ -560,21 +581,32 @@ fn resolve(
     node_ids: &FxHashMap<&str, usize>,
     facts: &JobFacts<'_>,
 ) -> (LabelAt, LabelAt) {
-    let nodewright = match facts.nodewright {
+    (
+        resolve_nodewright(snap, facts.nodewright),
+        resolve_node(node_ids, facts.node_label),
+    )
+}
+
+/// Where a Job's NodeWright label sits in the snapshot.
+fn resolve_nodewright(snap: &Snapshot, label: Option<&str>) -> LabelAt {
+    match label {
         None => LabelAt::Absent,
         Some(label) => match snap.nodewrights.iter().position(|nw| nw.name() == label) {
             Some(k) => LabelAt::NodeWright(k as u32),
             None => LabelAt::Own,
         },
-    };
-    let node = match facts.node_label {
+    }
+}
+
+/// Where a Job's node label sits in the snapshot.
+fn resolve_node(node_ids: &FxHashMap<&str, usize>, label: Option<&str>) -> LabelAt {
+    match label {
         None => LabelAt::Absent,
         Some(label) => match node_ids.get(label) {
             Some(&k) => LabelAt::Node(k as u32),
             None => LabelAt::Own,
         },
-    };
-    (nodewright, node)
+    }
 }
 
 /// Each Job's position by its address.

@@ -272,6 +272,29 @@ pub(super) struct CarriedNodes<'c> {
     entries: Vec<Option<NodeEntry>>,
     index: &'c FxHashMap<Box<str>, usize>,
     moved: bool,
+    /// Per node taken so far: the position of its entry in the last pass.
+    from: Vec<u32>,
+}
+
+/// A position no node holds: the node joined (it was nowhere) or left (it is nowhere now).
+pub(super) const NOWHERE: u32 = u32::MAX;
+
+/// Where the nodes of a pass were in the last pass's snapshot, and where the last pass's
+/// nodes are now, matched by object at the same position or else by name.
+#[derive(Debug, Default)]
+pub(super) struct NodeMoves {
+    /// Per node of this pass: its position in the last pass, or [`NOWHERE`].
+    pub(super) from: Vec<u32>,
+    /// Per node of the last pass: its position in this pass, or [`NOWHERE`].
+    pub(super) to: Vec<u32>,
+}
+
+impl NodeMoves {
+    /// The position now of the last pass's node at `before`, when it is still here.
+    pub(super) fn now(&self, before: usize) -> Option<usize> {
+        let at = *self.to.get(before)?;
+        (at != NOWHERE).then_some(at as usize)
+    }
 }
 
 impl CarriedNodes<'_> {
@@ -282,6 +305,7 @@ impl CarriedNodes<'_> {
         if let Some(entry) = self.entries.get_mut(at)
             && entry.as_ref().is_some_and(|e| Arc::ptr_eq(&e.node, node))
         {
+            self.from.push(at as u32);
             return entry.take();
         }
         let found = node
@@ -293,7 +317,26 @@ impl CarriedNodes<'_> {
         if found != Some(at) {
             self.moved = true;
         }
-        self.entries.get_mut(found?)?.take()
+        let entry = found.and_then(|k| self.entries.get_mut(k)?.take());
+        self.from.push(match (found, &entry) {
+            (Some(k), Some(_)) => k as u32,
+            _ => NOWHERE,
+        });
+        entry
+    }
+
+    /// Where each node taken was, and where each of the last pass's nodes went.
+    pub(super) fn moves(&self) -> NodeMoves {
+        let mut to = vec![NOWHERE; self.entries.len()];
+        for (now, &before) in self.from.iter().enumerate() {
+            if let Some(slot) = to.get_mut(before as usize) {
+                *slot = now as u32;
+            }
+        }
+        NodeMoves {
+            from: self.from.clone(),
+            to,
+        }
     }
 
     /// Whether some node of a snapshot of `nodes` nodes was not where the last pass had it.
@@ -521,29 +564,52 @@ impl StateCache {
             entries,
             index: &self.node_index,
             moved: false,
+            from: Vec::new(),
         }
     }
 
     /// Keeps a pass's node entries, in its snapshot order, for the next pass; `names` are its
-    /// NodeWrights by position. The name index is rebuilt only when some node `moved`
-    /// ([`CarriedNodes::moved`]): at steady state every node is where it was.
+    /// NodeWrights by position. The name index changes only when some node `moved`
+    /// ([`CarriedNodes::moved`]): at steady state every node is where it was. With the pass's
+    /// `moves`, the index follows each node to its new position and reads the names of the
+    /// nodes that joined alone; without, it is rebuilt.
     pub(super) fn keep_nodes(
         &mut self,
         entries: impl Iterator<Item = Option<NodeEntry>>,
         names: &[&str],
         moved: bool,
+        moves: Option<&NodeMoves>,
     ) {
         self.nodes.clear();
         self.nodes.extend(entries);
-        if moved {
-            self.node_index = self
-                .nodes
-                .iter()
-                .enumerate()
-                .filter_map(|(at, e)| {
-                    Some((Box::from(e.as_ref()?.node.metadata.name.as_deref()?), at))
-                })
-                .collect();
+        let name_at = |nodes: &[Option<NodeEntry>], at: usize| -> Option<Box<str>> {
+            Some(Box::from(
+                nodes.get(at)?.as_ref()?.node.metadata.name.as_deref()?,
+            ))
+        };
+        match moves {
+            Some(moves) if moved => {
+                self.node_index.retain(|_, at| match moves.now(*at) {
+                    Some(now) => {
+                        *at = now;
+                        true
+                    }
+                    None => false,
+                });
+                for (at, &before) in moves.from.iter().enumerate() {
+                    if before == NOWHERE
+                        && let Some(name) = name_at(&self.nodes, at)
+                    {
+                        self.node_index.insert(name, at);
+                    }
+                }
+            }
+            _ if moved => {
+                self.node_index = (0..self.nodes.len())
+                    .filter_map(|at| Some((name_at(&self.nodes, at)?, at)))
+                    .collect();
+            }
+            _ => {}
         }
         if !self.same_slot_names(names) {
             self.slot_names = names.iter().map(|n| Box::from(*n)).collect();
@@ -1331,10 +1397,22 @@ mod tests {
         // Another object for n1: matched afresh too.
         snap.nodes[0] = Arc::new((*snap.nodes[0]).clone());
         assert_eq!(selected(&snap, &mut cache), ["n2", "n1", "n3"]);
-        // A node that joins reorders from scratch.
+        // A node that joins takes its place in the kept order, which still lies for the rest:
+        // it is what the pass read.
         snap.nodes
             .insert(0, Arc::new(node("n0").label("pool", "a").build()));
+        assert_eq!(selected(&snap, &mut cache), ["n0", "n2", "n1", "n3"]);
+        // A node whose creationTimestamp moved reorders from scratch.
+        let n3 = Arc::make_mut(&mut snap.nodes[3]);
+        n3.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::from_second(4_000_000_000).expect("a valid second"),
+            ));
         assert_eq!(selected(&snap, &mut cache), ["n0", "n1", "n2", "n3"]);
+        assert_warm_is_cold(&snap, &settings, &mut cache);
+        // A node leaves: the rest keep their order.
+        snap.nodes.remove(1);
+        assert_eq!(selected(&snap, &mut cache), ["n0", "n2", "n3"]);
         assert_warm_is_cold(&snap, &settings, &mut cache);
     }
 
