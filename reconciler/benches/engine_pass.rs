@@ -4,13 +4,17 @@
 //! The headline figure is a steady pass: the same snapshot, with the cache the last pass left
 //! (as the controller runs every pass). Also prints, per pass, the allocations and bytes
 //! allocated (a counting global allocator) and the bytes still live after the plan is dropped,
-//! then a per-phase time breakdown, a pass after a small change (a few nodes, Jobs and pods
-//! replaced by new objects), and a pass without the cache. Figures only, nothing is asserted.
+//! then a per-phase time breakdown, and three passes after a change, each with the cache the
+//! last pass left: a few nodes, Jobs and pods replaced by new objects; a Job and its pods
+//! gone and another joined in front (shifting the positions of most Jobs and pods); a node
+//! gone near the front (shifting most nodes). Last, a pass without the cache. Figures only,
+//! nothing is asserted.
 //!
 //! Run: `cargo bench -p nodewright-reconciler --bench engine_pass`
 //! (`ENGINE_BENCH_PASSES=N` sets the number of passes, default 10; for profilers,
-//! `ENGINE_BENCH_WARM_ONLY=1` runs steady passes only, through `steady_pass`, and with
-//! `ENGINE_BENCH_CHANGED=1` too, passes after a change).
+//! `ENGINE_BENCH_WARM_ONLY=1` runs steady passes only, through `steady_pass`; add
+//! `ENGINE_BENCH_CHANGED=1`, `ENGINE_BENCH_SHIFTED=1` or `ENGINE_BENCH_DEPARTED=1` for the
+//! passes after each change).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;

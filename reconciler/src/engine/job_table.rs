@@ -8,20 +8,20 @@
 //! a fifth of a steady pass, almost all of it waiting on memory the pass had not touched yet.
 //!
 //! So the table is handed from pass to pass ([`CarriedJobs`], kept in the
-//! [`super::state_cache::StateCache`]), by position in the snapshot:
-//! - a Job at the same position as the very same object (`Arc::ptr_eq`; an adapter hands over
-//!   the same allocation for an unchanged Job) starts with everything in place;
-//! - a Job found elsewhere under the same uid and resourceVersion keeps its facts and
-//!   package, and its labels and pods are read again;
+//! [`super::state_cache::StateCache`]):
+//! - a Job that is the very object the last pass had (`Arc::ptr_eq`; an adapter hands over
+//!   the same allocation for an unchanged Job), at the same position or found by its address
+//!   elsewhere, starts with everything in place;
+//! - a Job found under the same uid and resourceVersion (another object) keeps its facts and
+//!   package, and its labels are read again;
 //! - any other Job is read afresh.
 //!
 //! The label strings of a carried Job are taken from where an equal string sits in this
-//! snapshot (the name of the NodeWright or node it names, found when the Job was read) while
-//! the names of the NodeWrights, or of the nodes, by position are the same as then;
-//! otherwise they are read from the Job again. Its
-//! pods are carried while every pod of the snapshot is the very object the last pass had at
-//! its position, and so is its "no failed pod to prune" verdict (§8.11), which reads nothing
-//! but those pods.
+//! snapshot (the name of the NodeWright or node it names, found when the Job was read), while
+//! the NodeWrights by position are the same as then, or the node is found where it went;
+//! otherwise they are read from the Job again. Its pods come from the pod index
+//! (`engine/job_pods.rs`): a Job to whose uid no pod joined and from which none left keeps its
+//! pods, and its "no failed pod to prune" verdict (§8.11), which reads nothing but those pods.
 
 use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
