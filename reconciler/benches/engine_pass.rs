@@ -278,6 +278,39 @@ fn shifted(snap: &Snapshot, pass: usize) -> Snapshot {
     out
 }
 
+/// `snap` after a node near the front left the fleet, so most nodes shift position.
+fn departed(snap: &Snapshot, pass: usize) -> Snapshot {
+    let mut out = snap.clone();
+    if !out.nodes.is_empty() {
+        let at = (pass * 7) % out.nodes.len().min(100);
+        out.nodes.remove(at);
+    }
+    out
+}
+
+/// The median wall time of `runs` passes, each over the snapshot `change` makes from the one
+/// before (the first from `snap`) and with the cache the last pass left. The snapshots are
+/// made before the clock starts.
+fn median_after(
+    snap: &Snapshot,
+    settings: &Settings,
+    cache: &mut StateCache,
+    runs: usize,
+    change: impl Fn(&Snapshot, usize) -> Snapshot,
+) -> Duration {
+    let mut snapshots: Vec<Snapshot> = Vec::with_capacity(runs);
+    for pass in 0..runs {
+        let before = snapshots.last().unwrap_or(snap);
+        snapshots.push(change(before, pass));
+    }
+    let mut walls: Vec<Duration> = snapshots
+        .iter()
+        .map(|s| clocked(|| steady_pass(s, settings, cache)).1)
+        .collect();
+    walls.sort();
+    walls[runs / 2]
+}
+
 /// Nanoseconds spent in each part-2 hook, summed over the passes of one measurement.
 static PHASE_NANOS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
 /// Allocations made in each part-2 hook, summed likewise.
@@ -413,7 +446,7 @@ fn main() {
         // `ENGINE_BENCH_DEPARTED=1` after a node left (see below).
         let changed = std::env::var_os("ENGINE_BENCH_CHANGED").is_some();
         let shift = std::env::var_os("ENGINE_BENCH_SHIFTED").is_some();
-        let departed = std::env::var_os("ENGINE_BENCH_DEPARTED").is_some();
+        let gone = std::env::var_os("ENGINE_BENCH_DEPARTED").is_some();
         let mut before = snap.clone();
         for pass in 0..runs {
             if changed {
@@ -422,8 +455,8 @@ fn main() {
             if shift {
                 before = shifted(&before, pass);
             }
-            if departed {
-                before.nodes.remove((pass * 7) % 100);
+            if gone {
+                before = departed(&before, pass);
             }
             steady_pass(&before, &settings, &mut cache);
         }
@@ -531,54 +564,22 @@ fn main() {
     // Passes after a change: each starts from the last pass's cache over a snapshot in which
     // `CHURN` nodes, Jobs and pods are new objects (a fresh allocation with its
     // resourceVersion moved, as an adapter hands over an object the API server rewrote).
-    // The snapshots are made before the clock starts.
-    let mut changed: Vec<Snapshot> = Vec::with_capacity(runs);
-    for pass in 0..runs {
-        let before = changed.last().unwrap_or(&snap);
-        changed.push(churned(before, pass * CHURN, CHURN));
-    }
-    let mut after_change = Vec::with_capacity(runs);
-    for changed in &changed {
-        let (_, wall, _) = clocked(|| steady_pass(changed, &settings, &mut cache));
-        after_change.push(wall);
-    }
-    after_change.sort();
+    let after_change = median_after(&snap, &settings, &mut cache, runs, |before, pass| {
+        churned(before, pass * CHURN, CHURN)
+    });
     println!(
         "  after a change ({CHURN} nodes, {CHURN} Jobs and {CHURN} pods new objects each pass): median {:.2} ms wall",
-        ms(after_change[runs / 2])
+        ms(after_change)
     );
-    // Passes after a Job and its pod left and others joined, shifting positions.
-    let mut moved: Vec<Snapshot> = Vec::with_capacity(runs);
-    for pass in 0..runs {
-        let before = moved.last().unwrap_or(&snap);
-        moved.push(shifted(before, pass));
-    }
-    let mut after_shift = Vec::with_capacity(runs);
-    for moved in &moved {
-        let (_, wall, _) = clocked(|| steady_pass(moved, &settings, &mut cache));
-        after_shift.push(wall);
-    }
-    after_shift.sort();
+    let after_shift = median_after(&snap, &settings, &mut cache, runs, shifted);
     println!(
         "  after a Job and its pods left and another joined in front (positions shifted): median {:.2} ms wall",
-        ms(after_shift[runs / 2])
+        ms(after_shift)
     );
-    // Passes after a node left the fleet (near the front, so most nodes shift position).
-    let mut fewer: Vec<Snapshot> = Vec::with_capacity(runs);
-    for pass in 0..runs {
-        let mut next = fewer.last().unwrap_or(&snap).clone();
-        next.nodes.remove((pass * 7) % 100);
-        fewer.push(next);
-    }
-    let mut after_departure = Vec::with_capacity(runs);
-    for fewer in &fewer {
-        let (_, wall, _) = clocked(|| steady_pass(fewer, &settings, &mut cache));
-        after_departure.push(wall);
-    }
-    after_departure.sort();
+    let after_departure = median_after(&snap, &settings, &mut cache, runs, departed);
     println!(
         "  after a node left (most nodes shifted): median {:.2} ms wall",
-        ms(after_departure[runs / 2])
+        ms(after_departure)
     );
     let mut cold = Vec::with_capacity(runs);
     for _ in 0..runs {

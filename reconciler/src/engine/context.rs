@@ -1477,10 +1477,10 @@ impl<'a> PassCtx<'a> {
             None => None,
         };
         // Node order used by every NodeWright: creationTimestamp, then name. The last pass's
-        // order holds while every position has the same name and creationTimestamp.
-        // Nodes joined, left or moved, and every node that stayed kept its name and
-        // creationTimestamp: the last pass's order holds for those, and each node that joined
-        // takes its place in it. (Names are unique, so the order has no ties.)
+        // order holds while every position has the same name and creationTimestamp. When
+        // nodes joined, left or moved, and every node that stayed kept its creationTimestamp,
+        // it holds for those (`follow`), and each node that joined takes its place in it.
+        // (Names are unique, so the order has no ties.)
         let follow = created
             && joined.len() <= JOINED_INSERTED
             && node_ids.len() == nodes.len()
@@ -1540,10 +1540,9 @@ impl<'a> PassCtx<'a> {
                         let input = id.unwrap_or_default();
                         NodeMemo::recall_selected(memo, memo_id, input, || matches(n))
                     };
-                    // In the last pass's node order, a node that is the very object the last
-                    // pass had at its position keeps its answer: only renewed nodes are
-                    // matched again.
-                    // So it does when nodes joined, left or moved, where the order followed them.
+                    // While the last pass's order holds (in place, or followed), a node that is
+                    // the very object the last pass had keeps its answer: only renewed nodes
+                    // are matched again.
                     let kept = id
                         .filter(|_| same_order || follow)
                         .and_then(|id| cache?.selected_by(id));

@@ -217,7 +217,9 @@ impl PodIndex {
                     changes.touch(uid);
                 }
                 *held = Arc::clone(pod);
-                self.quiet[at as usize] = None;
+                if let Some(quiet) = self.quiet.get_mut(at as usize) {
+                    *quiet = None;
+                }
             }
             return changes;
         }

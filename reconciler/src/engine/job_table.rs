@@ -235,8 +235,9 @@ impl<'a> JobTable<'a> {
         let mut in_place = Vec::with_capacity(n);
         let mut labels = Vec::with_capacity(n);
         let mut source = Vec::with_capacity(n);
-        // The last pass's Jobs by uid, for Jobs found away from their position.
-        let mut by_uid: Option<FxHashMap<&str, usize>> = None;
+        // The last pass's Jobs by the hash of their uid, for Jobs found away from their
+        // position: the hashes sit in the entries, so no Job object is read to build it.
+        let mut by_uid_hash: Option<FxHashMap<u64, usize>> = None;
         for (i, job) in snap.jobs.iter().enumerate() {
             // The very object the last pass had, at the same position or (a Job joined or left
             // before it) found by its address.
@@ -306,13 +307,11 @@ impl<'a> JobTable<'a> {
                 .and_then(|uid| match entries.get(i) {
                     Some(e) if e.job.metadata.uid.as_deref() == Some(uid) => Some(i),
                     _ => {
-                        let by_uid = by_uid.get_or_insert_with(|| {
-                            let uids = entries.iter().map(|e| e.job.metadata.uid.as_deref());
-                            uids.zip(0..)
-                                .filter_map(|(uid, k)| Some((uid?, k)))
-                                .collect()
+                        let by_hash = by_uid_hash.get_or_insert_with(|| {
+                            entries.iter().map(|e| e.uid_hash).zip(0..).collect()
                         });
-                        by_uid.get(uid).copied()
+                        let k = *by_hash.get(&uid_hash(uid))?;
+                        (entries[k].job.metadata.uid.as_deref() == Some(uid)).then_some(k)
                     }
                 });
             // Under the same resourceVersion too, it is the same Job as far as its facts go.
