@@ -1351,10 +1351,8 @@ pub struct PassCtx<'a> {
     selections: Vec<(u64, Vec<usize>)>,
     /// Every node by id (index in `snap.nodes`).
     pub nodes: Vec<NodeWork<'a>>,
-    /// Some node was not found where the cache's last pass had it (see
-    /// [`StateCache::keep_nodes`]).
-    nodes_moved: bool,
-    /// Where each node went since the last pass, when some node moved.
+    /// Where each node went since the last pass, when some node was not where the cache's
+    /// last pass had it (see [`StateCache::keep_nodes`]).
     node_moves: Option<NodeMoves>,
     node_ids: FxHashMap<&'a str, usize>,
     /// Nodes whose Job `node` label differs from their name (names over 63 characters), by
@@ -1470,7 +1468,7 @@ impl<'a> PassCtx<'a> {
                 nodes_moved = carried.moved(snap.nodes.len());
                 same_order = created && joined.is_empty() && !nodes_moved;
                 if nodes_moved {
-                    node_moves = Some(carried.moves());
+                    node_moves = Some(carried.into_moves());
                 }
                 Some(&*c)
             }
@@ -1696,7 +1694,6 @@ impl<'a> PassCtx<'a> {
             now: snap.now,
             runtime_taint,
             nodes,
-            nodes_moved,
             node_moves,
             node_ids,
             long_labels,
@@ -2047,7 +2044,6 @@ impl<'a> PassCtx<'a> {
         let PassCtx {
             snap,
             nodes,
-            nodes_moved,
             node_moves,
             nws,
             carries,
@@ -2073,7 +2069,7 @@ impl<'a> PassCtx<'a> {
                 .into_iter()
                 .zip(&snap.nodes)
                 .map(|(n, node)| n.into_entry(node));
-            cache.keep_nodes(entries, &names, nodes_moved, node_moves.as_ref());
+            cache.keep_nodes(entries, &names, node_moves.as_ref());
             // A pass that did not hand its carries on (no [`PassCtx::carry_into`]) gives the
             // last pass's back as they were.
             if !carries.is_empty() {

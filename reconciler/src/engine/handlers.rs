@@ -16,7 +16,7 @@ use nodewright_schema::node_state::entry_key;
 use nodewright_schema::{Stage, State, Status, keys, names};
 
 use super::complete::{self, AppliedConfig};
-use super::context::{Few, PassCtx};
+use super::context::PassCtx;
 use super::jobs::{self, PackageAnnotation};
 use crate::plan::{Action, EventObject, EventType};
 use crate::settings::constants::FAILURE_TARGET_GRACE;
@@ -84,10 +84,6 @@ pub fn classify_failure(pod: &Pod) -> FailureClass {
         return FailureClass::Genuine;
     }
     FailureClass::Rejection
-}
-
-fn child_pods<'s>(ctx: &PassCtx<'s>, job: &Job) -> Few<&'s Pod> {
-    ctx.index.pods_of(job)
 }
 
 fn node_of(ctx: &PassCtx<'_>, job: &Job) -> Option<usize> {
@@ -374,7 +370,7 @@ fn genuine_evidence(ctx: &PassCtx<'_>, job: &Job, entry_erroring: bool) -> bool 
     if jobs::condition_reason(job, "Failed") == Some("DeadlineExceeded") {
         return true;
     }
-    let pods = child_pods(ctx, job);
+    let pods = ctx.index.pods_of(job);
     if pods
         .iter()
         .any(|p| classify_failure(p) == FailureClass::Genuine)
@@ -494,7 +490,7 @@ fn last_logs(ctx: &mut PassCtx<'_>, job: &Job) {
     {
         return;
     }
-    let pods = child_pods(ctx, job);
+    let pods = ctx.index.pods_of(job);
     if pods
         .iter()
         .any(|p| classify_failure(p) == FailureClass::Genuine)
@@ -568,7 +564,7 @@ fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job, node_label: Option<&str>) {
     if at.is_some_and(|i| ctx.index.jobs_read.no_prunable_before(i)) {
         return;
     }
-    let pods = child_pods(ctx, job);
+    let pods = ctx.index.pods_of(job);
     let any = pods.iter().any(&prunable);
     if let Some(i) = at {
         ctx.index.jobs_read.record_prunable(i, any);
@@ -650,9 +646,10 @@ fn interrupt_budget(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
         return;
     }
     let limit = ctx.settings.job_backoff_limit;
-    let over = child_pods(ctx, job)
-        .iter()
-        .any(|p| interrupt_status(p).is_some_and(|c| c.restart_count >= limit && crash_looping(c)));
+    let over =
+        ctx.index.pods_of(job).iter().any(|p| {
+            interrupt_status(p).is_some_and(|c| c.restart_count >= limit && crash_looping(c))
+        });
     if !over || jobs::annotation(job, keys::JOB_ANNOTATION_RESTART_LIMIT_EXCEEDED).is_some() {
         return;
     }

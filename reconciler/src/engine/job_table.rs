@@ -157,8 +157,8 @@ pub struct JobTable<'a> {
 #[derive(Debug)]
 struct Carry {
     last: CarriedJobs,
-    /// Per Job: it is the very object the last pass had at this position.
-    in_place: Vec<bool>,
+    /// Every Job is the very object the last pass had at its position, and no Job left.
+    all_in_place: bool,
     labels: Vec<(LabelAt, LabelAt)>,
     /// Per Job: the last pass's entry it was read from (its own position when in place).
     source: Vec<Option<u32>>,
@@ -232,7 +232,7 @@ impl<'a> JobTable<'a> {
             }
             node_moves?.now(k as usize).map(|p| p as u32)
         };
-        let mut in_place = Vec::with_capacity(n);
+        let mut all_in_place = last.entries.len() == n;
         let mut labels = Vec::with_capacity(n);
         let mut source = Vec::with_capacity(n);
         // The last pass's Jobs by the hash of their uid, for Jobs found away from their
@@ -250,7 +250,7 @@ impl<'a> JobTable<'a> {
                 let k = *last.at.get(&(Arc::as_ptr(job) as usize))? as usize;
                 very(k).then_some(k)
             });
-            in_place.push(here == Some(i));
+            all_in_place &= here == Some(i);
             if let Some(k) = here {
                 let e = &last.entries[k];
                 source.push(Some(k as u32));
@@ -333,7 +333,6 @@ impl<'a> JobTable<'a> {
             table.push_read(facts, OnceCell::from(package), pods);
             labels.push(resolve(snap, node_ids, &facts));
         }
-        let all_in_place = last.entries.len() == n && in_place.iter().all(|&b| b);
         table.at = if all_in_place {
             std::mem::take(&mut last.at)
         } else {
@@ -348,7 +347,7 @@ impl<'a> JobTable<'a> {
         }
         table.carry = Some(Carry {
             last,
-            in_place,
+            all_in_place,
             labels,
             source,
             swept_valid,
@@ -495,7 +494,7 @@ impl<'a> JobTable<'a> {
         } = self;
         let Carry {
             mut last,
-            in_place,
+            all_in_place,
             labels,
             source,
             swept_valid,
@@ -536,7 +535,7 @@ impl<'a> JobTable<'a> {
                 no_prunable: no_prunable[i].get(),
                 swept: fresh(i).or(carried_verdict),
             };
-        if !(last.entries.len() == jobs.len() && in_place.iter().all(|&b| b)) {
+        if !all_in_place {
             // Jobs joined, left or moved: each entry moves to where its Job is now (its `Arc`
             // moved, not cloned: a clone writes the count in every Job object), and a Job
             // not carried is entered as read now.

@@ -326,7 +326,7 @@ impl CarriedNodes<'_> {
     }
 
     /// Where each node taken was, and where each of the last pass's nodes went.
-    pub(super) fn moves(&self) -> NodeMoves {
+    pub(super) fn into_moves(self) -> NodeMoves {
         let mut to = vec![NOWHERE; self.entries.len()];
         for (now, &before) in self.from.iter().enumerate() {
             if let Some(slot) = to.get_mut(before as usize) {
@@ -334,7 +334,7 @@ impl CarriedNodes<'_> {
             }
         }
         NodeMoves {
-            from: self.from.clone(),
+            from: self.from,
             to,
         }
     }
@@ -569,47 +569,33 @@ impl StateCache {
     }
 
     /// Keeps a pass's node entries, in its snapshot order, for the next pass; `names` are its
-    /// NodeWrights by position. The name index changes only when some node `moved`
-    /// ([`CarriedNodes::moved`]): at steady state every node is where it was. With the pass's
-    /// `moves`, the index follows each node to its new position and reads the names of the
-    /// nodes that joined alone; without, it is rebuilt.
+    /// NodeWrights by position. The name index changes only when some node moved: at steady
+    /// state every node is where it was. Then `moves` ([`CarriedNodes::into_moves`]) take
+    /// each node to its new position, and only the names of the nodes that joined are read.
     pub(super) fn keep_nodes(
         &mut self,
         entries: impl Iterator<Item = Option<NodeEntry>>,
         names: &[&str],
-        moved: bool,
         moves: Option<&NodeMoves>,
     ) {
         self.nodes.clear();
         self.nodes.extend(entries);
-        let name_at = |nodes: &[Option<NodeEntry>], at: usize| -> Option<Box<str>> {
-            Some(Box::from(
-                nodes.get(at)?.as_ref()?.node.metadata.name.as_deref()?,
-            ))
-        };
-        match moves {
-            Some(moves) if moved => {
-                self.node_index.retain(|_, at| match moves.now(*at) {
-                    Some(now) => {
-                        *at = now;
-                        true
-                    }
-                    None => false,
-                });
-                for (at, &before) in moves.from.iter().enumerate() {
-                    if before == NOWHERE
-                        && let Some(name) = name_at(&self.nodes, at)
-                    {
-                        self.node_index.insert(name, at);
-                    }
+        if let Some(moves) = moves {
+            self.node_index.retain(|_, at| match moves.now(*at) {
+                Some(now) => {
+                    *at = now;
+                    true
+                }
+                None => false,
+            });
+            for (at, &before) in moves.from.iter().enumerate() {
+                let name = self.nodes.get(at).and_then(Option::as_ref);
+                if before == NOWHERE
+                    && let Some(name) = name.and_then(|e| e.node.metadata.name.as_deref())
+                {
+                    self.node_index.insert(name.into(), at);
                 }
             }
-            _ if moved => {
-                self.node_index = (0..self.nodes.len())
-                    .filter_map(|at| Some((name_at(&self.nodes, at)?, at)))
-                    .collect();
-            }
-            _ => {}
         }
         if !self.same_slot_names(names) {
             self.slot_names = names.iter().map(|n| Box::from(*n)).collect();
