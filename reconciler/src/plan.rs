@@ -17,8 +17,86 @@ use nodewright_schema::{NodeState, NodeWrightStatus, PackageStatus, Status};
 pub struct Plan {
     /// Writes, in the order they must be executed.
     pub actions: Vec<Action>,
+    /// Which actions need an earlier one to have taken effect in the same pass, sorted by
+    /// action (engine/write_order.rs decides them).
+    pub requires: Vec<Requirement>,
     /// When the next pass should run.
     pub requeue: Requeue,
+}
+
+/// Action `action` of a plan runs only if action `needs`, an earlier one, took effect in the
+/// same pass: the record an effect relies on is durable before the effect, so a failed write
+/// leaves a state the next pass re-serves instead of one it misreads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Requirement {
+    /// The dependent action's index.
+    pub action: usize,
+    /// The index of the action it needs (always smaller).
+    pub needs: usize,
+}
+
+impl Plan {
+    /// A plan without requirements between its actions (each write stands alone).
+    pub fn independent(actions: Vec<Action>, requeue: Requeue) -> Plan {
+        Plan {
+            actions,
+            requires: Vec::new(),
+            requeue,
+        }
+    }
+
+    /// The actions that action `action` needs.
+    pub fn prerequisites(&self, action: usize) -> impl Iterator<Item = usize> + '_ {
+        let start = self.requires.partition_point(|r| r.action < action);
+        self.requires[start..]
+            .iter()
+            .take_while(move |r| r.action == action)
+            .map(|r| r.needs)
+    }
+}
+
+/// What became of one action of a plan.
+#[derive(Debug)]
+pub enum Executed {
+    /// It was sent; the cluster's answer.
+    Ran(Result<Outcome, crate::cluster::ClusterError>),
+    /// Not sent: the earlier action it needs did not take effect in this pass.
+    Held {
+        /// The index of that action.
+        needs: usize,
+    },
+}
+
+impl Executed {
+    /// Whether the write took effect, so the actions that need it may run.
+    pub fn took_effect(&self) -> bool {
+        matches!(self, Executed::Ran(Ok(Outcome::Done)))
+    }
+}
+
+/// Walks a plan in order, holding back every action whose prerequisite did not take effect;
+/// `send` executes one action. The one executor of plans, so every caller keeps the write
+/// order the engine decided.
+pub async fn execute<'p, F, Fut>(
+    plan: &'p Plan,
+    mut send: F,
+    mut each: impl FnMut(usize, &Action, &Executed),
+) where
+    F: FnMut(&'p Action) -> Fut,
+    Fut: std::future::Future<Output = Result<Outcome, crate::cluster::ClusterError>>,
+{
+    let mut took_effect = vec![false; plan.actions.len()];
+    for (i, action) in plan.actions.iter().enumerate() {
+        let executed = match plan
+            .prerequisites(i)
+            .find(|&needs| !took_effect.get(needs).copied().unwrap_or(false))
+        {
+            Some(needs) => Executed::Held { needs },
+            None => Executed::Ran(send(action).await),
+        };
+        took_effect[i] = executed.took_effect();
+        each(i, action, &executed);
+    }
 }
 
 /// When the next pass should run (§5.1).

@@ -16,7 +16,7 @@ use jiff::Timestamp;
 
 use crate::cluster::{Cluster, ClusterError, Desired};
 use crate::engine::StateCache;
-use crate::plan::{Action, Outcome, Plan, Requeue};
+use crate::plan::{Action, Executed, Outcome, Plan, Requeue};
 use crate::settings::Settings;
 use std::collections::BTreeMap;
 
@@ -36,6 +36,9 @@ pub struct PassReport {
     pub writes: Vec<(&'static str, Outcome)>,
     /// Actions that failed with an error (the pass goes on; the next pass retries).
     pub errors: Vec<String>,
+    /// Actions not sent because a write they rely on failed in this pass (the next pass
+    /// plans them again).
+    pub held: usize,
     /// When the engine wants the next pass.
     pub requeue: Requeue,
     /// Wall time the pass took (snapshot, engine and writes).
@@ -117,17 +120,30 @@ impl<C: Cluster> Controller<C> {
             ..PassReport::default()
         };
         let mut evictions = EvictionAttempts::default();
-        for action in &plan.actions {
-            let result = self.cluster.execute(action).await;
-            evictions.observe(action, &result);
-            match result {
-                Ok(outcome) => report.writes.push((action.kind(), outcome)),
-                Err(e) => {
-                    tracing::warn!(action = action.kind(), error = %e, "action failed; the next pass retries");
-                    report.errors.push(e.to_string());
+        let cluster = &self.cluster;
+        crate::plan::execute(
+            &plan,
+            |action| cluster.execute(action),
+            |_, action, executed| {
+                evictions.observe(action, executed);
+                match executed {
+                    Executed::Ran(Ok(outcome)) => report.writes.push((action.kind(), outcome.clone())),
+                    Executed::Ran(Err(e)) => {
+                        tracing::warn!(action = action.kind(), error = %e, "action failed; the next pass retries");
+                        report.errors.push(e.to_string());
+                    }
+                    Executed::Held { needs } => {
+                        tracing::debug!(
+                            action = action.kind(),
+                            needs = plan.actions[*needs].kind(),
+                            "action held: the write it relies on did not take effect; the next pass retries"
+                        );
+                        report.held += 1;
+                    }
                 }
-            }
-        }
+            },
+        )
+        .await;
         evictions.record(&mut self.memory, snapshot.now);
         prune_memory(&mut self.memory, &snapshot);
         report.duration = started.elapsed();
@@ -138,7 +154,7 @@ impl<C: Cluster> Controller<C> {
     pub fn delay_after(&self, report: &PassReport) -> Duration {
         match report.requeue {
             Requeue::Active => self.settings.reconcile_interval(),
-            Requeue::Idle if report.wrote() || !report.errors.is_empty() => {
+            Requeue::Idle if report.wrote() || !report.errors.is_empty() || report.held > 0 => {
                 self.settings.reconcile_interval()
             }
             Requeue::Idle => self.settings.default_interval(),
@@ -157,8 +173,11 @@ pub struct EvictionAttempts {
 
 impl EvictionAttempts {
     /// Notes one executed action.
-    pub fn observe(&mut self, action: &Action, result: &Result<Outcome, ClusterError>) {
+    pub fn observe(&mut self, action: &Action, executed: &Executed) {
         let Action::EvictPod(pod) = action else {
+            return;
+        };
+        let Executed::Ran(result) = executed else {
             return;
         };
         let entry = self
@@ -247,14 +266,14 @@ mod tests {
     #[test]
     fn refusals_of_one_pass_accumulate_and_an_accepted_pass_clears_them() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-        let refused = Ok(Outcome::EvictionRefused {
+        let refused = Executed::Ran(Ok(Outcome::EvictionRefused {
             message: "needs 1".into(),
-        });
+        }));
         let mut memory = Memory::default();
         let mut pass = EvictionAttempts::default();
         pass.observe(&evict("a"), &refused);
         pass.observe(&evict("b"), &refused);
-        pass.observe(&evict("c"), &Ok(Outcome::Done));
+        pass.observe(&evict("c"), &Executed::Ran(Ok(Outcome::Done)));
         pass.record(&mut memory, t0);
         let r = &memory.eviction_refusals["n1"];
         assert_eq!(
@@ -262,7 +281,7 @@ mod tests {
             (t0, 2, "tuning")
         );
         let mut pass = EvictionAttempts::default();
-        pass.observe(&evict("a"), &Ok(Outcome::Done));
+        pass.observe(&evict("a"), &Executed::Ran(Ok(Outcome::Done)));
         pass.record(&mut memory, t0);
         assert!(memory.eviction_refusals.is_empty());
     }

@@ -11,6 +11,7 @@ use nodewright_schema::{NodeWright, Stage, State, keys, names};
 
 use super::complete::{self, AppliedConfig};
 use super::context::{Flow, PassCtx};
+use super::write_order::After;
 use crate::plan::Action;
 use crate::settings::Settings;
 
@@ -415,9 +416,13 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     {
         status.config_updates = None;
     }
+    // §6.8: the changed keys are saved before the ConfigMap that no longer shows them.
     for name in upserts {
         if let Some(cm) = package_configmap(nw_obj, ctx.settings, &name) {
-            ctx.emit(Action::UpsertConfigMap(Box::new(cm)));
+            ctx.emit_after(
+                Action::UpsertConfigMap(Box::new(cm)),
+                [After::Status(nw_name.clone())],
+            );
         }
     }
     Flow::Continue

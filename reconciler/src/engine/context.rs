@@ -31,6 +31,7 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::complete::{CompletionInputs, NodeDigest};
+use super::write_order::{self, After, Writes};
 use super::job_table::{JobTable, SweptVerdict};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
@@ -1289,12 +1290,12 @@ struct EmittedIndex {
     stage_jobs_on: FxHashSet<String>,
     /// `DeleteJob` names.
     deleted_jobs: FxHashSet<String>,
-    /// `UpsertConfigMap` names.
-    upserted_config_maps: FxHashSet<String>,
+    /// `UpsertConfigMap` names, with their emission index.
+    upserted_config_maps: FxHashMap<String, usize>,
 }
 
 impl EmittedIndex {
-    fn record(&mut self, action: &Action) {
+    fn record(&mut self, action: &Action, at: usize) {
         match action {
             Action::CreateJob(job) => {
                 if let Some(name) = job.metadata.name.as_deref() {
@@ -1311,7 +1312,7 @@ impl EmittedIndex {
             }
             Action::UpsertConfigMap(cm) => {
                 if let Some(name) = cm.metadata.name.as_deref() {
-                    self.upserted_config_maps.insert(name.to_string());
+                    self.upserted_config_maps.insert(name.to_string(), at);
                 }
             }
             _ => {}
@@ -1370,6 +1371,8 @@ pub struct PassCtx<'a> {
     /// Sweep comparisons remembered across passes (only with a cache).
     pub job_matches: Option<Arc<JobMatchMemo>>,
     actions: Vec<Action>,
+    /// What emitted actions rely on (engine/write_order.rs).
+    after: Vec<(usize, After)>,
     emitted_index: EmittedIndex,
     events: Vec<Event>,
     requeue_active: bool,
@@ -1703,6 +1706,7 @@ impl<'a> PassCtx<'a> {
             index: SnapIndex::build(snap, jobs_read),
             job_matches: cache.map(StateCache::job_matches),
             actions: Vec::new(),
+            after: Vec::new(),
             emitted_index: EmittedIndex::default(),
             events: Vec::new(),
             requeue_active: false,
@@ -1969,10 +1973,46 @@ impl<'a> PassCtx<'a> {
         }
     }
 
-    /// Queues an action (executed in emission order, before node and status patches).
-    pub fn emit(&mut self, action: Action) {
-        self.emitted_index.record(&action);
+    /// Queues an action that relies on no other write of the pass (executed in emission
+    /// order, before node and status patches).
+    pub fn emit(&mut self, action: Action) -> usize {
+        let at = self.actions.len();
+        self.emitted_index.record(&action, at);
         self.actions.push(action);
+        at
+    }
+
+    /// Queues an action that is sent only after the given writes of this pass took effect
+    /// (engine/write_order.rs); returns its emission index.
+    pub fn emit_after(&mut self, action: Action, after: impl IntoIterator<Item = After>) -> usize {
+        let at = self.emit(action);
+        self.after.extend(after.into_iter().map(|a| (at, a)));
+        at
+    }
+
+    /// Queues the start of a Job on a node: after the node's entry that records it, and after
+    /// the ConfigMaps it mounts when this pass writes them (§6.3, §6.12).
+    pub fn create_job(&mut self, node: usize, job: Job) -> usize {
+        let mut after = vec![After::Node(self.nodes[node].name.to_string())];
+        let mounted = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.config_map.as_ref().map(|c| c.name.as_str()));
+        for name in mounted {
+            if let Some(&at) = self.emitted_index.upserted_config_maps.get(name) {
+                after.push(After::Emitted(at));
+            }
+        }
+        self.emit_after(Action::CreateJob(Box::new(job)), after)
+    }
+
+    /// The emission index of this pass's `UpsertConfigMap` of that name.
+    pub fn config_map_upsert(&self, name: &str) -> Option<usize> {
+        self.emitted_index.upserted_config_maps.get(name).copied()
     }
     /// Whether this pass already emitted a `CreateJob` with this name.
     pub fn job_created(&self, name: &str) -> bool {
@@ -1988,7 +2028,7 @@ impl<'a> PassCtx<'a> {
     }
     /// Whether this pass already emitted an `UpsertConfigMap` with this name.
     pub fn config_map_upserted(&self, name: &str) -> bool {
-        self.emitted_index.upserted_config_maps.contains(name)
+        self.emitted_index.upserted_config_maps.contains_key(name)
     }
     /// Records an event.
     pub fn event(
@@ -2034,13 +2074,14 @@ impl<'a> PassCtx<'a> {
         &self.events
     }
 
-    /// Turns the working state into the plan's actions (§5.15 order): emitted actions, node
-    /// patches, node conditions (given), NodeWright status patches, events.
+    /// Turns the working state into the plan's actions in write order
+    /// (engine/write_order.rs): emitted actions, node patches, node conditions (given),
+    /// NodeWright status patches, events, and what each relies on.
     pub fn into_actions(
         self,
         node_conditions: Vec<Action>,
         cache: Option<&mut StateCache>,
-    ) -> (Vec<Action>, bool, Option<Duration>, Vec<String>) {
+    ) -> PassWrites {
         let PassCtx {
             snap,
             nodes,
@@ -2048,7 +2089,8 @@ impl<'a> PassCtx<'a> {
             nws,
             carries,
             index,
-            mut actions,
+            actions,
+            after,
             events,
             requeue_active,
             requeue_after,
@@ -2056,12 +2098,17 @@ impl<'a> PassCtx<'a> {
             ..
         } = self;
         let names: Vec<&str> = nws.iter().map(|v| v.name).collect();
-        let mut wrote = !actions.is_empty();
+        let mut writes = Writes {
+            emitted: actions,
+            after,
+            node_conditions,
+            events,
+            ..Writes::default()
+        };
         for n in nodes.iter().filter(|n| n.touched()) {
             let patch = n.patch(&names);
             if !patch.is_empty() {
-                wrote = true;
-                actions.push(Action::PatchNode(patch));
+                writes.node_patches.push(Action::PatchNode(patch));
             }
         }
         if let Some(cache) = cache {
@@ -2079,8 +2126,6 @@ impl<'a> PassCtx<'a> {
                 cache.keep_jobs(jobs);
             }
         }
-        wrote |= !node_conditions.is_empty();
-        actions.extend(node_conditions);
         for v in nws {
             let original =
                 v.nw.status
@@ -2088,16 +2133,39 @@ impl<'a> PassCtx<'a> {
                     .map(without_node_state)
                     .unwrap_or_default();
             if v.status != original || v.node_state_changes > 0 || !v.node_priority_unchanged() {
-                wrote = true;
-                actions.push(Action::PatchNodeWrightStatus {
+                writes.status_patches.push(Action::PatchNodeWrightStatus {
                     name: v.name.to_string(),
                     patch: Box::new(v.into_status_patch()),
                 });
             }
         }
-        actions.extend(events.into_iter().map(Action::RecordEvent));
-        (actions, requeue_active || wrote, requeue_after, errors)
+        let wrote = !writes.emitted.is_empty()
+            || !writes.node_patches.is_empty()
+            || !writes.node_conditions.is_empty()
+            || !writes.status_patches.is_empty();
+        let (actions, requires) = write_order::order(writes);
+        PassWrites {
+            actions,
+            requires,
+            active: requeue_active || wrote,
+            after: requeue_after,
+            errors,
+        }
     }
+}
+
+/// What a pass hands to the plan.
+pub struct PassWrites {
+    /// The actions, in write order.
+    pub actions: Vec<Action>,
+    /// What each action relies on.
+    pub requires: Vec<crate::plan::Requirement>,
+    /// Whether the pass wants the active requeue (it wrote, or asked for it).
+    pub active: bool,
+    /// The earliest timer the pass asked for.
+    pub after: Option<Duration>,
+    /// Errors recorded by the pass.
+    pub errors: Vec<String>,
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use nodewright_schema::node_state::split_entry_key;
 use nodewright_schema::{keys, node_state::NodeState};
 
 use super::context::{Flow, PassCtx};
+use super::write_order::After;
 use crate::plan::{Action, EventObject, EventType};
 
 /// Why deletion cannot proceed (§11.2).
@@ -127,7 +128,8 @@ pub fn finalizer(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         return Flow::Continue;
     }
 
-    // Phase 3: cleanup.
+    // Phase 3: cleanup, then the finalizer once every node's cleanup took effect.
+    let mut cleaned = Vec::new();
     for &id in &selected {
         ctx.uncordon(nw, id);
         let keep_records = ctx.node(id).state(state_key).is_ok_and(|s| !s.is_empty());
@@ -165,19 +167,27 @@ pub fn finalizer(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             .filter(|t| t.starts_with(&keys::node_condition_prefix(&name)))
             .collect();
         if !conditions.is_empty() {
-            ctx.emit(Action::PatchNodeConditions {
-                node: node_name,
-                set: Vec::new(),
-                remove: conditions,
-            });
+            let at = ctx.emit_after(
+                Action::PatchNodeConditions {
+                    node: node_name.clone(),
+                    set: Vec::new(),
+                    remove: conditions,
+                },
+                [After::Node(node_name.clone())],
+            );
+            cleaned.push(After::Emitted(at));
         }
+        cleaned.push(After::Node(node_name));
     }
     let view = &mut ctx.nws[nw];
     view.status.observed_generation = Some(view.status.observed_generation.unwrap_or(0) + 1);
-    ctx.emit(Action::SetFinalizer {
-        name,
-        present: false,
-    });
+    ctx.emit_after(
+        Action::SetFinalizer {
+            name,
+            present: false,
+        },
+        cleaned,
+    );
     Flow::EndPass
 }
 

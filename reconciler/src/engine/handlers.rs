@@ -17,6 +17,7 @@ use nodewright_schema::{Stage, State, Status, keys, names};
 
 use super::complete::{self, AppliedConfig};
 use super::context::PassCtx;
+use super::write_order::After;
 use super::jobs::{self, PackageAnnotation};
 use crate::plan::{Action, EventObject, EventType};
 use crate::settings::constants::FAILURE_TARGET_GRACE;
@@ -104,13 +105,17 @@ fn ttl_seconds(d: std::time::Duration) -> i32 {
     i32::try_from(d.as_secs()).unwrap_or(i32::MAX)
 }
 
-fn mark_processed(ctx: &mut PassCtx<'_>, job: &Job, succeeded: bool) {
+/// The `state-recorded` marker (§8.8 step 4), sent only once the node's write of this pass
+/// took effect (engine/write_order.rs): a marked Job is never served again, so its outcome
+/// must already be on the node.
+fn mark_processed(ctx: &mut PassCtx<'_>, job: &Job, succeeded: bool, node: Option<usize>) {
     let ttl = if succeeded {
         ctx.settings.job_ttl_succeeded()
     } else {
         ctx.settings.job_ttl_failed()
     };
-    ctx.emit(Action::AnnotateJob {
+    let after = node.map(|n| After::Node(ctx.node(n).name().to_string()));
+    ctx.emit_after(Action::AnnotateJob {
         name: jobs::job_name(job).to_string(),
         uid: job.metadata.uid.clone(),
         annotations: BTreeMap::from([(
@@ -118,7 +123,7 @@ fn mark_processed(ctx: &mut PassCtx<'_>, job: &Job, succeeded: bool) {
             "true".to_string(),
         )]),
         ttl_seconds_after_finished: Some(ttl_seconds(ttl)),
-    });
+    }, after);
 }
 
 /// Runs the Job handler and the Pod-evidence handler over the snapshot (once per pass).
@@ -165,15 +170,15 @@ pub fn run(ctx: &mut PassCtx<'_>) {
 /// §8.8: record a completed stage exactly once.
 fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     let Some(node) = node_of(ctx, job) else {
-        mark_processed(ctx, job, true);
+        mark_processed(ctx, job, true, None);
         return;
     };
     let Some(pkg) = ctx.package_annotation(job).map(Cow::into_owned) else {
-        mark_processed(ctx, job, true);
+        mark_processed(ctx, job, true, Some(node));
         return;
     };
     let Some(stage) = jobs::job_stage(job) else {
-        mark_processed(ctx, job, true);
+        mark_processed(ctx, job, true, Some(node));
         return;
     };
     let nw_name = ctx.nws[nw].name.to_string();
@@ -187,9 +192,6 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     let key = entry_key(&pkg.name, &pkg.version);
     let entry = state.0.get(&key).cloned();
     let interrupt_container = jobs::is_interrupt_job(job);
-    // The marker is written only once the node already shows the outcome: the plan writes
-    // Job annotations before node patches, so marking in the pass that writes the state could
-    // mark a completion whose state write then fails (§8.8 step 4: state before marker).
     let mut wrote = false;
 
     if interrupt_container {
@@ -204,11 +206,14 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
             })
             .map(|(n, p)| entry_key(n, &p.version))
             .collect();
+        // §8.8 step 2: the owner's entry at the interrupt stage complete or later in the
+        // §8.14 stage order (a cancelled uninstall moved on to apply), or an uninstall's
+        // entry gone.
         let owner_done = match &entry {
             None => stage == Stage::UninstallInterrupt,
             Some(e) => {
                 (e.stage == Some(stage) && e.state == Some(State::Complete))
-                    || (stage == Stage::Interrupt && e.stage == Some(Stage::PostInterrupt))
+                    || e.stage.is_some_and(|s| s.order() > stage.order())
             }
         };
         if !(owner_done && skipped.is_empty()) {
@@ -294,9 +299,8 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     }
     if wrote {
         ctx.requeue_active();
-    } else {
-        mark_processed(ctx, job, true);
     }
+    mark_processed(ctx, job, true, Some(node));
 }
 
 /// §16.3: a completed config stage records the configMap the Job ran with.
@@ -386,14 +390,14 @@ fn genuine_evidence(ctx: &PassCtx<'_>, job: &Job, entry_erroring: bool) -> bool 
 /// §8.9: a stage that gave up is `erroring` and parked; no genuine evidence → re-run.
 fn fail_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     let Some(node) = node_of(ctx, job) else {
-        mark_processed(ctx, job, false);
+        mark_processed(ctx, job, false, None);
         return;
     };
     let (Some(pkg), Some(stage)) = (
         ctx.package_annotation(job).map(Cow::into_owned),
         jobs::job_stage(job),
     ) else {
-        mark_processed(ctx, job, false);
+        mark_processed(ctx, job, false, Some(node));
         return;
     };
     let state_key = ctx.nws[nw].state_key();
@@ -408,7 +412,6 @@ fn fail_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
         && let Some(mut e) = at_stage.cloned()
         && e.state != Some(State::Complete)
     {
-        // As for completions, the marker waits until the node shows the outcome.
         let restarts = e.restarts.max(jobs::failed_count(job));
         if e.state != Some(State::Erroring) || e.restarts != restarts {
             e.state = Some(State::Erroring);
@@ -423,9 +426,8 @@ fn fail_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     }
     if wrote {
         ctx.requeue_active();
-    } else {
-        mark_processed(ctx, job, false);
     }
+    mark_processed(ctx, job, false, Some(node));
 }
 
 /// §8.9: a Job stuck at `FailureTarget` past the grace window is erroring evidence (state
@@ -917,12 +919,18 @@ mod tests {
             entry(&ctx, "tuning|1.0.0"),
             Some((Stage::Apply, State::Complete, 1))
         );
-        assert!(
-            marked(&ctx).is_empty(),
-            "the marker waits for the state write to land"
-        );
+        // The marker, with the success TTL, is sent only once the node's write took effect.
+        assert_eq!(marked(&ctx), [Some(3600)]);
+        let writes = ctx.into_actions(Vec::new(), None);
+        let at = |f: &dyn Fn(&Action) -> bool| writes.actions.iter().position(f).unwrap();
+        let node_write = at(&|a| matches!(a, Action::PatchNode(p) if p.node == "n1"));
+        let marker = at(&|a| matches!(a, Action::AnnotateJob { .. }));
+        assert!(writes.requires.contains(&crate::plan::Requirement {
+            action: marker,
+            needs: node_write
+        }));
 
-        // Next pass: the state shows the outcome, so the Job is marked with the success TTL.
+        // Next pass: the state shows the outcome, so the Job is only marked.
         let snap = world()
             .node(node("n1").state("nw", &[("tuning", "1.0.0", Stage::Apply, State::Complete)]))
             .nw(nw("nw").package("tuning", "1.0.0"))
@@ -931,6 +939,11 @@ mod tests {
         let mut ctx = PassCtx::new(&snap, &s);
         run(&mut ctx);
         assert_eq!(marked(&ctx), [Some(3600)]);
+        let writes = ctx.into_actions(Vec::new(), None);
+        assert!(
+            !writes.actions.iter().any(|a| matches!(a, Action::PatchNode(_))),
+            "nothing to write on the node"
+        );
 
         // A re-served completion whose outcome already holds only marks the Job.
         let snap = world()

@@ -29,6 +29,7 @@ pub mod select;
 pub mod state_cache;
 pub mod status;
 pub mod sweep;
+pub mod write_order;
 
 #[cfg(test)]
 mod lifecycle_tests;
@@ -149,10 +150,7 @@ pub fn reconcile_with_cache(
 ) -> Plan {
     // §5.2 step 1: nothing to do without NodeWrights or nodes; no requeue.
     if snapshot.nodewrights.is_empty() || snapshot.nodes.is_empty() {
-        return Plan {
-            actions: Vec::new(),
-            requeue: Requeue::Idle,
-        };
+        return Plan::independent(Vec::new(), Requeue::Idle);
     }
     let mut cache = cache;
     let mut ctx = PassCtx::new_cached(snapshot, settings, cache.as_deref_mut());
@@ -299,15 +297,19 @@ fn finish(mut ctx: PassCtx<'_>, cache: Option<&mut StateCache>) -> Plan {
     if let Some(cache) = cache.as_deref_mut() {
         ctx.carry_into(cache);
     }
-    let (actions, active, after, errors) = ctx.into_actions(node_conditions, cache);
-    let requeue = if active || !errors.is_empty() {
+    let writes = ctx.into_actions(node_conditions, cache);
+    let requeue = if writes.active || !writes.errors.is_empty() {
         Requeue::Active
-    } else if let Some(d) = after {
+    } else if let Some(d) = writes.after {
         Requeue::After(d)
     } else {
         Requeue::Idle
     };
-    Plan { actions, requeue }
+    Plan {
+        actions: writes.actions,
+        requires: writes.requires,
+        requeue,
+    }
 }
 
 /// `version_<nw>` is written when absent on nodes carrying this NodeWright's state (§4.1).

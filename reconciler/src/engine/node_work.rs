@@ -415,7 +415,7 @@ fn start_interrupt(
             node_order: order,
         },
     );
-    ctx.emit(Action::CreateJob(Box::new(job)));
+    ctx.create_job(node, job);
     let state = current_state(ctx, nw, node);
     let mut entry = state
         .get(name, &package.version)
@@ -580,7 +580,7 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
             node_order: order,
         },
     );
-    ctx.emit(Action::CreateJob(Box::new(job)));
+    ctx.create_job(node, job);
     set_entry(
         ctx,
         nw,

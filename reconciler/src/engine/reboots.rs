@@ -4,6 +4,7 @@ use nodewright_schema::keys::{self, event};
 use nodewright_schema::{Status, names};
 
 use super::context::PassCtx;
+use super::write_order::After;
 use super::runtime;
 use crate::plan::{Action, EventObject, EventType};
 
@@ -87,11 +88,15 @@ fn reset_node(ctx: &mut PassCtx, nw: usize, n: usize) {
             )
         })
         .collect();
+    // The Jobs go after the reset they belong to, so a failed reset leaves both to the next pass.
     for (job, uid) in doomed {
-        ctx.emit(Action::DeleteJob {
-            name: job,
-            uid,
-            reason: format!("node {node_name} rebooted (REAPPLY_ON_REBOOT)"),
-        });
+        ctx.emit_after(
+            Action::DeleteJob {
+                name: job,
+                uid,
+                reason: format!("node {node_name} rebooted (REAPPLY_ON_REBOOT)"),
+            },
+            [After::Node(node_name.clone())],
+        );
     }
 }

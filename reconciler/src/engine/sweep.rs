@@ -9,6 +9,7 @@ use nodewright_schema::{Interrupt, InterruptType, NodeWright, Stage, State, keys
 
 use super::context::{Flow, PassCtx};
 use super::jobs::{self, InterruptJobInput, JobFacts, StageJobInput};
+use super::write_order::After;
 use crate::plan::Action;
 
 fn nw_jobs<'s>(ctx: &PassCtx<'s>, nw: usize) -> Vec<&'s Job> {
@@ -68,9 +69,10 @@ fn expected(nw: &NodeWright, ctx: &PassCtx<'_>, job: &Job, node: &str) -> Option
 
 fn delete(ctx: &mut PassCtx<'_>, job: &Job, reason: &str, invalidate: bool) {
     let name = jobs::job_name(job).to_string();
+    let mut marked = None;
     if invalidate && let Some(mut pkg) = ctx.package_annotation(job).map(Cow::into_owned) {
         pkg.invalid = true;
-        ctx.emit(Action::AnnotateJob {
+        marked = Some(ctx.emit(Action::AnnotateJob {
             name: name.clone(),
             uid: job.metadata.uid.clone(),
             annotations: BTreeMap::from([(
@@ -78,13 +80,18 @@ fn delete(ctx: &mut PassCtx<'_>, job: &Job, reason: &str, invalidate: bool) {
                 pkg.to_json(),
             )]),
             ttl_seconds_after_finished: None,
-        });
+        }));
     }
-    ctx.emit(Action::DeleteJob {
-        name,
-        uid: job.metadata.uid.clone(),
-        reason: reason.to_string(),
-    });
+    // A Job that completes while it is being deleted must read invalid, or its completion
+    // would be recorded (engine/write_order.rs).
+    ctx.emit_after(
+        Action::DeleteJob {
+            name,
+            uid: job.metadata.uid.clone(),
+            reason: reason.to_string(),
+        },
+        marked.map(After::Emitted),
+    );
 }
 
 /// The Jobs a sweep compares against, by stage and kind (interrupt or not), then package.

@@ -17,7 +17,7 @@ use super::matcher::Mismatch;
 use super::repo::{Repo, desired_of};
 use crate::cluster::sim::{SimAdapter, block_on};
 use crate::cluster::{Cluster, Desired};
-use crate::plan::Plan;
+use crate::plan::{Executed, Plan};
 use crate::settings::Settings;
 use crate::sim::packages::DEFAULT_REBOOT_TAKES;
 use crate::sim::util::{add, seed_from};
@@ -296,17 +296,21 @@ impl<'h> Run<'h> {
         snapshot.memory = self.memory.clone();
         let plan = (self.hooks.reconcile)(&snapshot, &self.settings);
         let mut evictions = crate::controller::EvictionAttempts::default();
-        for action in &plan.actions {
-            let result = block_on(self.cluster.execute(action));
-            evictions.observe(action, &result);
-            if let Err(e) = result {
-                self.notes.push(format!(
-                    "+{} {}: {e}",
-                    fmt_duration(self.elapsed()),
-                    action.kind()
-                ));
-            }
-        }
+        let mut failed = Vec::new();
+        let cluster = &self.cluster;
+        block_on(crate::plan::execute(
+            &plan,
+            |action| cluster.execute(action),
+            |_, action, executed| {
+                evictions.observe(action, executed);
+                if let Executed::Ran(Err(e)) = executed {
+                    failed.push(format!("{}: {e}", action.kind()));
+                }
+            },
+        ));
+        let at = fmt_duration(self.elapsed());
+        self.notes
+            .extend(failed.into_iter().map(|f| format!("+{at} {f}")));
         evictions.record(&mut self.memory, snapshot.now);
         self.last_snapshot = Some(snapshot);
         self.check_invariants();
