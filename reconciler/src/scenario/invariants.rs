@@ -1,11 +1,16 @@
-//! Invariants 1 and 2 of spec/scenarios.md §6, checked on the world after every pass and
-//! every step (3–5 are checked by the simulator as actions execute).
+//! Invariants 1, 2 and 6 of spec/scenarios.md §6 (6 is this project's, docs/decisions.md),
+//! checked on the world after every pass and every step (3–5 are checked by the simulator as
+//! actions execute).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Node;
-use nodewright_schema::{BatchState, Budget, NodeWright, Status, Strategy, StrategyKind, keys};
+use nodewright_schema::node_state::{NodeState, entry_key};
+use nodewright_schema::{
+    BatchState, Budget, NodeWright, Stage, State, Status, Strategy, StrategyKind, keys,
+};
 
+use crate::engine::complete;
 use crate::sim::SimCluster;
 use crate::sim::util::selector_matches;
 
@@ -253,6 +258,162 @@ fn worked_nodes(world: &SimCluster, nw: &NodeWright, selected: &[&Node]) -> BTre
         }
     }
     worked
+}
+
+/// Invariant 6 (docs/decisions.md): a node is interrupted once per interrupt cycle, and a
+/// NodeWright never reads `complete` while a node still owes the interrupt its configuration
+/// needs.
+///
+/// An interrupt cycle of an owner package on a node starts when that package's entry is at a
+/// stage before its interrupt (`apply`, `upgrade`, `config`, `uninstall`) and not complete, or
+/// is gone; it ends with the interrupt Job. A second interrupt Job of the same owner, stage and
+/// node inside one cycle is a reboot (or service restart) the node's work did not need. A
+/// failed interrupt Job, and an operator's verb, may start it again.
+///
+/// A node owes an interrupt when its applied-config record for a package changes in a key that
+/// one of the package's `configInterrupts` patterns matches (§6.4, §16.3); a completed interrupt
+/// Job of that NodeWright on the node pays it.
+#[derive(Debug, Default)]
+pub struct InterruptLedger {
+    /// History entries already read.
+    cursor: usize,
+    /// (NodeWright, node, owner package, stage) whose interrupt started in the current cycle.
+    spent: BTreeSet<(String, String, String, String)>,
+    /// The applied-config record last seen, by (NodeWright, node).
+    records: BTreeMap<(String, String), String>,
+    /// (NodeWright, node) → the package whose configuration still needs its interrupt.
+    owed: BTreeMap<(String, String), String>,
+}
+
+impl InterruptLedger {
+    /// An operator's verb may legitimately start any interrupt again.
+    pub fn forgive(&mut self) {
+        self.spent.clear();
+    }
+
+    /// Reads what happened since the last call; returns the violations found.
+    pub fn observe(&mut self, world: &SimCluster) -> Vec<String> {
+        let mut found = Vec::new();
+        let entries = world.history().entries();
+        for entry in entries.get(self.cursor..).unwrap_or_default() {
+            let Some((verb, address)) = entry.line.split_once(' ') else {
+                continue;
+            };
+            let parts: Vec<&str> = address.split('/').collect();
+            let [nw, package, stage, node] = parts[..] else {
+                continue;
+            };
+            if stage != "interrupt" && stage != "uninstall-interrupt" {
+                continue;
+            }
+            let key = (nw.to_string(), node.to_string(), package.to_string(), stage.to_string());
+            match verb {
+                "job" => {
+                    if !self.spent.insert(key) {
+                        found.push(format!(
+                            "invariant 6: a second {stage} Job of {nw}/{package} on node {node} in one interrupt cycle (an interrupt its work did not need)"
+                        ));
+                    }
+                }
+                "job-fail" => {
+                    self.spent.remove(&key);
+                }
+                "job-ok" => {
+                    self.owed.remove(&(nw.to_string(), node.to_string()));
+                }
+                _ => {}
+            }
+        }
+        self.cursor = entries.len();
+
+        let nws = world.nodewrights();
+        self.spent.retain(|(nw, node, package, _)| {
+            let Some(state) = node_state(world, nw, node) else {
+                return false;
+            };
+            let mut entries = state.entries_of(package).peekable();
+            if entries.peek().is_none() {
+                return false;
+            }
+            !entries.any(|e| {
+                e.stage.is_some_and(|s| s.order() < Stage::Interrupt.order())
+                    && matches!(e.state, Some(State::InProgress) | Some(State::Erroring))
+                    && e.stage != Some(Stage::UninstallInterrupt)
+            })
+        });
+
+        for (name, node) in world.nodes() {
+            for (nw_name, nw) in nws {
+                let key = (nw_name.clone(), name.clone());
+                let raw = node
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(&keys::config_applied(nw_name)));
+                let Some(raw) = raw else {
+                    self.records.remove(&key);
+                    continue;
+                };
+                let previous = self.records.insert(key.clone(), raw.clone());
+                let Some(previous) = previous.filter(|p| p != raw) else {
+                    continue;
+                };
+                let before = complete::parse_applied(Some(&previous));
+                let after = complete::parse_applied(Some(raw));
+                for (package, p) in nw.spec.packages() {
+                    let entry = entry_key(package, &p.version);
+                    let (Some(old), Some(new)) = (before.get(&entry), after.get(&entry)) else {
+                        continue;
+                    };
+                    let changed: Vec<String> = old
+                        .keys()
+                        .chain(new.keys())
+                        .filter(|k| old.get(*k) != new.get(*k))
+                        .cloned()
+                        .collect();
+                    let needs = p
+                        .config_interrupts()
+                        .keys()
+                        .any(|pattern| changed.iter().any(|k| complete::glob_match(pattern, k)));
+                    if needs {
+                        self.owed.insert(key.clone(), package.clone());
+                    }
+                }
+            }
+        }
+
+        self.owed.retain(|(nw, node), _| {
+            nws.get(nw).is_some_and(|nw| {
+                let labels = world.nodes().get(node).map(labels);
+                let selector = nw.spec.node_selectors.clone().unwrap_or_default();
+                labels.is_some_and(|l| selector_matches(&selector, l))
+            })
+        });
+        for ((nw_name, node), package) in &self.owed {
+            let Some(nw) = nws.get(nw_name) else {
+                continue;
+            };
+            let status = nw.status.as_ref();
+            let current = status.and_then(|s| s.observed_generation) == nw.metadata.generation;
+            if current && status.and_then(|s| s.status) == Some(Status::Complete) {
+                found.push(format!(
+                    "invariant 6: NodeWright {nw_name} reads complete while node {node} still owes the interrupt its configuration of {package} needs"
+                ));
+            }
+        }
+        found
+    }
+}
+
+fn node_state(world: &SimCluster, nw: &str, node: &str) -> Option<NodeState> {
+    let raw = world
+        .nodes()
+        .get(node)?
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(&keys::node_state(nw))?;
+    NodeState::parse(raw).ok()
 }
 
 #[cfg(test)]

@@ -214,6 +214,8 @@ pub struct Run<'h> {
     passes: u64,
     /// Invariant violations found since the last step ended.
     violations: Vec<String>,
+    /// What invariant 6 has seen of interrupts and applied configurations.
+    interrupts: invariants::InterruptLedger,
     /// Non-fatal notes (invalid commits, API errors) since the last step ended.
     notes: Vec<String>,
 }
@@ -252,6 +254,7 @@ impl<'h> Run<'h> {
             start,
             passes: 0,
             violations: Vec::new(),
+            interrupts: invariants::InterruptLedger::default(),
             notes: Vec::new(),
         })
     }
@@ -340,6 +343,7 @@ impl<'h> Run<'h> {
         let at = crate::sim::util::since(self.start, world.now());
         let mut found: Vec<String> = invariants::over_budget(&world);
         found.extend(invariants::duplicate_jobs(&world));
+        found.extend(self.interrupts.observe(&world));
         found.extend(
             world
                 .take_violations()
@@ -574,6 +578,8 @@ impl<'h> Run<'h> {
                     ));
                 };
                 let result = f(&mut self.cluster.world(), args, &self.settings);
+                // A verb (rerun, reset) may legitimately start an interrupt again.
+                self.interrupts.forgive();
                 if result.exit == *exit {
                     Ok(format!("exit {}", result.exit))
                 } else {
