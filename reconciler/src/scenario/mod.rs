@@ -8,6 +8,8 @@ pub mod matcher;
 pub mod repo;
 pub mod runner;
 #[cfg(test)]
+mod fault_prop_tests;
+#[cfg(test)]
 mod tests;
 
 pub use format::{Scenario, Step, parse};
