@@ -31,7 +31,6 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::complete::{CompletionInputs, NodeDigest};
-use super::write_order::{self, After, Writes};
 use super::job_table::{JobTable, SweptVerdict};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
@@ -39,6 +38,7 @@ use super::state_cache::{
     CarriedFacts, CarriedNode, JobMatchMemo, NodeEntry, NodeMemo, NodeMoves, NodeWrightId,
     ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
 };
+use super::write_order::{self, After, Writes};
 
 /// Whether a pass goes on after a step (§5.4: several steps end the pass when they write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1292,6 +1292,8 @@ struct EmittedIndex {
     deleted_jobs: FxHashSet<String>,
     /// `UpsertConfigMap` names, with their emission index.
     upserted_config_maps: FxHashMap<String, usize>,
+    /// Pods an `EvictPod` or `DeletePod` names, as (namespace, name).
+    removed_pods: FxHashSet<(String, String)>,
 }
 
 impl EmittedIndex {
@@ -1314,6 +1316,10 @@ impl EmittedIndex {
                 if let Some(name) = cm.metadata.name.as_deref() {
                     self.upserted_config_maps.insert(name.to_string(), at);
                 }
+            }
+            Action::EvictPod(pod) | Action::DeletePod(pod) => {
+                self.removed_pods
+                    .insert((pod.namespace.clone(), pod.name.clone()));
             }
             _ => {}
         }
@@ -2025,6 +2031,13 @@ impl<'a> PassCtx<'a> {
     /// Whether this pass already emitted a `DeleteJob` with this name.
     pub fn job_deleted(&self, name: &str) -> bool {
         self.emitted_index.deleted_jobs.contains(name)
+    }
+    /// Whether this pass already asked to evict or delete this pod (§7.7: an eviction in
+    /// flight is not sent again).
+    pub fn pod_removed(&self, namespace: &str, name: &str) -> bool {
+        self.emitted_index
+            .removed_pods
+            .contains(&(namespace.to_string(), name.to_string()))
     }
     /// Whether this pass already emitted an `UpsertConfigMap` with this name.
     pub fn config_map_upserted(&self, name: &str) -> bool {

@@ -349,6 +349,10 @@ fn drain(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> DrainGate {
         let mut actions = Vec::new();
         for (pod, decision) in &decisions {
             let (namespace, name) = pod_key(pod);
+            // §7.7: one drain per node, whichever package or NodeWright asked for it first.
+            if ctx.pod_removed(&namespace, &name) {
+                continue;
+            }
             let pod_ref = PodRef {
                 namespace,
                 name,

@@ -17,8 +17,8 @@ use nodewright_schema::{Stage, State, Status, keys, names};
 
 use super::complete::{self, AppliedConfig};
 use super::context::PassCtx;
-use super::write_order::After;
 use super::jobs::{self, PackageAnnotation};
+use super::write_order::After;
 use crate::plan::{Action, EventObject, EventType};
 use crate::settings::constants::FAILURE_TARGET_GRACE;
 
@@ -115,15 +115,18 @@ fn mark_processed(ctx: &mut PassCtx<'_>, job: &Job, succeeded: bool, node: Optio
         ctx.settings.job_ttl_failed()
     };
     let after = node.map(|n| After::Node(ctx.node(n).name().to_string()));
-    ctx.emit_after(Action::AnnotateJob {
-        name: jobs::job_name(job).to_string(),
-        uid: job.metadata.uid.clone(),
-        annotations: BTreeMap::from([(
-            keys::JOB_ANNOTATION_STATE_RECORDED.to_string(),
-            "true".to_string(),
-        )]),
-        ttl_seconds_after_finished: Some(ttl_seconds(ttl)),
-    }, after);
+    ctx.emit_after(
+        Action::AnnotateJob {
+            name: jobs::job_name(job).to_string(),
+            uid: job.metadata.uid.clone(),
+            annotations: BTreeMap::from([(
+                keys::JOB_ANNOTATION_STATE_RECORDED.to_string(),
+                "true".to_string(),
+            )]),
+            ttl_seconds_after_finished: Some(ttl_seconds(ttl)),
+        },
+        after,
+    );
 }
 
 /// Runs the Job handler and the Pod-evidence handler over the snapshot (once per pass).
@@ -941,7 +944,10 @@ mod tests {
         assert_eq!(marked(&ctx), [Some(3600)]);
         let writes = ctx.into_actions(Vec::new(), None);
         assert!(
-            !writes.actions.iter().any(|a| matches!(a, Action::PatchNode(_))),
+            !writes
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::PatchNode(_))),
             "nothing to write on the node"
         );
 
@@ -1094,6 +1100,48 @@ mod tests {
             entry(&ctx, "beta|1.0.0"),
             Some((Stage::Interrupt, State::Complete, 0))
         );
+    }
+
+    #[test]
+    fn an_uninstall_interrupt_already_behind_the_entry_only_marks_its_job() {
+        // The uninstall was cancelled: its interrupt completed, the entry was removed and the
+        // re-install started at apply before this completion was served (§6.10, §8.8 step 2).
+        let obj = nw("nw").reboot_package("alpha", "1.0.0").build();
+        let package = obj.spec.packages()["alpha"].clone();
+        let mut job = super::super::jobs::build_interrupt_job(
+            &obj,
+            &settings(),
+            super::super::jobs::InterruptJobInput {
+                package_name: "alpha",
+                package: &package,
+                stage: Stage::UninstallInterrupt,
+                interrupt: package.interrupt.as_ref().unwrap(),
+                node: "n1",
+                node_order: 0,
+            },
+        );
+        job.status = Some(JobStatus {
+            conditions: Some(vec![JobCondition {
+                type_: "Complete".into(),
+                status: "True".into(),
+                ..JobCondition::default()
+            }]),
+            ..JobStatus::default()
+        });
+        let snap = world()
+            .node(node("n1").state("nw", &[("alpha", "1.0.0", Stage::Apply, State::InProgress)]))
+            .nw(nw("nw").reboot_package("alpha", "1.0.0"))
+            .job(job)
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        run(&mut ctx);
+        assert_eq!(
+            entry(&ctx, "alpha|1.0.0"),
+            Some((Stage::Apply, State::InProgress, 0)),
+            "the re-install's entry is not overwritten"
+        );
+        assert_eq!(marked(&ctx).len(), 1);
     }
 
     fn child(job: &Job, name: &str, created: i64, pod: Pod) -> Pod {

@@ -108,7 +108,13 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
                 e.stage,
                 Some(Stage::Config | Stage::Interrupt | Stage::PostInterrupt)
             );
-            let settled = e.state == Some(State::Complete) || e.state == Some(State::Erroring);
+            // §8.9: a parked stage is re-attempted by a config update only, not by the record
+            // that still holds the last configuration that succeeded.
+            let settled = e.state == Some(State::Complete)
+                || (e.state == Some(State::Erroring)
+                    && e.stage.is_some_and(|stage| {
+                        configuration_changed_since_parked(ctx, nw, node, name, p, stage)
+                    }));
             if configured && settled && !e.is(Stage::Config, State::InProgress) {
                 set_entry(
                     ctx,
@@ -158,6 +164,27 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
         }
     }
     result
+}
+
+/// Whether the package's parked (failed) or still retrying Job at `stage` on the node runs
+/// with another configMap than the spec's (§6.8 erroring clause). Without such a Job there is
+/// nothing to replace: the erroring stage's own retry (§8.9, TTL expiry) uses the current spec.
+fn configuration_changed_since_parked(
+    ctx: &PassCtx<'_>,
+    nw: usize,
+    node: usize,
+    name: &str,
+    package: &Package,
+    stage: Stage,
+) -> bool {
+    let package_label = format!("{name}-{}", package.version);
+    let wanted = jobs::config_record_json(package);
+    node_jobs(ctx, nw, node).iter().any(|j| {
+        (jobs::is_failed(j) || jobs::is_unfinished(j))
+            && jobs::job_stage(j) == Some(stage)
+            && jobs::label(j, keys::JOB_LABEL_PACKAGE) == Some(package_label.as_str())
+            && jobs::annotation(j, keys::JOB_ANNOTATION_CONFIG_DIGESTS) != Some(wanted.as_str())
+    })
 }
 
 fn current_state(ctx: &PassCtx<'_>, nw: usize, node: usize) -> NodeState {

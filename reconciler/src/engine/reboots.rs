@@ -4,8 +4,8 @@ use nodewright_schema::keys::{self, event};
 use nodewright_schema::{Status, names};
 
 use super::context::PassCtx;
-use super::write_order::After;
 use super::runtime;
+use super::write_order::After;
 use crate::plan::{Action, EventObject, EventType};
 
 /// Compares every selected node's boot id with `status.nodeBootIds`. Returns whether anything

@@ -148,7 +148,11 @@ pub fn order(writes: Writes) -> (Vec<Action>, Vec<Requirement>) {
                 .collect();
             needs.sort_unstable();
             needs.dedup();
-            requires.extend(needs.into_iter().map(|needs| Requirement { action: at, needs }));
+            requires.extend(
+                needs
+                    .into_iter()
+                    .map(|needs| Requirement { action: at, needs }),
+            );
         }
         actions.push(status);
     }
@@ -172,7 +176,11 @@ pub fn order(writes: Writes) -> (Vec<Action>, Vec<Requirement>) {
             .collect();
         needs.sort_unstable();
         needs.dedup();
-        requires.extend(needs.into_iter().map(|needs| Requirement { action: at, needs }));
+        requires.extend(
+            needs
+                .into_iter()
+                .map(|needs| Requirement { action: at, needs }),
+        );
         placed[i] = Some(at);
         actions.push(action);
     }
@@ -210,7 +218,10 @@ mod tests {
     }
 
     fn index_of(actions: &[Action], f: impl Fn(&Action) -> bool) -> usize {
-        actions.iter().position(f).expect("the action is in the plan")
+        actions
+            .iter()
+            .position(f)
+            .expect("the action is in the plan")
     }
 
     #[test]
@@ -226,12 +237,24 @@ mod tests {
             ..Writes::default()
         };
         let (actions, requires) = order(writes);
-        let create = index_of(&actions, |a| matches!(a, Action::CreateJob(j) if j.metadata.name.as_deref() == Some("apply-n1")));
-        let node = index_of(&actions, |a| matches!(a, Action::PatchNode(p) if p.node == "n1"));
+        let create = index_of(
+            &actions,
+            |a| matches!(a, Action::CreateJob(j) if j.metadata.name.as_deref() == Some("apply-n1")),
+        );
+        let node = index_of(
+            &actions,
+            |a| matches!(a, Action::PatchNode(p) if p.node == "n1"),
+        );
         assert!(node < create, "the entry is written before its Job");
-        assert!(requires.contains(&Requirement { action: create, needs: node }));
+        assert!(requires.contains(&Requirement {
+            action: create,
+            needs: node
+        }));
         // A node the pass does not change has no write to wait for.
-        let other = index_of(&actions, |a| matches!(a, Action::CreateJob(j) if j.metadata.name.as_deref() == Some("apply-n3")));
+        let other = index_of(
+            &actions,
+            |a| matches!(a, Action::CreateJob(j) if j.metadata.name.as_deref() == Some("apply-n3")),
+        );
         assert!(requires.iter().all(|r| r.action != other));
         // Independent writes keep their place in front.
         assert!(matches!(actions[0], Action::DeleteConfigMap { .. }));
@@ -242,8 +265,12 @@ mod tests {
     #[test]
     fn a_status_that_reports_a_node_complete_needs_that_nodes_write() {
         let mut node_status = MapPatch::default();
-        node_status.set.insert("n1".to_string(), Some(Status::Complete));
-        node_status.set.insert("n2".to_string(), Some(Status::InProgress));
+        node_status
+            .set
+            .insert("n1".to_string(), Some(Status::Complete));
+        node_status
+            .set
+            .insert("n2".to_string(), Some(Status::InProgress));
         let status = StatusPatch::new(
             NodeWrightStatus::default(),
             node_status,
@@ -267,9 +294,17 @@ mod tests {
             ..Writes::default()
         };
         let (actions, requires) = order(writes);
-        let status = index_of(&actions, |a| matches!(a, Action::PatchNodeWrightStatus { .. }));
-        let n1 = index_of(&actions, |a| matches!(a, Action::PatchNode(p) if p.node == "n1"));
-        let n2 = index_of(&actions, |a| matches!(a, Action::PatchNode(p) if p.node == "n2"));
+        let status = index_of(&actions, |a| {
+            matches!(a, Action::PatchNodeWrightStatus { .. })
+        });
+        let n1 = index_of(
+            &actions,
+            |a| matches!(a, Action::PatchNode(p) if p.node == "n1"),
+        );
+        let n2 = index_of(
+            &actions,
+            |a| matches!(a, Action::PatchNode(p) if p.node == "n2"),
+        );
         let needs: Vec<usize> = requires
             .iter()
             .filter(|r| r.action == status)
@@ -277,9 +312,18 @@ mod tests {
             .collect();
         assert_eq!(needs, [n1], "only the node reported complete");
         let cm = index_of(&actions, |a| matches!(a, Action::DeleteConfigMap { .. }));
-        assert!(cm > status && requires.contains(&Requirement { action: cm, needs: status }));
+        assert!(
+            cm > status
+                && requires.contains(&Requirement {
+                    action: cm,
+                    needs: status
+                })
+        );
         let event = index_of(&actions, |a| matches!(a, Action::RecordEvent(_)));
-        assert!(requires.contains(&Requirement { action: event, needs: n2 }));
+        assert!(requires.contains(&Requirement {
+            action: event,
+            needs: n2
+        }));
     }
 
     #[test]
@@ -310,7 +354,10 @@ mod tests {
         let upsert = index_of(&actions, |a| matches!(a, Action::UpsertConfigMap(_)));
         let create = index_of(&actions, |a| matches!(a, Action::CreateJob(_)));
         assert!(upsert < create);
-        assert!(requires.contains(&Requirement { action: create, needs: upsert }));
+        assert!(requires.contains(&Requirement {
+            action: create,
+            needs: upsert
+        }));
         assert!(requires.iter().all(|r| r.needs < r.action));
     }
 }

@@ -112,7 +112,10 @@ fn nodewright(f: &Fleet, changed: bool) -> NodeWright {
             };
             if p.configured {
                 pkg.config_map = Some(BTreeMap::from([
-                    ("sysctl.conf".into(), format!("vm.swappiness={swappiness}\n")),
+                    (
+                        "sysctl.conf".into(),
+                        format!("vm.swappiness={swappiness}\n"),
+                    ),
                     ("notes.txt".into(), "v1".into()),
                 ]));
                 pkg.config_interrupts = Some(BTreeMap::from([(

@@ -306,14 +306,17 @@ impl InterruptLedger {
             if stage != "interrupt" && stage != "uninstall-interrupt" {
                 continue;
             }
-            let key = (nw.to_string(), node.to_string(), package.to_string(), stage.to_string());
+            let key = (
+                nw.to_string(),
+                node.to_string(),
+                package.to_string(),
+                stage.to_string(),
+            );
             match verb {
-                "job" => {
-                    if !self.spent.insert(key) {
-                        found.push(format!(
-                            "invariant 6: a second {stage} Job of {nw}/{package} on node {node} in one interrupt cycle (an interrupt its work did not need)"
-                        ));
-                    }
+                "job" if !self.spent.insert(key.clone()) => {
+                    found.push(format!(
+                        "invariant 6: a second {stage} Job of {nw}/{package} on node {node} in one interrupt cycle (an interrupt its work did not need)"
+                    ));
                 }
                 "job-fail" => {
                     self.spent.remove(&key);
@@ -336,7 +339,8 @@ impl InterruptLedger {
                 return false;
             }
             !entries.any(|e| {
-                e.stage.is_some_and(|s| s.order() < Stage::Interrupt.order())
+                e.stage
+                    .is_some_and(|s| s.order() < Stage::Interrupt.order())
                     && matches!(e.state, Some(State::InProgress) | Some(State::Erroring))
                     && e.stage != Some(Stage::UninstallInterrupt)
             })

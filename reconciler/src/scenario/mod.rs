@@ -2,13 +2,13 @@
 //! its seams, expectations and invariants.
 
 pub mod expect;
+#[cfg(test)]
+mod fault_prop_tests;
 pub mod format;
 pub mod invariants;
 pub mod matcher;
 pub mod repo;
 pub mod runner;
-#[cfg(test)]
-mod fault_prop_tests;
 #[cfg(test)]
 mod tests;
 
