@@ -285,13 +285,17 @@ fn interrupt_processing(
             return Gate::Wait { drain: false };
         }
         // Step 4: an interrupt stage in flight must have its Job (re-create if it vanished).
+        // A finished Job already recorded belongs to an earlier cycle; start_interrupt frees
+        // its name, or keeps it when it is this stage's parked failure.
         if e.stage.is_some_and(Stage::is_interrupt)
             && matches!(e.state, Some(State::InProgress) | Some(State::Erroring))
         {
             let stage = e.stage.unwrap_or(Stage::Interrupt);
-            let exists = node_jobs(ctx, nw, node)
-                .iter()
-                .any(|j| jobs::is_interrupt_job(j) && jobs::job_stage(j) == Some(stage));
+            let exists = node_jobs(ctx, nw, node).iter().any(|j| {
+                jobs::is_interrupt_job(j)
+                    && jobs::job_stage(j) == Some(stage)
+                    && (jobs::is_unfinished(j) || !jobs::is_processed(j))
+            });
             if !exists {
                 let interrupt = if stage == Stage::Interrupt {
                     merged
