@@ -229,7 +229,8 @@ fn nodewright_fields_objects_and_policies() {
     );
     let canary = &diff.policies[0];
     assert_eq!(canary.used_by, ["fleet"]);
-    assert_eq!(diff.policies[1].parts, ["default"]);
+    // Issue 28 item 8: the part says what changed inside it.
+    assert_eq!(diff.policies[1].parts, ["default: budget 10 % → 20 %"]);
 }
 
 #[test]
@@ -293,7 +294,7 @@ fn the_refused_changes_make_the_head_invalid_with_locations() {
     assert!(md.contains("### DeploymentPolicies"));
     assert!(md.contains("| `pause` | `false` | `true` |"), "{md}");
     let json: Value = serde_json::from_str(&render(&diff, Format::Json)).unwrap();
-    assert_eq!(json["summary"]["errors"], 2);
+    assert_eq!(json["summary"]["errors"], 1);
     assert_eq!(json["summary"]["classes"]["config"], 3);
 }
 
