@@ -105,6 +105,14 @@ pub enum Error {
     /// Step files missing under `skyhook_dir/`.
     #[error("Following steps did not exist:{}", .0.join(", "))]
     MissingStepFiles(Vec<String>),
+    /// `package_name` could not name a directory under the state directories.
+    #[error(
+        "package_name {0:?} is not a valid package name: lower-case letters, digits, '-' or \
+         '_', at most {max} characters, starting with a letter and ending with a letter or \
+         digit",
+        max = crate::names::MAX_PACKAGE_NAME
+    )]
+    PackageName(String),
     /// An expected config file is missing under `configmaps/`.
     #[error("Expected config file {0} not found in configmaps directory.")]
     MissingConfigFile(String),
@@ -691,6 +699,11 @@ pub fn load(package_dir: &Path) -> Result<(Config, Vec<String>)> {
         source,
     })?;
     let config = parse(&text, &shown)?;
+    // Beyond upstream's schema: the name is a component of the flag, log and history paths
+    // (§9.1), so one that could leave them is refused before any of them is touched.
+    if !crate::names::is_config_package_name(&config.package_name) {
+        return Err(Error::PackageName(config.package_name));
+    }
     let warnings = check_step_set(&config.modes)?;
     check_step_files(&config, &package_dir.join("skyhook_dir"))?;
     Ok((config, warnings))

@@ -177,12 +177,20 @@ pub struct ResourceId {
 }
 
 impl ResourceId {
-    /// Splits on `_`; exactly three fields are required.
+    /// Splits on `_`; exactly three fields are required, each safe as a path component: the
+    /// owner and the whole id name interrupt flag directories, the package and version name
+    /// interrupt log directories (§11.2, §11.4).
     pub fn parse(id: &str) -> Option<Self> {
         let mut it = id.split('_');
         let (Some(a), Some(b), Some(c), None) = (it.next(), it.next(), it.next(), it.next()) else {
             return None;
         };
+        if !(crate::names::is_owner_component(a)
+            && crate::names::is_package_key(b)
+            && crate::names::is_version_component(c))
+        {
+            return None;
+        }
         Some(Self {
             owner: a.to_string(),
             package: b.to_string(),
@@ -374,6 +382,9 @@ mod tests {
             Some("tuning".to_string())
         );
         assert!(ResourceId::parse("a_b").is_none());
+        assert!(ResourceId::parse("nw-uid-3_../../etc_1.0.0").is_none());
+        assert!(ResourceId::parse("../x_tuning_1.0.0").is_none());
+        assert!(ResourceId::parse("nw-uid-3_tuning_..").is_none());
         assert!(ResourceId::parse("a_b_c_d").is_none());
     }
 

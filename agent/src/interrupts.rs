@@ -225,8 +225,10 @@ pub fn run(ctx: &Context) -> crate::Result<i32> {
         write_flag(&flag).map_err(io_err("cannot write", &flag))?;
         let status = match ctx.runner.run(&invocation(ctx, &rid, &name, cmd)) {
             Ok(s) => s,
+            // Like upstream, a command that cannot start counts as status 1; the error itself
+            // is one `ERROR:` line on stderr (docs/agent.md).
             Err(e) => {
-                println!("{name}: {e}");
+                eprintln!("ERROR: interrupt {name} could not run: {e}");
                 1
             }
         };

@@ -18,6 +18,7 @@ pub mod hostfs;
 pub mod interrupts;
 pub mod layout;
 pub mod modes;
+pub mod names;
 pub mod pyrepr;
 pub mod reboot;
 pub mod signals;
@@ -54,7 +55,10 @@ pub enum Error {
     #[error("interrupt mode needs a payload argument")]
     MissingPayload,
     /// Interrupt mode needs the resource id (§16 Q3).
-    #[error("SKYHOOK_RESOURCE_ID {0:?} is not <nodewright>-<uid>-<generation>_<package>_<version>")]
+    #[error(
+        "SKYHOOK_RESOURCE_ID {0:?} is not <nodewright>-<uid>-<generation>_<package>_<version> \
+         with a valid package name and version"
+    )]
     ResourceId(String),
     /// The boot id could not be read before a reboot.
     #[error("cannot read the host boot id from {0}")]
@@ -191,6 +195,11 @@ pub fn run(argv: &[String], env: AgentEnv) -> i32 {
 fn run_inner(argv: &[String], env: AgentEnv) -> Result<i32> {
     let args = cli::parse(argv)?;
     let ctx = Context::new(args, env)?;
+    // Interrupt mode names its flag and log paths after the resource id: refuse a malformed
+    // one before anything is written to the host.
+    if ctx.args.mode == "interrupt" && ResourceId::parse(ctx.env.resource_id()).is_none() {
+        return Err(Error::ResourceId(ctx.env.resource_id().to_string()));
+    }
     if ctx.env.copy_resolv() {
         let dst = ctx.layout.host("/etc/resolv.conf");
         let src = std::path::Path::new("/etc/resolv.conf");

@@ -175,13 +175,14 @@ fn run_one(
         step.idempotence_label(),
         py_bool(step.on_host)
     );
-    let status = execute(ctx, config, step, &args, &injected);
-    let ok = matches!(status, Some(s) if step.returncodes.contains(&i64::from(s)));
-    // A step that could not start for missing `env:` variables prints only those messages.
-    match status {
-        Some(_) if ok => println!("SUCEEDED: {} {}", step.path, args.join(" ")),
-        Some(s) => println!("FAILED: {} {} {s}", step.path, args.join(" ")),
-        None => {}
+    let outcome = execute(ctx, config, step, &args, &injected);
+    let ok = matches!(outcome, StepOutcome::Exited(s) if step.returncodes.contains(&i64::from(s)));
+    // A step that could not start (missing `env:` variables, or an error already reported on
+    // stderr) prints nothing more: its arguments were echoed once above.
+    match outcome {
+        StepOutcome::Exited(_) if ok => println!("SUCEEDED: {} {}", step.path, args.join(" ")),
+        StepOutcome::Exited(s) => println!("FAILED: {} {} {s}", step.path, args.join(" ")),
+        StepOutcome::MissingEnv | StepOutcome::NotStarted => {}
     }
     if check {
         results.push(CheckResult {
@@ -194,14 +195,53 @@ fn run_one(
     Ok(ok)
 }
 
-/// Runs a step after `env:` substitution; `None` when an `env:` variable is missing.
+/// How a step's command ended.
+enum StepOutcome {
+    /// It ran and exited with this status.
+    Exited(crate::exec::Status),
+    /// An `env:` variable is missing; the step did not run.
+    MissingEnv,
+    /// The command could not be started; the error is on stderr and in the `.log.err`. Counts
+    /// as a failure, like upstream's exit status 1.
+    NotStarted,
+}
+
+/// The line a failed step leaves in its `.log.err`: the command and how it ended, as the
+/// upstream agent's helper reports it there (a `CalledProcessError`), so people reading the
+/// log files find the same text.
+pub fn failure_line(program: &str, args: &[String], status: i32, returncodes: &[i64]) -> String {
+    let mut command = vec![program.to_string()];
+    command.extend(args.iter().cloned());
+    let command = repr_str_list(&command);
+    if status < 0 {
+        format!("Command '{command}' died with signal {}.", -status)
+    } else if status == 0 {
+        format!(
+            "Command '{command}' returned exit status 0, which is not in returncodes {}.",
+            repr_int_list(returncodes)
+        )
+    } else {
+        format!("Command '{command}' returned non-zero exit status {status}.")
+    }
+}
+
+/// Appends `line` to a step's `.log.err`; best effort, like every log write: a full disk must
+/// not change the step's outcome.
+fn append_err_log(err_log: &std::path::Path, line: &str) {
+    use std::io::Write as _;
+    if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(err_log) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// Runs a step after `env:` substitution.
 fn execute(
     ctx: &Context,
     config: &Config,
     step: &Step,
     args: &[String],
     injected: &[(String, String)],
-) -> Option<i32> {
+) -> StepOutcome {
     std::thread::sleep(ctx.step_delay);
     let args = match substitute(args, ctx.env.vars()) {
         Ok(a) => a,
@@ -212,7 +252,7 @@ fn execute(
                     step.path
                 );
             }
-            return None;
+            return StepOutcome::MissingEnv;
         }
     };
     let copy_dir = ctx.args.copy_dir.trim_end_matches('/').to_string();
@@ -238,6 +278,9 @@ fn execute(
         let base = format!("{}-{}.log", prefix.display(), utc_log_stamp());
         (prefix, base)
     });
+    let err_log = logs
+        .as_ref()
+        .map(|(_, base)| std::path::PathBuf::from(format!("{base}.err")));
     let inv = Invocation {
         program: format!("{step_root}/{}", step.path),
         args,
@@ -246,15 +289,29 @@ fn execute(
         chmod: true,
         logs: logs
             .as_ref()
-            .map(|(_, base)| (base.into(), format!("{base}.err").into())),
+            .zip(err_log.as_ref())
+            .map(|((_, base), err)| (base.into(), err.clone())),
         echo: None,
     };
-    // Like upstream, a command that cannot be started counts as exit status 1.
-    let status = match ctx.runner.run(&inv) {
-        Ok(s) => Some(s),
+    let outcome = match ctx.runner.run(&inv) {
+        Ok(status) => {
+            if !step.returncodes.contains(&i64::from(status))
+                && let Some(err_log) = &err_log
+            {
+                append_err_log(
+                    err_log,
+                    &failure_line(&inv.program, &inv.args, status, &step.returncodes),
+                );
+            }
+            StepOutcome::Exited(status)
+        }
         Err(e) => {
-            println!("{}: {e}", step.path);
-            Some(1)
+            let line = format!("ERROR: step {} could not run: {e}", step.path);
+            eprintln!("{line}");
+            if let Some(err_log) = &err_log {
+                append_err_log(err_log, &line);
+            }
+            StepOutcome::NotStarted
         }
     };
     if let Some((prefix, _)) = logs
@@ -262,7 +319,7 @@ fn execute(
     {
         println!("WARNING: could not reap old logs of {}: {e}", step.path);
     }
-    status
+    outcome
 }
 
 #[cfg(test)]
@@ -283,6 +340,20 @@ mod tests {
         let env = BTreeMap::new();
         let missing = substitute(&["env:A".into(), "env:B".into()], &env).unwrap_err();
         assert_eq!(missing, ["A", "B"]);
+    }
+
+    #[test]
+    fn a_failed_step_is_reported_as_upstreams_helper_reports_it() {
+        let args = vec!["a b".to_string()];
+        assert_eq!(
+            failure_line("/c/skyhook_dir/apply.sh", &args, 2, &[0]),
+            "Command '['/c/skyhook_dir/apply.sh', 'a b']' returned non-zero exit status 2."
+        );
+        assert_eq!(
+            failure_line("/c/x.sh", &[], -9, &[0]),
+            "Command '['/c/x.sh']' died with signal 9."
+        );
+        assert!(failure_line("/c/x.sh", &[], 0, &[1]).contains("not in returncodes [1]"));
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub fn run(ctx: &Context, rid: &ResourceId, dir: &Path) -> Result<i32> {
     {
         Ok(s) => s,
         Err(e) => {
-            println!("node_restart_0: {e}");
+            eprintln!("ERROR: interrupt node_restart_0 could not run: {e}");
             1
         }
     };

@@ -45,10 +45,13 @@ fn relative_copy_dir_fails_with_must_be_absolute_and_nothing_runs() {
     let rel = COPY_DIR.trim_start_matches('/');
     let r = sb.run_args(&["apply", sb.root().to_str().unwrap(), rel]);
     assert_eq!(r.code, 1);
+    // An error is one `ERROR:` line on stderr (docs/agent.md).
     assert!(
-        r.stdout.contains("must be an absolute path"),
+        r.stderr
+            .contains("ERROR: step apply.sh could not run: working directory")
+            && r.stderr.contains("must be an absolute path"),
         "{}",
-        r.stdout
+        r.stderr
     );
     assert!(sb.calls().is_empty());
 }

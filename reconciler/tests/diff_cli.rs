@@ -351,3 +351,35 @@ fn a_remote_repository_is_mirrored_for_the_diff() {
         "mirror created in the cache dir"
     );
 }
+
+/// Issue 28 item 7: removing an uninstall-enabled package that Git never asked to uninstall is
+/// accepted by the cluster when no node holds it (§3.2 rule 1 reads the cluster's status), so
+/// the diff warns, says what the cluster will check, and exits 0.
+#[test]
+fn removing_an_uninstall_enabled_package_warns_and_exits_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("fleet"));
+    work.write("gpu.yaml", &nodewright("gpu", BASE_PACKAGES));
+    let base = work.commit("base");
+    let without_agent = BASE_PACKAGES
+        .split("    agent:")
+        .next()
+        .expect("the agent package is the last one");
+    work.write("gpu.yaml", &nodewright("gpu", without_agent));
+    let head = work.commit("head");
+    let (code, text, err) = nodewright_bin(&[
+        "diff",
+        "--repo",
+        work.dir.to_str().unwrap(),
+        "--base",
+        &base,
+        "--head",
+        &head,
+    ]);
+    assert_eq!(code, 0, "stderr: {err}\n{text}");
+    assert!(
+        text.contains("no node's state in the NodeWright's status holds agent|3.0.0"),
+        "{text}"
+    );
+    assert!(text.contains("set uninstall.apply=true"), "{text}");
+}

@@ -77,6 +77,8 @@ fn run_converges_the_example_fleet_and_commits_status() {
         stderr.contains("embedded simulated cluster of 5 nodes"),
         "{stderr}"
     );
+    // Issue 28 item 12: logs written to a pipe carry no colour codes.
+    assert!(!stderr.contains('\x1b'), "{stderr}");
     let tuning = git(
         repo.path(),
         &["show", "nodewright/status:status/gpu-tuning.yaml"],
@@ -133,8 +135,10 @@ fn an_invalid_head_commit_is_reported_and_the_last_valid_one_stays_in_force() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Nothing was ever valid at the head, so nothing is in force and nothing converges.
     assert!(!out.status.success());
-    assert!(
-        stderr.contains("is invalid and was not applied"),
+    // Issue 28 item 14: the report is printed once.
+    assert_eq!(
+        stderr.matches("is invalid and was not applied").count(),
+        1,
         "{stderr}"
     );
     assert!(

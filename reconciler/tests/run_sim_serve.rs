@@ -429,5 +429,14 @@ async fn the_sim_serve_command_writes_a_working_kubeconfig() {
     std::io::Read::read_to_string(serve.stdout.as_mut().unwrap(), &mut out).unwrap();
     serve.wait().unwrap();
     assert!(out.contains("kubectl --kubeconfig"), "{out}");
-    assert!(out.contains("nodewright node status --sim"), "{out}");
+    // Issue 28 item 13: `--sim` reads the default kubeconfig only, so the hint names the file
+    // that was written.
+    assert!(
+        out.contains(&format!(
+            "nodewright node status --kubeconfig {}",
+            kubeconfig.display()
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("--sim"), "{out}");
 }

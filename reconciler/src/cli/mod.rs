@@ -68,9 +68,6 @@ pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
-    /// Flags of the operational verbs and cluster targets.
-    #[command(flatten)]
-    pub common: verbs::Common,
 }
 
 /// Every command.
@@ -90,7 +87,7 @@ pub enum Command {
     Sim(serve::SimCommand),
     /// Watch a Git repository and converge the cluster to it (the reconciler).
     #[command(long_about = run::LONG_ABOUT, after_long_help = run::EXAMPLES)]
-    Run(run::Args),
+    Run(Box<run::Args>),
     /// A table of every NodeWright's rollout, from the cluster or a status branch.
     #[command(long_about = status::LONG_ABOUT, after_long_help = status::EXAMPLES)]
     Status(status::Args),
@@ -105,6 +102,13 @@ pub enum Command {
     Simulate(simulate::Args),
 }
 
+/// Whether output to a stream may carry ANSI colour codes: only on a terminal, and not when
+/// the user set `NO_COLOR` to a non-empty value (no-color.org). Logs sent to a file or a pipe
+/// stay plain text.
+pub(crate) fn colour_wanted(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// Parses a Go-style duration flag (`30s`, `1h30m`); negative values read as zero.
 pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     nodewright_schema::duration::parse_go_duration(text)
@@ -112,34 +116,147 @@ pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> 
         .map_err(|e| e.to_string())
 }
 
+/// The command line as clap sees it: [`Cli`], with the verbs' flags ([`verbs::Common`])
+/// attached to each operational verb and nowhere else. They cannot be global flags of
+/// `nodewright`: on `validate` or `sim serve` they would be accepted and do nothing.
+pub fn command() -> clap::Command {
+    use clap::{Args as _, CommandFactory as _, Subcommand as _};
+    let verbs = verbs::VerbCommand::augment_subcommands(clap::Command::new("verbs"));
+    let is_verb = |name: &str| verbs.get_subcommands().any(|v| v.get_name() == name);
+    Cli::command().mut_subcommands(|sub| {
+        if !is_verb(sub.get_name()) {
+            return sub;
+        }
+        // Augmenting would give the verb the flag struct's description; keep the verb's own.
+        let keep = |text: Option<&clap::builder::StyledStr>| {
+            text.cloned().map_or(
+                clap::builder::Resettable::Reset,
+                clap::builder::Resettable::Value,
+            )
+        };
+        let (about, long_about) = (keep(sub.get_about()), keep(sub.get_long_about()));
+        verbs::Common::augment_args(sub)
+            .about(about)
+            .long_about(long_about)
+    })
+}
+
+/// A parsed command line.
+#[derive(Debug)]
+pub struct Invocation {
+    /// The command.
+    pub command: Command,
+    /// The flags of an operational verb; `None` for the other commands.
+    pub verb_flags: Option<verbs::Common>,
+}
+
+/// Parses a command line (program name first) as [`command`] defines it.
+pub fn parse_from<I, T>(args: I) -> Result<Invocation, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::FromArgMatches as _;
+    let matches = command().try_get_matches_from(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    let verb_flags = match (&cli.command, matches.subcommand()) {
+        (Command::Verb(_), Some((_, verb))) => Some(verbs::Common::from_arg_matches(verb)?),
+        _ => None,
+    };
+    Ok(Invocation {
+        command: cli.command,
+        verb_flags,
+    })
+}
+
 /// Runs a parsed command line.
-pub fn run(cli: Cli) -> ExitCode {
-    match cli.command {
+pub fn run(invocation: Invocation) -> ExitCode {
+    match invocation.command {
         Command::Validate(args) => validate::run(args),
         Command::Crds(args) => crds::run(args),
-        Command::Verb(verb) => verbs::run(verb, cli.common),
+        Command::Verb(verb) => match invocation.verb_flags {
+            Some(common) => verbs::run(verb, common),
+            None => {
+                eprintln!("error: the verb's flags were not parsed; use cli::parse_from");
+                ExitCode::from(exit::USAGE)
+            }
+        },
         Command::Diff(args) => diff::run(args),
-        Command::Sim(command) => serve::run(command, cli.common),
+        Command::Sim(command) => serve::run(command),
         Command::Demo(args) => demo::run(args),
-        Command::Status(args) => status::run(args, cli.common),
-        Command::Run(args) => run::run(args, cli.common),
+        Command::Status(args) => status::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Simulate(args) => simulate::run(args),
     }
 }
 
-/// Parses the process arguments (clap exits with code 2 on usage errors and 0 for
-/// `--help`/`--version`) and runs the command.
+/// Parses the process arguments (exit code 2 on usage errors, 0 for `--help`/`--version`) and
+/// runs the command.
 pub fn main() -> ExitCode {
-    run(Cli::parse())
+    match parse_from(std::env::args_os()) {
+        Ok(invocation) => run(invocation),
+        Err(e) => e.exit(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn command_line_is_well_formed() {
-        Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    /// Issue 28 item 13: the verbs' flags exist on the verbs (also after a nested verb's
+    /// name) and nowhere else.
+    #[test]
+    fn verb_flags_belong_to_the_verbs_only() {
+        let parsed = parse_from(["nodewright", "node", "status", "-o", "json", "--sim"]).unwrap();
+        let flags = parsed.verb_flags.expect("a verb has flags");
+        assert_eq!(flags.output, crate::verbs::OutputFormat::Json);
+        assert!(flags.target.sim);
+        let parsed = parse_from(["nodewright", "-n", "ops", "pause", "gpu", "--confirm"]);
+        assert!(parsed.is_err(), "the verbs' flags are not global flags");
+        let parsed = parse_from(["nodewright", "pause", "gpu", "--confirm", "-n", "ops"]).unwrap();
+        let flags = parsed.verb_flags.expect("a verb has flags");
+        assert!(flags.confirm);
+        assert_eq!(flags.target.namespace, "ops");
+        for line in [
+            &["validate", "examples/fleet", "--confirm"][..],
+            &["sim", "serve", "--dry-run"],
+            &["sim", "serve", "-o", "json"],
+            &["crds", "--sim"],
+            &["run", "--repo", ".", "--confirm"],
+        ] {
+            let args = std::iter::once("nodewright").chain(line.iter().copied());
+            let err = parse_from(args).expect_err("not a flag of this command");
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{line:?}"
+            );
+        }
+        let serve = parse_from([
+            "nodewright",
+            "sim",
+            "serve",
+            "--kubeconfig",
+            "/tmp/k",
+            "-n",
+            "x",
+        ]);
+        assert!(serve.is_ok());
+        let status = parse_from(["nodewright", "status", "-o", "json", "--sim"]).unwrap();
+        assert!(status.verb_flags.is_none());
+    }
+
+    #[test]
+    fn colour_is_for_terminals_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour_wanted(true, None));
+        assert!(colour_wanted(true, Some(OsStr::new(""))));
+        assert!(!colour_wanted(true, Some(OsStr::new("1"))));
+        assert!(!colour_wanted(false, None));
     }
 }

@@ -4,9 +4,9 @@
 
 use std::fmt::Write as _;
 
-use clap::{Arg, ArgAction, Command, CommandFactory};
+use std::collections::BTreeSet;
 
-use super::Cli;
+use clap::{Arg, ArgAction, Command};
 
 const PREAMBLE: &str = "\
 <!-- Generated from the clap definitions (reconciler/src/cli/reference.rs). Do not edit by hand:
@@ -24,17 +24,16 @@ prints. Where to start: [getting-started.md](getting-started.md); recovery stori
 
 /// The whole reference as Markdown.
 pub fn markdown() -> String {
-    let mut root = Cli::command();
+    let mut root = super::command();
     root.build();
     let mut out = String::from(PREAMBLE);
-    out.push_str("\n## Global options\n\n");
-    out.push_str(
-        "Accepted by every command (they matter to the commands that talk to a cluster: the \
-         operational verbs, `status`, `run`, `sim serve`).\n\n",
-    );
-    options_table(&mut out, root.get_arguments().filter(|a| a.is_global_set()));
     for sub in visible_subcommands(&root) {
-        section(&mut out, sub, &format!("nodewright {}", sub.get_name()));
+        section(
+            &mut out,
+            sub,
+            &format!("nodewright {}", sub.get_name()),
+            &BTreeSet::new(),
+        );
     }
     out
 }
@@ -44,7 +43,9 @@ fn visible_subcommands(cmd: &Command) -> impl Iterator<Item = &Command> {
         .filter(|s| !s.is_hide_set() && s.get_name() != "help")
 }
 
-fn section(out: &mut String, cmd: &Command, path: &str) {
+/// One command's section; `inherited` are the flags a parent command's section already lists
+/// (flags of a command with subcommands are accepted after the subcommand's name too).
+fn section(out: &mut String, cmd: &Command, path: &str, inherited: &BTreeSet<String>) {
     let _ = write!(out, "\n## `{path}`\n\n");
     let about = cmd
         .get_long_about()
@@ -81,7 +82,7 @@ fn section(out: &mut String, cmd: &Command, path: &str) {
         out,
         cmd.get_arguments().filter(|a| {
             !a.is_positional()
-                && !a.is_global_set()
+                && !inherited.contains(a.get_id().as_str())
                 && !a.is_hide_set()
                 && !matches!(
                     a.get_action(),
@@ -95,8 +96,14 @@ fn section(out: &mut String, cmd: &Command, path: &str) {
     if let Some(after) = cmd.get_after_long_help().or(cmd.get_after_help()) {
         let _ = writeln!(out, "```text\n{}\n```\n", after.to_string().trim_end());
     }
+    let mut inherited = inherited.clone();
+    inherited.extend(
+        cmd.get_arguments()
+            .filter(|a| a.is_global_set())
+            .map(|a| a.get_id().to_string()),
+    );
     for sub in visible_subcommands(cmd) {
-        section(out, sub, &format!("{path} {}", sub.get_name()));
+        section(out, sub, &format!("{path} {}", sub.get_name()), &inherited);
     }
 }
 

@@ -1,5 +1,6 @@
 //! `nodewright run`: the product — watch a Git repository and converge a cluster to it.
 
+use std::io::IsTerminal;
 use std::num::NonZeroU32;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use super::exit;
 use super::fleet::Fleet;
 use super::progress::Progress;
-use super::verbs::Common;
+use super::verbs::Target;
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimAdapter;
 use crate::controller::Controller;
@@ -54,6 +55,9 @@ pub struct Args {
     /// Repository: a local path, file://, https:// or ssh URL.
     #[arg(long)]
     pub repo: String,
+    /// The cluster to converge (none: an embedded simulated cluster).
+    #[command(flatten)]
+    pub target: Target,
     /// Branch holding the desired state.
     #[arg(long, default_value = "main")]
     pub branch: String,
@@ -69,7 +73,8 @@ pub struct Args {
     /// Who runs the lifecycle: this reconciler, or an in-cluster upstream operator.
     #[arg(long, value_enum, default_value_t = LifecycleMode::SelfManaged)]
     pub lifecycle: LifecycleMode,
-    /// Operator settings (YAML, camelCase names of spec §13.1).
+    /// Operator settings: a YAML file of camelCase setting names, as in manifests/settings.yaml,
+    /// which lists every setting at its default.
     #[arg(long, value_name = "FILE")]
     pub settings: Option<PathBuf>,
     /// Git credentials: a folder with `token` (and optional `username`), or `ssh-privatekey`
@@ -210,15 +215,6 @@ fn location(args: &Args) -> RepoLocation {
     }
 }
 
-/// The kubeconfig the common flags name (`--sim` is `sim serve`'s), if any.
-fn kubeconfig_path(common: &Common) -> Option<PathBuf> {
-    if common.sim {
-        Some(crate::cluster::kube::sim_kubeconfig_path())
-    } else {
-        common.kubeconfig.clone()
-    }
-}
-
 /// This host's name, for the leader-election identity.
 fn hostname() -> String {
     std::env::var("HOSTNAME")
@@ -230,9 +226,9 @@ fn hostname() -> String {
 }
 
 /// Whether a real cluster is configured (flag, in-cluster environment, or $KUBECONFIG).
-fn cluster_configured(common: &Common) -> bool {
-    common.kubeconfig.is_some()
-        || common.sim
+fn cluster_configured(target: &Target) -> bool {
+    target.kubeconfig.is_some()
+        || target.sim
         || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
         || std::env::var_os("KUBECONFIG").is_some()
 }
@@ -240,8 +236,13 @@ fn cluster_configured(common: &Common) -> bool {
 fn init_logging(format: &str) {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let ansi = super::colour_wanted(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = if format == "json" {
         builder.json().try_init()
@@ -251,7 +252,7 @@ fn init_logging(format: &str) {
 }
 
 /// Runs the reconciler.
-pub fn run(args: Args, common: Common) -> ExitCode {
+pub fn run(args: Args) -> ExitCode {
     init_logging(&args.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -263,7 +264,7 @@ pub fn run(args: Args, common: Common) -> ExitCode {
             return ExitCode::from(exit::RUNTIME);
         }
     };
-    match runtime.block_on(serve(args, common)) {
+    match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::from(exit::OK),
         Err(e) => {
             eprintln!("error: {e}");
@@ -272,7 +273,7 @@ pub fn run(args: Args, common: Common) -> ExitCode {
     }
 }
 
-async fn serve(args: Args, common: Common) -> Result<(), String> {
+async fn serve(args: Args) -> Result<(), String> {
     let settings = load_settings(args.settings.as_ref())?;
     let location = location(&args);
     let options = ReadOptions {
@@ -364,10 +365,10 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
             }
         }
         match it.change {
-            SourceChange::Rejected { report, .. } => {
+            // The report itself is logged once by the loop (controller::daemon).
+            SourceChange::Rejected { .. } => {
                 metrics.commit_seen();
                 metrics.commit_rejected();
-                progress.println(report);
             }
             SourceChange::Applied { commit, .. } => {
                 metrics.commit_seen();
@@ -424,14 +425,15 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
         }
         ControlFlow::Continue(())
     };
-    if cluster_configured(&common) {
-        let cluster = super::verbs::connect(&common).await?;
+    if cluster_configured(&args.target) {
+        let cluster = super::verbs::connect(&args.target).await?;
         // With leader election on, nothing is written until this replica holds the Lease,
         // and writes stop the moment it is lost (cluster::lease).
         let leader = if settings.leader_election {
-            let (client, _) = crate::cluster::kube::client(kubeconfig_path(&common).as_deref())
-                .await
-                .map_err(|e| e.to_string())?;
+            let (client, _) =
+                crate::cluster::kube::client(args.target.kubeconfig_path().as_deref())
+                    .await
+                    .map_err(|e| e.to_string())?;
             let identity = std::env::var("POD_NAME")
                 .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
             let config = crate::cluster::lease::LeaseConfig::new(

@@ -9,7 +9,6 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Subcommand};
 
 use super::exit;
-use super::verbs::Common;
 use crate::sim::http::{ServeOptions, SimServer};
 use crate::sim::{ModelRunner, NodeInput, PackageModels, SimCluster};
 
@@ -18,9 +17,10 @@ pub const LONG_ABOUT: &str = "\
 Serve a simulated cluster over HTTP on 127.0.0.1 as a subset of the Kubernetes API.
 
 The simulator's Job controller, kubelet, eviction API and reboots keep running in real time \
-(scaled by --speed). A kubeconfig is written (--kubeconfig, default in the user's cache \
-directory, where --sim looks) so kubectl, `nodewright run` and the operational verbs can \
-target it. Images the scenario does not describe succeed after a couple of seconds.";
+(scaled by --speed). A kubeconfig for the served cluster is written (--kubeconfig; by default \
+in the user's cache directory, where the other commands' --sim flag looks) so kubectl, \
+`nodewright run` and the operational verbs can target it. Images the scenario does not describe \
+succeed after a couple of seconds.";
 
 /// Examples of `sim serve`.
 pub const EXAMPLES: &str = "\
@@ -29,7 +29,7 @@ Examples:
   nodewright sim serve --nodes 5 --speed 10
 
   # The cluster of a scenario file (nodes, workload pods, PDBs, package models)
-  nodewright sim serve --scenario tests/scenarios/pdb.yaml --port 6443
+  nodewright sim serve --scenario tests/scenarios/pkg-pdb-drain-blocked.yaml --port 6443
 
   # Then, in another terminal
   kubectl --kubeconfig ~/.cache/nodewright/sim-kubeconfig.yaml get nodes
@@ -43,9 +43,16 @@ pub enum SimCommand {
     Serve(Args),
 }
 
-/// Arguments of `sim serve` (`--kubeconfig` is the global flag).
+/// Arguments of `sim serve`.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct Args {
+    /// Where to write the kubeconfig of the served cluster (default: the file in the user's
+    /// cache directory that `--sim` reads).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The namespace the reconciler will use in the served cluster (created with it).
+    #[arg(long, short = 'n', default_value = "nodewright")]
+    pub namespace: String,
     /// Number of generated nodes (node-1 … node-N, labelled nvidia.com/gpu.present=true).
     #[arg(long, conflicts_with = "scenario", default_value_t = 3)]
     pub nodes: usize,
@@ -95,9 +102,9 @@ pub fn build_world(args: &Args, namespace: &str) -> Result<SimCluster, String> {
 }
 
 /// Runs `sim serve` until interrupted.
-pub fn run(command: SimCommand, common: Common) -> ExitCode {
+pub fn run(command: SimCommand) -> ExitCode {
     let SimCommand::Serve(args) = command;
-    let world = match build_world(&args, &common.namespace) {
+    let world = match build_world(&args, &args.namespace) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("error: {e}");
@@ -127,10 +134,11 @@ pub fn run(command: SimCommand, common: Common) -> ExitCode {
                 return ExitCode::from(exit::RUNTIME);
             }
         };
-        let path = common
+        let default_path = crate::cluster::kube::sim_kubeconfig_path();
+        let path = args
             .kubeconfig
             .clone()
-            .unwrap_or_else(crate::cluster::kube::sim_kubeconfig_path);
+            .unwrap_or_else(|| default_path.clone());
         if let Err(e) = server.write_kubeconfig(&path) {
             eprintln!("error: {e}");
             return ExitCode::from(exit::RUNTIME);
@@ -145,7 +153,12 @@ pub fn run(command: SimCommand, common: Common) -> ExitCode {
         println!();
         println!("Try:");
         println!("  kubectl --kubeconfig {} get nodes", path.display());
-        println!("  nodewright node status --sim");
+        // `--sim` reads the default path only; a kubeconfig written elsewhere is named.
+        if path == default_path {
+            println!("  nodewright node status --sim");
+        } else {
+            println!("  nodewright node status --kubeconfig {}", path.display());
+        }
         println!(
             "  nodewright run --kubeconfig {} --repo <fleet repository>",
             path.display()

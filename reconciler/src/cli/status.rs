@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::exit;
-use super::verbs::Common;
+use super::verbs::Target;
 use crate::cluster::Cluster;
+use crate::verbs::OutputFormat;
 use crate::verbs::format_table;
 use crate::writeback::git::{DEFAULT_STATUS_BRANCH, read_status_documents};
 use crate::writeback::render::{DEFAULT_NODE_DETAIL_LIMIT, StatusDocument, document};
@@ -39,6 +40,12 @@ pub struct Args {
     /// Refresh every 2 seconds (cluster only).
     #[arg(long, conflicts_with = "repo")]
     pub watch: bool,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// The cluster to read (without --repo).
+    #[command(flatten)]
+    pub target: Target,
 }
 
 fn table(docs: &[StatusDocument]) -> String {
@@ -113,8 +120,8 @@ fn table(docs: &[StatusDocument]) -> String {
     format_table(&rows)
 }
 
-fn print(docs: &[StatusDocument], common: &Common) {
-    match common.output {
+fn print(docs: &[StatusDocument], output: OutputFormat) {
+    match output {
         crate::verbs::OutputFormat::Json => {
             println!("{}", serde_json::to_string_pretty(docs).unwrap_or_default())
         }
@@ -126,7 +133,7 @@ fn print(docs: &[StatusDocument], common: &Common) {
 }
 
 /// Runs the command.
-pub fn run(args: Args, common: Common) -> ExitCode {
+pub fn run(args: Args) -> ExitCode {
     if let Some(repo) = &args.repo {
         let docs: Vec<StatusDocument> = read_status_documents(repo, &args.status_branch)
             .into_iter()
@@ -151,7 +158,7 @@ pub fn run(args: Args, common: Common) -> ExitCode {
             );
             return ExitCode::from(exit::RUNTIME);
         }
-        print(&docs, &common);
+        print(&docs, args.output);
         return ExitCode::from(exit::OK);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -165,7 +172,7 @@ pub fn run(args: Args, common: Common) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let cluster = match super::verbs::connect(&common).await {
+        let cluster = match super::verbs::connect(&args.target).await {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -181,10 +188,16 @@ pub fn run(args: Args, common: Common) -> ExitCode {
                         .map(|nw| document(nw, DEFAULT_NODE_DETAIL_LIMIT))
                         .collect();
                     docs.sort_by(|a, b| a.nodewright.cmp(&b.nodewright));
+                    // Clear the screen between refreshes on a terminal; a file or pipe gets
+                    // the tables one after the other, without control codes.
                     if args.watch {
-                        print!("\x1b[2J\x1b[H");
+                        if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                            print!("\x1b[2J\x1b[H");
+                        } else {
+                            println!();
+                        }
                     }
-                    print(&docs, &common);
+                    print(&docs, args.output);
                 }
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -19,7 +19,36 @@ use crate::snapshot::Snapshot;
 use crate::verbs::lifecycle::Lifecycle;
 use crate::verbs::{self, NodePatterns, OutputFormat, VerbError, VerbPlan, render};
 
-/// Flags every verb accepts (§14.1).
+/// Which cluster a command talks to: the flags of the commands that read or change a cluster
+/// (the operational verbs, `status`, `run`).
+#[derive(Debug, Clone, ClapArgs)]
+pub struct Target {
+    /// Kubeconfig to use (default: in-cluster, then $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Target the cluster served by `nodewright sim serve` (the kubeconfig it writes in the
+    /// user's cache directory).
+    #[arg(long, global = true, conflicts_with = "kubeconfig")]
+    pub sim: bool,
+    /// The reconciler's namespace (Jobs, pods, ConfigMaps).
+    #[arg(long, short = 'n', global = true, default_value = "nodewright")]
+    pub namespace: String,
+}
+
+impl Target {
+    /// The kubeconfig these flags name (`--sim`: the one `sim serve` writes by default), if
+    /// any.
+    pub fn kubeconfig_path(&self) -> Option<PathBuf> {
+        if self.sim {
+            Some(crate::cluster::kube::sim_kubeconfig_path())
+        } else {
+            self.kubeconfig.clone()
+        }
+    }
+}
+
+/// Flags every verb accepts (§14.1). They are attached to the verbs only (see
+/// [`super::command`]): `validate --confirm` is a usage error, not a flag that does nothing.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct Common {
     /// Apply the change without asking (`Continue? [y/N]`). Without it, and when no terminal
@@ -32,15 +61,9 @@ pub struct Common {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table, global = true)]
     pub output: OutputFormat,
-    /// Kubeconfig to use (default: in-cluster, then $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, global = true, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Target the cluster served by `nodewright sim serve` (its kubeconfig in the cache dir).
-    #[arg(long, global = true, conflicts_with = "kubeconfig")]
-    pub sim: bool,
-    /// The reconciler's namespace (Jobs, pods, ConfigMaps).
-    #[arg(long, short = 'n', global = true, default_value = "nodewright")]
-    pub namespace: String,
+    /// The cluster.
+    #[command(flatten)]
+    pub target: Target,
 }
 
 /// The verbs.
@@ -93,7 +116,7 @@ pub enum VerbCommand {
     #[command(subcommand, visible_alias = "dp")]
     DeploymentPolicy(PolicyCommand),
     /// `lifecycle pause|resume|disable|enable <nw>`: the same verbs as the top-level ones,
-    /// under the grouping some upstream documentation uses (spec §14.5).
+    /// grouped under one word as some upstream documentation spells them.
     #[command(subcommand)]
     Lifecycle(LifecycleCommand),
     /// Print the client version (and the version stamped on NodeWrights in the cluster).
@@ -906,7 +929,7 @@ pub fn run(verb: VerbCommand, common: Common) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let cluster = match connect(&common).await {
+        let cluster = match connect(&common.target).await {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -946,20 +969,16 @@ pub fn run(verb: VerbCommand, common: Common) -> ExitCode {
     })
 }
 
-/// Connects to the target cluster of the common flags.
-pub async fn connect(common: &Common) -> Result<crate::cluster::kube::KubeCluster, String> {
-    let kubeconfig = if common.sim {
-        Some(crate::cluster::kube::sim_kubeconfig_path())
-    } else {
-        common.kubeconfig.clone()
-    };
+/// Connects to the cluster the flags name.
+pub async fn connect(target: &Target) -> Result<crate::cluster::kube::KubeCluster, String> {
+    let kubeconfig = target.kubeconfig_path();
     let (client, clock) = crate::cluster::kube::client(kubeconfig.as_deref())
         .await
         .map_err(|e| e.to_string())?;
     crate::cluster::kube::KubeCluster::connect(
         client,
         crate::cluster::kube::KubeOptions {
-            namespace: common.namespace.clone(),
+            namespace: target.namespace.clone(),
             instance: "nodewright-cli".into(),
             clock,
         },

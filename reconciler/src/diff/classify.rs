@@ -194,9 +194,7 @@ pub enum ChangeClass {
     RemovedFromSpec {
         /// Base version.
         version: String,
-        /// Whether the reconciler accepts it.
-        allowed: bool,
-        /// Why, and what (does not) happen.
+        /// What (does not) happen, and what the cluster checks first.
         explanation: String,
     },
     /// Other package fields (env, resources, agentImageOverride, gracefulShutdown,
@@ -231,11 +229,7 @@ impl ChangeClass {
 
     /// Whether this class makes the head commit unacceptable.
     pub fn is_error(&self) -> bool {
-        matches!(
-            self,
-            ChangeClass::Downgrade { allowed: false, .. }
-                | ChangeClass::RemovedFromSpec { allowed: false, .. }
-        )
+        matches!(self, ChangeClass::Downgrade { allowed: false, .. })
     }
 
     /// The interrupt this change costs on each affected node, if any.
@@ -413,6 +407,10 @@ pub struct NodeWrightChange {
     pub fields: Vec<FieldChange>,
     /// Package changes.
     pub packages: Vec<PackageChange>,
+    /// How fast the package changes roll out under head's DeploymentPolicy or budget, one line
+    /// per compartment (empty when no package changes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pace: Vec<String>,
     /// Normalized manifest in base.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_yaml: Option<String>,
@@ -428,7 +426,7 @@ pub struct PolicyChange {
     pub name: String,
     /// Added, removed or changed.
     pub change: ObjectChange,
-    /// Changed parts (`default`, `compartments[gpu]`, `resetBatchStateOnCompletion`).
+    /// What changed, one line per part (`compartment production: budget 25 % → 50 %`).
     pub parts: Vec<String>,
     /// NodeWrights in head that use it (their rollouts follow the new policy).
     pub used_by: Vec<String>,
@@ -528,7 +526,8 @@ impl DesiredDiff {
 /// from validating it with `base` as the previous state — so §3.2's update rules are among
 /// them (see [`crate::source::desired::evaluate_commit`]); `base_problems` are shown for
 /// context. Removal of an uninstall-enabled package that was never asked to uninstall is
-/// added here as an error (see [`ChangeClass::RemovedFromSpec`]).
+/// added here as a warning saying what the cluster will check (see
+/// [`ChangeClass::RemovedFromSpec`]).
 pub fn diff_desired(
     base: &Desired,
     head: &Desired,
@@ -559,6 +558,7 @@ pub fn diff_desired(
                         classes: vec![install(p)],
                     })
                     .collect(),
+                pace: super::pace::pace(h, &head.policies),
                 base_yaml: None,
                 head_yaml: Some(yaml(*h)),
             }),
@@ -577,6 +577,7 @@ pub fn diff_desired(
                         classes: vec![nodewright_deleted(p)],
                     })
                     .collect(),
+                pace: Vec::new(),
                 base_yaml: Some(yaml(*b)),
                 head_yaml: None,
             }),
@@ -590,11 +591,17 @@ pub fn diff_desired(
                 if by == hy && packages.is_empty() && fields.is_empty() {
                     continue;
                 }
+                let pace = if packages.is_empty() {
+                    Vec::new()
+                } else {
+                    super::pace::pace(h, &head.policies)
+                };
                 nodewrights.push(NodeWrightChange {
                     name: name.to_owned(),
                     change: ObjectChange::Changed,
                     fields,
                     packages,
+                    pace,
                     base_yaml: Some(by),
                     head_yaml: Some(hy),
                 });
@@ -652,7 +659,6 @@ fn nodewright_deleted(p: &Package) -> ChangeClass {
     };
     ChangeClass::RemovedFromSpec {
         version: p.version.clone(),
-        allowed: true,
         explanation,
     }
 }
@@ -670,20 +676,20 @@ fn package_changes(
         let classes = match (bp.get(name), hp.get(name)) {
             (None, Some(h)) => vec![install(h)],
             (Some(b), None) => {
-                let removal = removed_from_spec(b);
-                if let ChangeClass::RemovedFromSpec { allowed: false, .. } = &removal {
+                if b.uninstall_enabled() && !b.is_uninstalling() {
                     problems.push(Problem {
                         file: None,
                         line: None,
                         object: Some(format!("NodeWright/{}", head.name())),
                         rule: rules::UNINSTALL_REMOVAL.id.to_owned(),
                         message: format!(
-                            "spec.packages: package {name:?} has uninstall.enabled=true; set uninstall.apply=true and wait for completion before removing from spec"
+                            "spec.packages: package {name:?} has uninstall.enabled=true and was never asked to uninstall; the cluster accepts its removal only if no node's state in the NodeWright's status holds {name}|{version} (a NodeWright never reconciled, or selecting no node, qualifies) and otherwise refuses the commit: set uninstall.apply=true and wait for completion before removing it",
+                            version = b.version
                         ),
-                        severity: Severity::Error,
+                        severity: Severity::Warning,
                     });
                 }
-                vec![removal]
+                vec![removed_from_spec(name, b)]
             }
             (Some(b), Some(h)) => package_classes(b, h),
             (None, None) => Vec::new(),
@@ -701,30 +707,24 @@ fn package_changes(
     out
 }
 
-/// §6.11 with §3.2 rule 1. From Git alone the nodes' state is unknown, so: without a prior
-/// uninstall request the removal can never have been preceded by an uninstall and is refused;
-/// with one, it is accepted once the uninstall has finished on every node (checked against the
-/// cluster when the commit is applied).
-fn removed_from_spec(b: &Package) -> ChangeClass {
-    if !b.uninstall_enabled() {
-        return ChangeClass::RemovedFromSpec {
-            version: b.version.clone(),
-            allowed: true,
-            explanation: "removed from the spec — this is NOT an uninstall: nothing runs, the package's files stay on the hosts and its node-state entry stays as a marker; its ConfigMap is deleted and its running Jobs are invalidated (§6.11)".to_owned(),
-        };
-    }
-    if b.is_uninstalling() {
-        ChangeClass::RemovedFromSpec {
-            version: b.version.clone(),
-            allowed: true,
-            explanation: "removed after an uninstall request: accepted only once the uninstall has completed on every node (checked against the cluster when applied)".to_owned(),
-        }
+/// §6.11 with §3.2 rule 1. Rule 1 judges by the cluster: the removal is accepted when no node
+/// in the NodeWright's status holds the package's entry, and an absent status counts as fully
+/// uninstalled. Git carries no status, so every removal is accepted here; the explanation says
+/// what the cluster will check.
+fn removed_from_spec(name: &str, b: &Package) -> ChangeClass {
+    let explanation = if !b.uninstall_enabled() {
+        "removed from the spec — this is NOT an uninstall: nothing runs, the package's files stay on the hosts and its node-state entry stays as a marker; its ConfigMap is deleted and its running Jobs are invalidated (§6.11)".to_owned()
+    } else if b.is_uninstalling() {
+        "removed after an uninstall request: accepted only once the uninstall has completed on every node (checked against the cluster when applied)".to_owned()
     } else {
-        ChangeClass::RemovedFromSpec {
-            version: b.version.clone(),
-            allowed: false,
-            explanation: "refused: uninstall.enabled=true, so the package must be uninstalled first — set uninstall.apply=true, wait for completion, then remove it (§3.2). Removing it from the spec is not an uninstall".to_owned(),
-        }
+        format!(
+            "uninstall.enabled=true but no uninstall was requested: the cluster accepts this only if no node's state holds {}|{} (nothing installed, or a NodeWright that was never reconciled) and refuses the commit otherwise — to remove an installed package set uninstall.apply=true, wait for completion, then remove it (§3.2). Removing it from the spec is not an uninstall",
+            name, b.version
+        )
+    };
+    ChangeClass::RemovedFromSpec {
+        version: b.version.clone(),
+        explanation,
     }
 }
 
@@ -1065,7 +1065,7 @@ fn policy_changes(base: &Desired, head: &Desired) -> Vec<PolicyChange> {
                 if b.spec == h.spec {
                     continue;
                 }
-                (ObjectChange::Changed, policy_parts(b, h))
+                (ObjectChange::Changed, super::pace::policy_parts(b, h))
             }
             (None, None) => continue,
         };
@@ -1079,40 +1079,6 @@ fn policy_changes(base: &Desired, head: &Desired) -> Vec<PolicyChange> {
         });
     }
     out
-}
-
-fn policy_parts(b: &DeploymentPolicy, h: &DeploymentPolicy) -> Vec<String> {
-    let mut parts = Vec::new();
-    if b.spec.default != h.spec.default {
-        parts.push("default".to_owned());
-    }
-    if b.spec.reset_batch_state_on_completion != h.spec.reset_batch_state_on_completion {
-        parts.push("resetBatchStateOnCompletion".to_owned());
-    }
-    let bc: BTreeMap<&str, _> = b
-        .spec
-        .compartments
-        .iter()
-        .map(|c| (c.name.as_str(), c))
-        .collect();
-    let hc: BTreeMap<&str, _> = h
-        .spec
-        .compartments
-        .iter()
-        .map(|c| (c.name.as_str(), c))
-        .collect();
-    for name in bc.keys().chain(hc.keys()).collect::<BTreeSet<_>>() {
-        match (bc.get(name), hc.get(name)) {
-            (None, Some(_)) => parts.push(format!("compartment {name} added")),
-            (Some(_), None) => parts.push(format!("compartment {name} removed")),
-            (Some(x), Some(y)) if x != y => parts.push(format!("compartment {name} changed")),
-            _ => {}
-        }
-    }
-    if parts.is_empty() {
-        parts.push("compartment order".to_owned());
-    }
-    parts
 }
 
 /// The interrupt type that dominates a set when coalesced on one node (§6.13: lowest rank).

@@ -3,6 +3,7 @@
 //! request (Markdown) or a machine (JSON).
 
 pub mod classify;
+pub mod pace;
 pub mod projection;
 pub mod render;
 

@@ -162,6 +162,9 @@ fn text(diff: &DesiredDiff) -> String {
                 );
             }
         }
+        for line in &nw.pace {
+            let _ = writeln!(out, "  {line}");
+        }
     }
     for pol in &diff.policies {
         let _ = writeln!(
@@ -295,6 +298,13 @@ fn markdown(diff: &DesiredDiff) -> String {
                         cell(&c.describe())
                     );
                 }
+            }
+            out.push('\n');
+        }
+        if let Some((head, compartments)) = nw.pace.split_first() {
+            let _ = writeln!(out, "{head}\n");
+            for line in compartments {
+                let _ = writeln!(out, "- {line}");
             }
             out.push('\n');
         }

@@ -8,7 +8,7 @@ use nodewright_schema::node_state::NodeState;
 use nodewright_schema::{NodeWright, keys, names};
 use serde_yaml::{Mapping, Value};
 
-use super::format::{EventExpect, Expect, HistoryExpect, JobsExpect};
+use super::format::{EventExpect, Expect, HistoryExpect, JobsExpect, MetricExpect};
 use super::matcher::{Mismatch, is_absent_word, matches, to_value};
 use super::runner::Hooks;
 use crate::settings::Settings;
@@ -532,7 +532,7 @@ pub fn parse_series(series: &str) -> Result<(String, BTreeMap<String, String>), 
 }
 
 fn check_metrics(
-    metrics: &BTreeMap<String, f64>,
+    metrics: &BTreeMap<String, MetricExpect>,
     world: &SimCluster,
     settings: &Settings,
     hooks: &Hooks,
@@ -541,11 +541,11 @@ fn check_metrics(
         let (series, value) = metrics
             .iter()
             .next()
-            .map(|(k, v)| (k.clone(), *v))
+            .map(|(k, v)| (k.clone(), expected_value(v)))
             .unwrap_or_default();
         return Err(Mismatch::note(
             &format!("metrics.{series}"),
-            to_value(&value),
+            value,
             None,
             "no metrics source is wired into the runner yet (Hooks::metrics)",
         ));
@@ -553,23 +553,43 @@ fn check_metrics(
     let samples = source(&world.snapshot(Memory::default()), settings);
     for (series, expected) in metrics {
         let path = format!("metrics.{series}");
-        let (name, labels) =
-            parse_series(series).map_err(|e| Mismatch::note(&path, to_value(expected), None, e))?;
+        let (name, labels) = parse_series(series)
+            .map_err(|e| Mismatch::note(&path, expected_value(expected), None, e))?;
         let actual = samples
             .iter()
             .find(|s| s.name == name && s.labels == labels)
-            .map(|s| s.value)
-            .unwrap_or(0.0);
-        if actual != *expected {
-            return Err(Mismatch::note(
-                &path,
-                to_value(expected),
-                Some(to_value(&actual)),
-                "an absent series reads 0",
-            ));
+            .map(|s| s.value);
+        match (expected, actual) {
+            (MetricExpect::Absent, None) => {}
+            (MetricExpect::Absent, Some(v)) => {
+                return Err(Mismatch::note(
+                    &path,
+                    expected_value(expected),
+                    Some(to_value(&v)),
+                    "the series is exported",
+                ));
+            }
+            // An absent series matches 0 (spec/scenarios.md §5).
+            (MetricExpect::Value(want), got) if got.unwrap_or(0.0) == *want => {}
+            (MetricExpect::Value(_), got) => {
+                return Err(Mismatch::note(
+                    &path,
+                    expected_value(expected),
+                    got.map(|v| to_value(&v)),
+                    "an absent series reads 0",
+                ));
+            }
         }
     }
     Ok(())
+}
+
+/// How an expected metric value is printed in a mismatch.
+fn expected_value(expected: &MetricExpect) -> Value {
+    match expected {
+        MetricExpect::Value(v) => to_value(v),
+        MetricExpect::Absent => Value::String("absent".into()),
+    }
 }
 
 fn check_history(e: &HistoryExpect, world: &SimCluster) -> Result<(), Mismatch> {

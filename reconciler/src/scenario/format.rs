@@ -359,15 +359,43 @@ pub struct Expect {
     /// Events.
     #[serde(default)]
     pub events: Option<EventsExpect>,
-    /// Prometheus series → exact value.
+    /// Prometheus series → exact value, or the word `absent`.
     #[serde(default)]
-    pub metrics: Option<BTreeMap<String, f64>>,
+    pub metrics: Option<BTreeMap<String, MetricExpect>>,
     /// Status documents by NodeWright name.
     #[serde(default)]
     pub git_status: Option<BTreeMap<String, Value>>,
     /// History.
     #[serde(default)]
     pub history: Option<HistoryExpect>,
+}
+
+/// The expected value of one metric series (spec/scenarios.md §5): a number, or `absent` for a
+/// series that must not be exported at all. An absent series also matches `0`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MetricExpect {
+    /// The series reads exactly this value (an absent series reads 0).
+    Value(f64),
+    /// The series is not exported.
+    Absent,
+}
+
+impl<'de> Deserialize<'de> for MetricExpect {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::Number(n) => n
+                .as_f64()
+                .map(MetricExpect::Value)
+                .ok_or_else(|| serde::de::Error::custom(format!("{n:?} is not a number"))),
+            Value::String(s) if s == "absent" => Ok(MetricExpect::Absent),
+            // A quoted number compares by value, as everywhere in expectations.
+            Value::String(s) if let Ok(v) = s.trim().parse::<f64>() => Ok(MetricExpect::Value(v)),
+            other => Err(serde::de::Error::custom(format!(
+                "a metric expectation is a number or the word `absent`, not {}",
+                super::matcher::scalar_text(&other)
+            ))),
+        }
+    }
 }
 
 /// `jobs:`.

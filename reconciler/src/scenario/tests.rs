@@ -411,3 +411,45 @@ fn fail_api_makes_writes_fail_for_a_while_and_restart_drops_memory() {
         report.render()
     );
 }
+
+/// One exported series, `nodewright_up{pool="gpu"} 0`, for the metrics expectations below.
+fn one_zero_series(_snapshot: &Snapshot, _settings: &Settings) -> Vec<expect::Sample> {
+    vec![expect::Sample {
+        name: "nodewright_up".into(),
+        labels: BTreeMap::from([("pool".to_string(), "gpu".to_string())]),
+        value: 0.0,
+    }]
+}
+
+#[test]
+fn metrics_expectations_accept_absent_and_an_absent_series_also_matches_zero() {
+    let mut hooks = idle();
+    hooks.metrics = Some(one_zero_series);
+    let step = |series: &str, value: &str| {
+        let yaml = format!("name: m\nsteps:\n  - expect: {{metrics: {{'{series}': {value}}}}}\n");
+        run(&yaml, &hooks)
+    };
+    let exported = r#"nodewright_up{pool="gpu"}"#;
+    let missing = r#"nodewright_up{pool="cpu"}"#;
+    assert!(step(missing, "absent").passed());
+    assert!(step(missing, "0").passed());
+    assert!(step(exported, "0").passed());
+    assert!(step(exported, "'0'").passed());
+    let report = step(exported, "absent");
+    assert!(!report.passed());
+    assert!(
+        report.steps[0].detail.contains("the series is exported"),
+        "{}",
+        report.render()
+    );
+    assert!(!step(missing, "1").passed());
+    let err = parse(
+        "m.yaml",
+        "name: m\nsteps:\n  - expect: {metrics: {x: gone}}\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("number or the word `absent`"),
+        "{err}"
+    );
+}

@@ -13,12 +13,20 @@ use super::packages::{
     ContainerResult, ContainerRun, ContainerRunner, Effect, PackageModels, interrupt_type,
 };
 
+/// How long a failure to start the agent binary is retried, in real time, before the
+/// container counts as failed. Start failures are the harness's, not the package's: a
+/// concurrent build replacing the binary (ETXTBSY, a missing file for a moment) or a
+/// momentary process limit (EAGAIN) must not spend a package's attempts in virtual time.
+pub const START_RETRY_FOR: Duration = Duration::from_secs(30);
+
 /// Runs `path:` packages through the real agent.
 pub struct AgentRunner {
     models: PackageModels,
     sandbox: PathBuf,
+    /// The agent binary, resolved once when the runner is made.
     agent: PathBuf,
     base_dir: PathBuf,
+    start_retry_for: Duration,
 }
 
 /// Finds the agent binary: `$NODEWRIGHT_AGENT_BIN`, else next to the running executable (or
@@ -35,7 +43,34 @@ pub fn agent_binary() -> PathBuf {
             }
         }
     }
-    PathBuf::from("nodewright-agent")
+    on_path("nodewright-agent").unwrap_or_else(|| PathBuf::from("nodewright-agent"))
+}
+
+/// The first executable file called `name` in a `PATH` directory.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Runs `start` until it succeeds or `budget` of real time has passed, pausing a little longer
+/// after each failure; returns the last error when time runs out.
+pub fn start_retrying<T>(
+    budget: Duration,
+    mut start: impl FnMut() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let deadline = Instant::now() + budget;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match start() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() + pause > deadline => return Err(e),
+            Err(_) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
 }
 
 impl AgentRunner {
@@ -47,7 +82,15 @@ impl AgentRunner {
             sandbox,
             agent: agent_binary(),
             base_dir,
+            start_retry_for: START_RETRY_FOR,
         }
+    }
+
+    /// The same runner with another agent binary and start-retry budget.
+    pub fn with_agent(mut self, agent: PathBuf, start_retry_for: Duration) -> Self {
+        self.agent = agent;
+        self.start_retry_for = start_retry_for;
+        self
     }
 
     fn fail(message: String) -> ContainerResult {
@@ -215,8 +258,8 @@ impl ContainerRunner for AgentRunner {
             .unwrap_or_default();
         let mut args: Vec<String> = run.args.to_vec();
         args[1] = root.display().to_string();
-        let started = Instant::now();
-        let output = Command::new(&self.agent)
+        let mut command = Command::new(&self.agent);
+        command
             .args(&args)
             .env_clear()
             // Host-style PATH: in no-chroot mode the agent looks interrupt commands up under the
@@ -234,14 +277,21 @@ impl ContainerRunner for AgentRunner {
                 resource_id(&nodewright, &resource, run.version),
             )
             .env("SKYHOOK_ROOT_DIR", &state_dir)
-            .env("SKYHOOK_LOG_DIR", format!("/var/log/skyhook/{nodewright}"))
-            .output();
+            .env("SKYHOOK_LOG_DIR", format!("/var/log/skyhook/{nodewright}"));
+        // Only the agent's own run time counts as the container's: start retries do not.
+        let mut started = Instant::now();
+        let output = start_retrying(self.start_retry_for, || {
+            started = Instant::now();
+            command.output()
+        });
         let output = match output {
             Ok(o) => o,
             Err(e) => {
                 return Self::fail(format!(
-                    "cannot run the agent {}: {e}",
-                    self.agent.display()
+                    "the simulator could not start the agent {} for {}s (a harness problem, \
+                     not the package's): {e}",
+                    self.agent.display(),
+                    self.start_retry_for.as_secs()
                 ));
             }
         };
@@ -280,5 +330,67 @@ impl ContainerRunner for AgentRunner {
             // The real agent's output is the container's log (the simulator caps it).
             log: text,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::PackageModel;
+
+    #[test]
+    fn start_failures_are_retried_in_real_time_until_the_agent_starts() {
+        let mut busy = 2;
+        let started = start_retrying(Duration::from_secs(10), || {
+            if busy > 0 {
+                busy -= 1;
+                Err(std::io::Error::other("text file busy"))
+            } else {
+                Ok("ran")
+            }
+        });
+        assert_eq!(started.unwrap(), "ran");
+        assert_eq!(busy, 0);
+    }
+
+    #[test]
+    fn an_agent_that_never_starts_fails_the_container_as_a_harness_problem() {
+        let sandbox = tempfile::tempdir().unwrap();
+        let models = PackageModels(
+            [(
+                "example/real".to_string(),
+                PackageModel {
+                    path: Some("examples/packages/tuning".into()),
+                    ..PackageModel::default()
+                },
+            )]
+            .into(),
+        );
+        let base = std::env::current_dir().unwrap();
+        let mut runner = AgentRunner::new(models, sandbox.path().join("nodes"), base)
+            .with_agent(sandbox.path().join("no-such-agent"), Duration::ZERO);
+        let args: Vec<String> = [
+            "apply",
+            "/root",
+            "/var/lib/skyhook/tuning/tuning-1.2.0-0b7c1a52-3",
+        ]
+        .map(String::from)
+        .to_vec();
+        let result = runner.run(&ContainerRun {
+            node: "n1",
+            pod: "p",
+            image: "example/real",
+            version: "1.2.0",
+            mode: "apply",
+            args: &args,
+            boot_id: "boot-1",
+            reboot_completed: false,
+        });
+        assert_eq!(result.exit_code, 1);
+        let message = result.message.unwrap_or_default();
+        assert!(
+            message.contains("a harness problem, not the package's"),
+            "{message}"
+        );
     }
 }

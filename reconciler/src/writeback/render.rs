@@ -117,28 +117,79 @@ pub struct NodeSummary {
     pub packages: BTreeMap<String, String>,
 }
 
+/// `<complete>/<selected>` as the CR status counts it, when it parses.
+fn counted(complete_nodes: Option<&str>) -> Option<(usize, usize)> {
+    let (complete, selected) = complete_nodes?.split_once('/')?;
+    Some((complete.trim().parse().ok()?, selected.trim().parse().ok()?))
+}
+
 /// Builds the document of one NodeWright.
+///
+/// A document never claims a state that is not current, and its counts agree with each
+/// other:
+/// - node counts and `completeNodes` are both counted from the per-node statuses the document
+///   lists (out of the CR's selected-node count);
+/// - right after a spec change the CR still carries the previous generation's per-node
+///   statuses while its counters already describe the new spec (`observedGeneration` older
+///   than `generation`, and the counted complete nodes disagree with the listed ones). Those
+///   nodes and the roll-up are then rendered `unknown`, and a `Ready` condition from that
+///   earlier evaluation is `Unknown`: nothing is complete for a spec not yet worked on.
 pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
     let status = nw.status.clone().unwrap_or_default();
-    let node_status = status.node_status.clone().unwrap_or_default();
+    let mut node_status = status.node_status.clone().unwrap_or_default();
     let node_state = status.node_state.clone().unwrap_or_default();
+    let counted = counted(status.complete_nodes.as_deref());
+    let listed_complete = node_status
+        .values()
+        .filter(|s| **s == Status::Complete)
+        .count();
+    let generation = nw.metadata.generation;
+    let previous_generation = generation
+        .is_some_and(|g| status.observed_generation.is_none_or(|seen| seen < g))
+        && counted.is_some_and(|(complete, _)| complete != listed_complete);
+    let mut rollup = status.status.unwrap_or(Status::Unknown);
+    if previous_generation {
+        for s in node_status.values_mut() {
+            if *s == Status::Complete {
+                *s = Status::Unknown;
+            }
+        }
+        if rollup == Status::Complete {
+            rollup = Status::Unknown;
+        }
+    }
     let mut node_counts: BTreeMap<String, usize> = BTreeMap::new();
     for s in node_status.values() {
         *node_counts.entry(s.to_string()).or_default() += 1;
+    }
+    let complete = node_counts
+        .get(Status::Complete.as_str())
+        .copied()
+        .unwrap_or(0);
+    let selected = counted.map_or(node_status.len(), |(_, selected)| selected);
+    if rollup == Status::Complete && complete < selected {
+        rollup = Status::Unknown;
     }
     let conditions = status
         .conditions
         .iter()
         .flatten()
         .map(|c| {
-            (
-                c.type_.clone(),
-                ConditionSummary {
-                    status: c.status.clone(),
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                },
-            )
+            let mut summary = ConditionSummary {
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            };
+            // `Ready` and its legacy mirror `nodewright.nvidia.com/Ready` (§12.3).
+            if previous_generation && c.type_.rsplit('/').next() == Some(keys::condition::READY) {
+                summary.status = "Unknown".to_string();
+                summary.message = format!(
+                    "generation {} is not yet observed; earlier: {}",
+                    generation.unwrap_or_default(),
+                    c.message
+                );
+            }
+            (c.type_.clone(), summary)
         })
         .collect();
     let compartments = status
@@ -210,11 +261,8 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
             .cloned(),
         generation: nw.metadata.generation,
         observed_generation: status.observed_generation,
-        status: status.status.unwrap_or(Status::Unknown).to_string(),
-        complete_nodes: status
-            .complete_nodes
-            .clone()
-            .unwrap_or_else(|| "0/0".to_string()),
+        status: rollup.to_string(),
+        complete_nodes: format!("{complete}/{selected}"),
         nodes_in_progress: status.nodes_in_progress.unwrap_or(0),
         packages: status.package_list.clone().unwrap_or_default(),
         node_counts,
@@ -399,6 +447,7 @@ pub fn summary(d: &StatusDocument) -> String {
         "waiting",
         "paused",
         "disabled",
+        "unknown",
     ] {
         if let Some(n) = d.node_counts.get(bucket).filter(|n| **n > 0) {
             s.push_str(&format!(", {n} {}", bucket.replace('_', " ")));
@@ -454,7 +503,7 @@ mod tests {
         assert_eq!(doc.nodes.len(), 2);
         assert_eq!(doc.nodes_omitted, 1);
         assert_eq!(doc.nodes["c"].packages["tuning|1.0.0"], "config/erroring");
-        assert_eq!(summary(&doc), "tuning: 1/3 complete, 1 erroring");
+        assert_eq!(summary(&doc), "tuning: 2/3 complete, 1 erroring");
     }
 
     #[test]
@@ -489,13 +538,80 @@ mod tests {
             .insert("tuning|1.0.0".into(), "interrupt/in_progress".into());
         assert_eq!(
             commit_message(std::slice::from_ref(&before), std::slice::from_ref(&after)),
-            "status: tuning: 1/3 complete, 1 in progress (a: tuning interrupt/in_progress)"
+            "status: tuning: 0/3 complete, 1 in progress (a: tuning interrupt/in_progress)"
         );
         // Counts that changed speak for themselves.
         let done = document(&nw("tuning", &[("a", Status::Erroring)]), 10);
         assert_eq!(
             commit_message(&[before], &[done]),
-            "status: tuning: 1/3 complete, 1 erroring"
+            "status: tuning: 0/3 complete, 1 erroring"
         );
+    }
+
+    /// Issue 28 item 5: a stopped run's CR said `completeNodes: 4/8` while only two nodes'
+    /// statuses were complete; the document counts both from the statuses it lists.
+    #[test]
+    fn completed_nodes_and_node_counts_agree_in_one_document() {
+        let mut nw = nw(
+            "tuning",
+            &[
+                ("a", Status::Complete),
+                ("b", Status::Complete),
+                ("c", Status::InProgress),
+                ("d", Status::Waiting),
+            ],
+        );
+        let status = nw.status.as_mut().expect("the fixture has a status");
+        status.complete_nodes = Some("4/8".into());
+        nw.metadata.generation = Some(1);
+        status.observed_generation = Some(1);
+        let doc = document(&nw, 10);
+        assert_eq!(doc.complete_nodes, "2/8");
+        assert_eq!(doc.node_counts["complete"], 2);
+        assert_eq!(
+            summary(&doc),
+            "tuning: 2/8 complete, 1 in progress, 1 waiting"
+        );
+    }
+
+    /// Issue 28 item 5: right after a version bump the CR's counters describe the new spec
+    /// (0 of 2 complete) while its roll-up, per-node statuses and Ready condition still describe
+    /// the previous generation; nothing of that is rendered as complete.
+    #[test]
+    fn a_spec_not_yet_worked_on_is_never_rendered_complete() {
+        let mut nw = nw(
+            "tuning",
+            &[("a", Status::Complete), ("b", Status::Complete)],
+        );
+        nw.metadata.generation = Some(2);
+        let status = nw.status.as_mut().expect("the fixture has a status");
+        status.status = Some(Status::Complete);
+        status.observed_generation = Some(1);
+        status.complete_nodes = Some("0/2".into());
+        status.conditions = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "NodesConverged".into(),
+                message: "2/2 nodes complete (a, b)".into(),
+                observed_generation: Some(1),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::UNIX_EPOCH,
+                ),
+            },
+        ]);
+        let doc = document(&nw, 10);
+        assert_eq!(doc.status, "unknown");
+        assert_eq!(doc.complete_nodes, "0/2");
+        assert_eq!(
+            doc.node_counts,
+            BTreeMap::from([("unknown".to_string(), 2)])
+        );
+        assert_eq!(doc.conditions["Ready"].status, "Unknown");
+        assert_eq!(summary(&doc), "tuning: 0/2 complete, 2 unknown");
+        // The same CR once its counters agree (a spec change that left every node complete)
+        // is complete.
+        nw.status.as_mut().expect("still there").complete_nodes = Some("2/2".into());
+        assert_eq!(document(&nw, 10).status, "complete");
     }
 }
