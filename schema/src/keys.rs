@@ -35,6 +35,11 @@ pub const LEGACY_FINALIZER: &str = "skyhook.nvidia.com/skyhook";
 
 /// `"true"` pauses the NodeWright and everything after it (§5.11).
 pub const PAUSE: &str = "nodewright.nvidia.com/pause";
+/// This project's maintenance windows, on a NodeWright or a DeploymentPolicy in Git: when a
+/// rollout may admit new nodes (`schema::maintenance`, docs/maintenance-windows.md).
+pub const MAINTENANCE_WINDOWS: &str = "gitops.nodewright.nvidia.com/maintenance-windows";
+/// The IANA timezone of [`MAINTENANCE_WINDOWS`] (default UTC).
+pub const MAINTENANCE_TIMEZONE: &str = "gitops.nodewright.nvidia.com/maintenance-timezone";
 /// `"true"` disables the NodeWright (§5.11).
 pub const DISABLE: &str = "nodewright.nvidia.com/disable";
 /// Operator version stamp on the NodeWright.
@@ -257,6 +262,8 @@ pub mod condition {
     pub const NODE_STATE_MALFORMED: &str = "NodeStateMalformed";
     /// `DeletionBlocked`.
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
+    /// `OutsideMaintenanceWindow`: whether admission waits for a maintenance window.
+    pub const OUTSIDE_MAINTENANCE_WINDOW: &str = "OutsideMaintenanceWindow";
     /// Legacy mirror suffix `Transition` (§12.3).
     pub const TRANSITION: &str = "Transition";
     /// Types that get a legacy prefixed mirror (§12.3).
@@ -287,6 +294,12 @@ pub mod reason {
     pub const DISABLED: &str = "Disabled";
     /// Ready reason for anything else.
     pub const UNKNOWN: &str = "Unknown";
+    /// `OutsideMaintenanceWindow` reason while no window is open.
+    pub const WINDOW_CLOSED: &str = "WindowClosed";
+    /// `OutsideMaintenanceWindow` reason while a window is open.
+    pub const WINDOW_OPEN: &str = "WindowOpen";
+    /// `OutsideMaintenanceWindow` reason when the windows cannot be read (nothing is admitted).
+    pub const INVALID_MAINTENANCE_WINDOW: &str = "InvalidMaintenanceWindow";
     /// `Blocked` reason: a dependency is being or has been uninstalled (§6.15).
     pub const DEPENDENCY_UNINSTALLED: &str = "DependencyUninstalled";
     /// `Blocked` reason: protected pods still run (§7.5).

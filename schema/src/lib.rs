@@ -9,6 +9,7 @@ pub mod duration;
 pub mod glob;
 pub mod keys;
 pub mod legacy;
+pub mod maintenance;
 pub mod names;
 pub mod node_state;
 pub mod nodewright;

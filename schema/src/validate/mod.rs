@@ -28,6 +28,41 @@ pub use nodewright::{
 pub use policy::{default_policy, policy_delete, policy_spec, validate_policy_value};
 pub use rules::Rule;
 
+/// This project's maintenance-window annotations (on a NodeWright or a DeploymentPolicy) must
+/// parse: a commit whose windows cannot be evaluated is rejected like any invalid commit.
+pub fn maintenance_annotations(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Vec<Violation> {
+    use crate::keys::{MAINTENANCE_TIMEZONE, MAINTENANCE_WINDOWS};
+    let Some(annotations) = annotations else {
+        return Vec::new();
+    };
+    let path = |key: &str| FieldPath::of(&["metadata", "annotations", key]);
+    let windows = annotations.get(MAINTENANCE_WINDOWS);
+    let timezone = annotations.get(MAINTENANCE_TIMEZONE).map(String::as_str);
+    let mut out = Vec::new();
+    if let Some(tz) = timezone
+        && let Err(e) = crate::maintenance::Schedule::parse("* 00:00-24:00", Some(tz))
+    {
+        out.push(Violation::error(
+            rules::MAINTENANCE_WINDOW,
+            path(MAINTENANCE_TIMEZONE),
+            e.to_string(),
+        ));
+    }
+    if let Some(windows) = windows
+        && let Err(e @ crate::maintenance::WindowError::Malformed { .. }) =
+            crate::maintenance::Schedule::parse(windows, None)
+    {
+        out.push(Violation::error(
+            rules::MAINTENANCE_WINDOW,
+            path(MAINTENANCE_WINDOWS),
+            e.to_string(),
+        ));
+    }
+    out
+}
+
 /// How serious a violation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -166,6 +166,9 @@ pub fn validate_policy_value(raw: &Value) -> (Option<DeploymentPolicy>, Vec<Viol
         }
     };
     metadata_name(typed.metadata.name.as_deref(), &mut out);
+    out.extend(super::maintenance_annotations(
+        typed.metadata.annotations.as_ref(),
+    ));
     out.extend(policy_spec(&typed.spec));
     (Some(default_policy(&typed)), out)
 }

@@ -30,6 +30,8 @@ rules! {
     NAME_INVALID = "name-invalid", "object metadata", false;
     /// NodeWright name too long for its per-node keys (§4.1).
     NAME_TOO_LONG = "name-too-long", "§4.1", false;
+    /// A maintenance-window annotation that cannot be read (docs/maintenance-windows.md).
+    MAINTENANCE_WINDOW = "maintenance-window", "maintenance windows", false;
     /// A schema `required` field is absent (§3.3).
     SCHEMA_REQUIRED = "schema-required", "§3.3", false;
     /// A value of the wrong JSON type (§3.3).
