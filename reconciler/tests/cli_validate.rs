@@ -154,3 +154,28 @@ fn crds_prints_both_definitions() {
     assert!(text.contains("name: nodewrights.nodewright.nvidia.com"));
     assert!(text.contains("name: deploymentpolicies.nodewright.nvidia.com"));
 }
+
+#[test]
+fn a_malformed_maintenance_window_or_timezone_is_an_error_at_its_line() {
+    let out = nodewright(&["validate", "reconciler/tests/fixtures/maintenance-invalid"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    let text = stdout(&out);
+    let file = "reconciler/tests/fixtures/maintenance-invalid/gpu.yaml";
+    assert!(
+        text.contains(&format!(
+            "{file}:6: DeploymentPolicy/night: metadata.annotations[gitops.nodewright.nvidia.com/maintenance-windows]: \"Sat 2:00-6:00\": \"2:00\" is not a time HH:MM"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "{file}:16: NodeWright/gpu: metadata.annotations[gitops.nodewright.nvidia.com/maintenance-timezone]: unknown timezone \"Europe/Berln\""
+        )),
+        "{text}"
+    );
+    // Each message shows the expected form.
+    assert!(
+        text.contains("e.g. \"Sat,Sun 02:00-06:00; Mon-Fri 22:00-23:30\""),
+        "{text}"
+    );
+}

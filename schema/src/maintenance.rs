@@ -32,7 +32,9 @@ pub enum WindowError {
         problem: String,
     },
     /// The timezone is not in the timezone database.
-    #[error("unknown timezone {0:?}: use an IANA name such as \"Europe/Berlin\", \"America/New_York\" or \"UTC\"")]
+    #[error(
+        "unknown timezone {0:?}: use an IANA name such as \"Europe/Berlin\", \"America/New_York\" or \"UTC\""
+    )]
     UnknownTimezone(String),
 }
 
@@ -129,7 +131,12 @@ fn days(spec: &str, window: &str) -> Result<[bool; 7], WindowError> {
 
 /// `HH:MM` as minutes after midnight; `24:00` only where `end` allows it.
 fn clock(text: &str, window: &str, end: bool) -> Result<u16, WindowError> {
-    let bad = || malformed(window, format!("{text:?} is not a time HH:MM (00:00 to 23:59, or 24:00 as an end)"));
+    let bad = || {
+        malformed(
+            window,
+            format!("{text:?} is not a time HH:MM (00:00 to 23:59, or 24:00 as an end)"),
+        )
+    };
     let (h, m) = text.split_once(':').ok_or_else(bad)?;
     if h.len() != 2 || m.len() != 2 || !h.bytes().chain(m.bytes()).all(|b| b.is_ascii_digit()) {
         return Err(bad());
@@ -145,7 +152,10 @@ fn clock(text: &str, window: &str, end: bool) -> Result<u16, WindowError> {
 fn window(text: &str) -> Result<Window, WindowError> {
     let mut parts = text.split_whitespace();
     let (Some(day_spec), Some(span), None) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(malformed(text, "a window is DAYS, one space, then HH:MM-HH:MM"));
+        return Err(malformed(
+            text,
+            "a window is DAYS, one space, then HH:MM-HH:MM",
+        ));
     };
     let (start, end) = span
         .split_once('-')
@@ -209,7 +219,8 @@ impl Schedule {
                 if !w.days[weekday] {
                     continue;
                 }
-                let (Some(start), Some(end)) = (self.instant(date, w.start), self.instant(date, w.end))
+                let (Some(start), Some(end)) =
+                    (self.instant(date, w.start), self.instant(date, w.end))
                 else {
                     continue;
                 };
@@ -294,7 +305,11 @@ impl fmt::Display for Schedule {
             write!(
                 f,
                 "{} {:02}:{:02}-{:02}:{:02}",
-                if days.len() == 7 { "*".to_string() } else { days.join(",") },
+                if days.len() == 7 {
+                    "*".to_string()
+                } else {
+                    days.join(",")
+                },
                 w.start / 60,
                 w.start % 60,
                 end / 60,
@@ -344,10 +359,16 @@ mod tests {
             ("Sat 02:00-06:00 extra", "a window is DAYS"),
         ] {
             let e = Schedule::parse(bad, None).unwrap_err().to_string();
-            assert!(e.contains(says) && e.contains("DAYS HH:MM-HH:MM"), "{bad}: {e}");
+            assert!(
+                e.contains(says) && e.contains("DAYS HH:MM-HH:MM"),
+                "{bad}: {e}"
+            );
         }
         let e = Schedule::parse("* 00:00-01:00", Some("Europe/Berln")).unwrap_err();
-        assert!(e.to_string().contains("unknown timezone \"Europe/Berln\""), "{e}");
+        assert!(
+            e.to_string().contains("unknown timezone \"Europe/Berln\""),
+            "{e}"
+        );
     }
 
     #[test]
@@ -356,15 +377,21 @@ mod tests {
         let s = Schedule::parse("Sat,Sun 02:00-06:00; Mon-Fri 22:00-23:30", None).unwrap();
         assert_eq!(
             s.at(ts("2026-01-01T12:00:00Z")),
-            WindowState::Closed { opens: ts("2026-01-01T22:00:00Z") }
+            WindowState::Closed {
+                opens: ts("2026-01-01T22:00:00Z")
+            }
         );
         assert_eq!(
             s.at(ts("2026-01-01T22:00:00Z")),
-            WindowState::Open { closes: Some(ts("2026-01-01T23:30:00Z")) }
+            WindowState::Open {
+                closes: Some(ts("2026-01-01T23:30:00Z"))
+            }
         );
         assert_eq!(
             s.at(ts("2026-01-02T23:30:00Z")),
-            WindowState::Closed { opens: ts("2026-01-03T02:00:00Z") }
+            WindowState::Closed {
+                opens: ts("2026-01-03T02:00:00Z")
+            }
         );
     }
 
@@ -374,14 +401,18 @@ mod tests {
         // Sunday 2026-01-04 23:30 is open until Monday 01:00.
         assert_eq!(
             s.at(ts("2026-01-04T23:30:00Z")),
-            WindowState::Open { closes: Some(ts("2026-01-05T01:00:00Z")) }
+            WindowState::Open {
+                closes: Some(ts("2026-01-05T01:00:00Z"))
+            }
         );
         // Monday 00:30 is still inside Sunday's window.
         assert!(s.at(ts("2026-01-05T00:30:00Z")).is_open());
         // Monday 23:30 is not (no Monday window).
         assert_eq!(
             s.at(ts("2026-01-05T23:30:00Z")),
-            WindowState::Closed { opens: ts("2026-01-11T23:00:00Z") }
+            WindowState::Closed {
+                opens: ts("2026-01-11T23:00:00Z")
+            }
         );
         let wrap = Schedule::parse("Fri-Mon 10:00-11:00", None).unwrap();
         assert!(wrap.at(ts("2026-01-05T10:30:00Z")).is_open(), "Monday");
@@ -393,7 +424,9 @@ mod tests {
         let s = Schedule::parse("Thu 22:00-24:00; Fri 00:00-02:00", None).unwrap();
         assert_eq!(
             s.at(ts("2026-01-01T23:00:00Z")),
-            WindowState::Open { closes: Some(ts("2026-01-02T02:00:00Z")) }
+            WindowState::Open {
+                closes: Some(ts("2026-01-02T02:00:00Z"))
+            }
         );
         let always = Schedule::parse("* 00:00-24:00", None).unwrap();
         assert_eq!(
@@ -409,34 +442,46 @@ mod tests {
         // Spring: 01:00 CET = 00:00Z, 04:00 CEST = 02:00Z (two real hours).
         assert_eq!(
             s.at(ts("2026-03-29T00:30:00Z")),
-            WindowState::Open { closes: Some(ts("2026-03-29T02:00:00Z")) }
+            WindowState::Open {
+                closes: Some(ts("2026-03-29T02:00:00Z"))
+            }
         );
         // Autumn: 01:00 CEST = 23:00Z Saturday, 04:00 CET = 03:00Z (four real hours).
         assert_eq!(
             s.at(ts("2026-10-24T22:30:00Z")),
-            WindowState::Closed { opens: ts("2026-10-24T23:00:00Z") }
+            WindowState::Closed {
+                opens: ts("2026-10-24T23:00:00Z")
+            }
         );
         assert_eq!(
             s.at(ts("2026-10-24T23:00:00Z")),
-            WindowState::Open { closes: Some(ts("2026-10-25T03:00:00Z")) }
+            WindowState::Open {
+                closes: Some(ts("2026-10-25T03:00:00Z"))
+            }
         );
         // Times inside the skipped hour move forward with the clocks (02:15 → 03:15 CEST)...
         let gap = Schedule::parse("Sun 02:15-02:45", Some("Europe/Berlin")).unwrap();
         assert_eq!(
             gap.at(ts("2026-03-28T12:00:00Z")),
-            WindowState::Closed { opens: ts("2026-03-29T01:15:00Z") }
+            WindowState::Closed {
+                opens: ts("2026-03-29T01:15:00Z")
+            }
         );
         // ...and a window that is exactly the skipped hour does not open that night.
         let skipped = Schedule::parse("Sun 02:00-03:00", Some("Europe/Berlin")).unwrap();
         assert_eq!(
             skipped.at(ts("2026-03-28T12:00:00Z")),
-            WindowState::Closed { opens: ts("2026-04-05T00:00:00Z") }
+            WindowState::Closed {
+                opens: ts("2026-04-05T00:00:00Z")
+            }
         );
         // America/New_York: 2026-03-08 02:00 EST jumps to 03:00 EDT.
         let ny = Schedule::parse("Sun 03:00-05:00", Some("America/New_York")).unwrap();
         assert_eq!(
             ny.at(ts("2026-03-08T06:00:00Z")),
-            WindowState::Closed { opens: ts("2026-03-08T07:00:00Z") }
+            WindowState::Closed {
+                opens: ts("2026-03-08T07:00:00Z")
+            }
         );
     }
 

@@ -17,6 +17,7 @@ pub mod interrupts;
 mod job_pods;
 pub mod job_table;
 pub mod jobs;
+pub mod maintenance;
 pub mod metrics;
 pub mod node_map;
 pub mod node_work;
@@ -200,6 +201,7 @@ fn preamble(ctx: &mut PassCtx<'_>, hooks: &Hooks, nw: usize) -> Flow {
     // 1. Conditions that stay current even when paused/disabled/deleting.
     conditions::refresh_malformed(ctx, nw);
     conditions::refresh_policy_not_found(ctx, nw);
+    maintenance::refresh(ctx, nw);
     (hooks.refresh_conditions)(ctx, nw);
     // 2. Finalizer.
     if (hooks.finalizer)(ctx, nw) == Flow::EndPass {
@@ -297,9 +299,14 @@ fn finish(mut ctx: PassCtx<'_>, cache: Option<&mut StateCache>) -> Plan {
     if let Some(cache) = cache.as_deref_mut() {
         ctx.carry_into(cache);
     }
+    let reconcile_interval = ctx.settings.reconcile_interval();
     let writes = ctx.into_actions(node_conditions, cache);
     let requeue = if writes.active || !writes.errors.is_empty() {
-        Requeue::Active
+        // A timer due before the next active pass (a maintenance window opening) wins.
+        match writes.after {
+            Some(d) if d < reconcile_interval => Requeue::After(d),
+            _ => Requeue::Active,
+        }
     } else if let Some(d) = writes.after {
         Requeue::After(d)
     } else {

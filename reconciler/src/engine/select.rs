@@ -142,7 +142,16 @@ pub fn tolerable(ctx: &PassCtx, node: usize, tols: &[Toleration]) -> bool {
 
 /// Nodes admitted by one compartment this pass (§2.6), before the ignore/taint checks.
 /// `size` is the compartment's batch size (§2.3).
-pub fn admit(ctx: &PassCtx, nw: usize, nodes: &[usize], size: i32, stopped: bool) -> Vec<usize> {
+/// Outside a maintenance window (`window_open` false) only nodes admitted earlier (in
+/// progress, or picked and not yet complete) go on; no new node takes a batch slot.
+pub fn admit(
+    ctx: &PassCtx,
+    nw: usize,
+    nodes: &[usize],
+    size: i32,
+    stopped: bool,
+    window_open: bool,
+) -> Vec<usize> {
     if stopped {
         return Vec::new();
     }
@@ -169,7 +178,7 @@ pub fn admit(ctx: &PassCtx, nw: usize, nodes: &[usize], size: i32, stopped: bool
         return out;
     }
     let stickies: Vec<usize> = nodes.iter().copied().filter(|&n| sticky(n)).collect();
-    if !stickies.is_empty() {
+    if !stickies.is_empty() || !window_open {
         return stickies;
     }
     if size <= 0 {
@@ -202,13 +211,14 @@ pub fn select_nodes(ctx: &mut PassCtx, nw: usize) -> Vec<usize> {
     let tols = check_tolerations(ctx, nw);
     let mut picked = Vec::new();
     let defs = ctx.nws[nw].compartments.clone();
+    let window_open = super::maintenance::admits(ctx, nw);
     let pick_time = Time(jiff::Timestamp::from_second(ctx.now.as_second()).unwrap_or(ctx.now));
     for (ci, def) in defs.iter().enumerate() {
         let nodes = compartment_nodes(ctx, nw, ci);
         let state = batch_state(ctx, nw, def);
         let stopped = def.strategy.is_some() && state.should_stop;
         let size = policy::batch_size(def, nodes.len() as i32, &state);
-        for n in admit(ctx, nw, &nodes, size, stopped) {
+        for n in admit(ctx, nw, &nodes, size, stopped, window_open) {
             if ignored(ctx, n) || !tolerable(ctx, n, &tols) {
                 if ctx.node_status(nw, n) != Status::Blocked {
                     ctx.set_node_status(nw, n, Status::Blocked);
