@@ -383,3 +383,40 @@ fn removing_an_uninstall_enabled_package_warns_and_exits_zero() {
     );
     assert!(text.contains("set uninstall.apply=true"), "{text}");
 }
+
+#[test]
+fn a_maintenance_window_change_is_shown_with_what_it_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("fleet"));
+    let manifest = |annotations: &str| {
+        format!(
+            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: gpu\n{annotations}spec:\n  packages:\n    driver:\n      version: 1.0.0\n      image: nvcr.io/nvidia/driver\n"
+        )
+    };
+    work.write("gpu.yaml", &manifest(""));
+    let base = work.commit("base");
+    work.write(
+        "gpu.yaml",
+        &manifest(
+            "  annotations:\n    gitops.nodewright.nvidia.com/maintenance-windows: \"Sat,Sun 02:00-06:00\"\n    gitops.nodewright.nvidia.com/maintenance-timezone: Europe/Berlin\n",
+        ),
+    );
+    work.commit("head");
+    let (code, out, err) = nodewright_bin(&[
+        "diff",
+        "--repo",
+        work.dir.to_str().unwrap(),
+        "--base",
+        &base,
+        "--head",
+        "main",
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(out.contains("maintenance-windows"), "{out}");
+    assert!(out.contains("Sat,Sun 02:00-06:00"), "{out}");
+    assert!(
+        out.contains("new nodes are admitted only while a window is open"),
+        "{out}"
+    );
+    assert!(out.contains("Europe/Berlin"), "{out}");
+}

@@ -363,6 +363,16 @@ async fn serve(args: Args) -> Result<(), String> {
                     progress.println(&message);
                 }
             }
+        } else {
+            for nw in windowed_nodewrights(&it.snapshot.nodewrights, &it.snapshot.policies) {
+                if warned_foreign.insert(format!("windows/{nw}")) {
+                    let message = format!(
+                        "WARNING: NodeWright {nw} declares maintenance windows, but with --lifecycle upstream the in-cluster operator runs its rollout and does not know them: nodes are taken out of service whenever their batch comes up."
+                    );
+                    tracing::warn!("{message}");
+                    progress.println(&message);
+                }
+            }
         }
         match it.change {
             // The report itself is logged once by the loop (controller::daemon).
@@ -588,8 +598,67 @@ async fn shutdown_signal() {
     }
 }
 
+/// NodeWrights whose maintenance windows (their own or their DeploymentPolicy's) only this
+/// reconciler honours.
+fn windowed_nodewrights<'a>(
+    nodewrights: &'a [nodewright_schema::NodeWright],
+    policies: &[nodewright_schema::DeploymentPolicy],
+) -> Vec<&'a str> {
+    let has = |a: Option<&std::collections::BTreeMap<String, String>>| {
+        a.is_some_and(|a| a.contains_key(nodewright_schema::keys::MAINTENANCE_WINDOWS))
+    };
+    nodewrights
+        .iter()
+        .filter(|nw| {
+            has(nw.metadata.annotations.as_ref())
+                || nw.spec.deployment_policy.as_ref().is_some_and(|p| {
+                    policies.iter().any(|d| {
+                        d.metadata.name.as_ref() == Some(p) && has(d.metadata.annotations.as_ref())
+                    })
+                })
+        })
+        .filter_map(|nw| nw.metadata.name.as_deref())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nodewrights_with_windows_of_their_own_or_of_their_policy_are_named_for_the_upstream_warning()
+    {
+        let nw = |name: &str, policy: Option<&str>, windows: bool| {
+            let mut nw = nodewright_schema::NodeWright::new(name, Default::default());
+            nw.spec.deployment_policy = policy.map(str::to_string);
+            if windows {
+                nw.metadata.annotations = Some(
+                    [(
+                        nodewright_schema::keys::MAINTENANCE_WINDOWS.to_string(),
+                        "* 01:00-02:00".to_string(),
+                    )]
+                    .into(),
+                );
+            }
+            nw
+        };
+        let mut policy = nodewright_schema::DeploymentPolicy::new("night", Default::default());
+        policy.metadata.annotations = Some(
+            [(
+                nodewright_schema::keys::MAINTENANCE_WINDOWS.to_string(),
+                "Sat 02:00-06:00".to_string(),
+            )]
+            .into(),
+        );
+        let nodewrights = [
+            nw("own", None, true),
+            nw("inherited", Some("night"), false),
+            nw("none", None, false),
+        ];
+        assert_eq!(
+            super::windowed_nodewrights(&nodewrights, &[policy]),
+            ["own", "inherited"]
+        );
+    }
+
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use nodewright_schema::{NodeWright, NodeWrightSpec};

@@ -97,6 +97,10 @@ fn table(docs: &[StatusDocument]) -> String {
                 .map(|c| format!("{t}: {}", c.message))
         })
         .collect();
+        let mut reasons = reasons;
+        if let Some(waiting) = window_wait(d) {
+            reasons.insert(0, waiting);
+        }
         rows.push(vec![
             d.nodewright.clone(),
             d.status.clone(),
@@ -118,6 +122,21 @@ fn table(docs: &[StatusDocument]) -> String {
         ]);
     }
     format_table(&rows)
+}
+
+/// "waiting for maintenance window (opens …)" while an unfinished rollout waits for one.
+fn window_wait(d: &StatusDocument) -> Option<String> {
+    use nodewright_schema::keys::{condition, reason};
+    let c = d
+        .conditions
+        .get(condition::OUTSIDE_MAINTENANCE_WINDOW)
+        .filter(|c| c.status == "True" && d.status != "complete")?;
+    Some(if c.reason == reason::WINDOW_CLOSED {
+        let opens = c.message.rsplit("opens at ").next().unwrap_or(&c.message);
+        format!("waiting for maintenance window (opens {opens})")
+    } else {
+        c.message.clone()
+    })
 }
 
 fn print(docs: &[StatusDocument], output: OutputFormat) {
@@ -210,4 +229,35 @@ pub fn run(args: Args) -> ExitCode {
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     })
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+    use crate::writeback::render::ConditionSummary;
+
+    #[test]
+    fn an_unfinished_rollout_outside_its_windows_says_when_the_next_opens() {
+        let mut doc = StatusDocument {
+            nodewright: "gpu".into(),
+            status: "waiting".into(),
+            ..StatusDocument::default()
+        };
+        doc.conditions.insert(
+            "OutsideMaintenanceWindow".into(),
+            ConditionSummary {
+                status: "True".into(),
+                reason: "WindowClosed".into(),
+                message: "no maintenance window is open; the next opens at 2026-01-02T01:00:00Z"
+                    .into(),
+            },
+        );
+        let text = table(std::slice::from_ref(&doc));
+        assert!(
+            text.contains("waiting for maintenance window (opens 2026-01-02T01:00:00Z)"),
+            "{text}"
+        );
+        doc.status = "complete".into();
+        assert!(!table(&[doc]).contains("maintenance window"));
+    }
 }

@@ -1027,6 +1027,10 @@ fn field_changes(b: &NodeWright, h: &NodeWright) -> Vec<FieldChange> {
             },
         });
     }
+    out.extend(window_changes(
+        b.metadata.annotations.as_ref(),
+        h.metadata.annotations.as_ref(),
+    ));
     let (bd, hd) = (b.is_disabled(), h.is_disabled());
     if bd != hd {
         out.push(FieldChange {
@@ -1062,10 +1066,20 @@ fn policy_changes(base: &Desired, head: &Desired) -> Vec<PolicyChange> {
             (None, Some(_)) => (ObjectChange::Added, Vec::new()),
             (Some(_), None) => (ObjectChange::Removed, Vec::new()),
             (Some(b), Some(h)) => {
-                if b.spec == h.spec {
+                let windows = window_changes(
+                    b.metadata.annotations.as_ref(),
+                    h.metadata.annotations.as_ref(),
+                );
+                if b.spec == h.spec && windows.is_empty() {
                     continue;
                 }
-                (ObjectChange::Changed, super::pace::policy_parts(b, h))
+                let mut parts = super::pace::policy_parts(b, h);
+                parts.extend(windows.iter().map(|w| {
+                    let text =
+                        |v: &Value| v.as_str().map_or("none".to_string(), |s| format!("{s:?}"));
+                    format!("{} {} → {}", w.field, text(&w.before), text(&w.after))
+                }));
+                (ObjectChange::Changed, parts)
             }
             (None, None) => continue,
         };
@@ -1076,6 +1090,38 @@ fn policy_changes(base: &Desired, head: &Desired) -> Vec<PolicyChange> {
             used_by,
             base_yaml: bp.get(n).map(|p| yaml(*p)),
             head_yaml: hp.get(n).map(|p| yaml(*p)),
+        });
+    }
+    out
+}
+
+/// Changes of the maintenance-window annotations (docs/maintenance-windows.md), as fields.
+fn window_changes(
+    b: Option<&BTreeMap<String, String>>,
+    h: Option<&BTreeMap<String, String>>,
+) -> Vec<FieldChange> {
+    use nodewright_schema::keys::{MAINTENANCE_TIMEZONE, MAINTENANCE_WINDOWS};
+    let mut out = Vec::new();
+    for (key, field) in [
+        (MAINTENANCE_WINDOWS, "maintenance-windows"),
+        (MAINTENANCE_TIMEZONE, "maintenance-timezone"),
+    ] {
+        let before = b.and_then(|a| a.get(key));
+        let after = h.and_then(|a| a.get(key));
+        if before == after {
+            continue;
+        }
+        let value = |v: Option<&String>| v.map_or(Value::Null, |v| Value::String(v.clone()));
+        let effect = match (key, after) {
+            (MAINTENANCE_WINDOWS, None) => "no windows: new nodes are admitted whenever their batch comes up".to_owned(),
+            (MAINTENANCE_WINDOWS, Some(_)) => "new nodes are admitted only while a window is open; nodes already admitted finish what they started".to_owned(),
+            _ => "the windows' wall-clock times are read in this timezone (default UTC)".to_owned(),
+        };
+        out.push(FieldChange {
+            field: field.to_owned(),
+            before: value(before),
+            after: value(after),
+            effect,
         });
     }
     out
