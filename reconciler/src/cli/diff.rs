@@ -173,7 +173,7 @@ pub fn compute(args: &Args) -> Result<crate::diff::DesiredDiff, RepoError> {
     let projection = crate::diff::projection::FleetProjection {
         fleet,
         settings: crate::settings::Settings::default(),
-        limit: std::time::Duration::from_secs(24 * 3600),
+        limit: crate::diff::projection::FleetProjection::limit_for(&head_eval.objects),
     };
     Ok(diff.with_simulation(&projection, &base_eval.objects, &head_eval.objects))
 }

@@ -155,7 +155,7 @@ fn project(args: &Args, repo: &std::path::Path, out: &mut dyn Write, err: &mut d
     let projection = FleetProjection {
         fleet,
         settings: crate::settings::Settings::default(),
-        limit: std::time::Duration::from_secs(24 * 3600),
+        limit: crate::diff::projection::FleetProjection::limit_for(&valid.desired),
     };
     match projection.simulate(&crate::cluster::Desired::default(), &valid.desired) {
         Ok(timeline) => {

@@ -40,6 +40,23 @@ struct Batch {
 }
 
 impl FleetProjection {
+    /// How much simulated time a projection of `desired` may take: a day, or eight when
+    /// maintenance windows may hold the rollout for up to a week.
+    pub fn limit_for(desired: &Desired) -> Duration {
+        let windows = |a: Option<&BTreeMap<String, String>>| {
+            a.is_some_and(|a| a.contains_key(keys::MAINTENANCE_WINDOWS))
+        };
+        let any = desired
+            .nodewrights
+            .iter()
+            .any(|nw| windows(nw.metadata.annotations.as_ref()))
+            || desired
+                .policies
+                .iter()
+                .any(|p| windows(p.metadata.annotations.as_ref()));
+        Duration::from_secs(if any { 8 } else { 1 } * 24 * 3600)
+    }
+
     /// A fleet of `count` nodes carrying every label the NodeWrights' `matchLabels` ask for,
     /// so each NodeWright selects them all.
     pub fn matching_nodes(count: usize, desired: &Desired) -> Fleet {
