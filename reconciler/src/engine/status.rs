@@ -92,11 +92,17 @@ pub fn refresh_completion(ctx: &mut PassCtx, nw: usize) {
 /// Sets the NodeWright Status, with the transition side effects (§1.10, §2.7, §5.13, §10.2).
 pub fn set_nodewright_status(ctx: &mut PassCtx, nw: usize, status: Status) {
     let old = ctx.nws[nw].status.status;
+    let generation = ctx.nws[nw].generation();
     if old == Some(status) {
+        // §1.9: whenever the Status is set to complete, also for a spec change that left
+        // every node complete.
+        let view = &mut ctx.nws[nw];
+        if status == Status::Complete && view.status.observed_generation != Some(generation) {
+            view.status.observed_generation = Some(generation);
+        }
         return;
     }
     let name = ctx.nws[nw].name.to_string();
-    let generation = ctx.nws[nw].generation();
     let reset = policy::auto_reset_enabled(ctx.nws[nw].nw, ctx.nws[nw].policy);
     let view = &mut ctx.nws[nw];
     view.status.status = Some(status);
