@@ -1049,20 +1049,16 @@ mod tests {
         assert_eq!(ctx.node_status(0, id), nodewright_schema::Status::Erroring);
     }
 
-    #[test]
-    fn the_interrupt_completion_promotes_skipped_siblings() {
-        let obj = nw("nw")
-            .reboot_package("alpha", "1.0.0")
-            .reboot_package("beta", "1.0.0")
-            .build();
-        let package = obj.spec.packages()["alpha"].clone();
+    /// The package's interrupt Job on n1 at `stage`, completed.
+    fn completed_interrupt(obj: &NodeWright, pkg: &str, stage: Stage) -> Job {
+        let package = obj.spec.packages()[pkg].clone();
         let mut job = super::super::jobs::build_interrupt_job(
-            &obj,
+            obj,
             &settings(),
             super::super::jobs::InterruptJobInput {
-                package_name: "alpha",
+                package_name: pkg,
                 package: &package,
-                stage: Stage::Interrupt,
+                stage,
                 interrupt: package.interrupt.as_ref().unwrap(),
                 node: "n1",
                 node_order: 0,
@@ -1076,6 +1072,16 @@ mod tests {
             }]),
             ..JobStatus::default()
         });
+        job
+    }
+
+    #[test]
+    fn the_interrupt_completion_promotes_skipped_siblings() {
+        let obj = nw("nw")
+            .reboot_package("alpha", "1.0.0")
+            .reboot_package("beta", "1.0.0")
+            .build();
+        let job = completed_interrupt(&obj, "alpha", Stage::Interrupt);
         let snap = world()
             .node(node("n1").state(
                 "nw",
@@ -1107,27 +1113,7 @@ mod tests {
         // The uninstall was cancelled: its interrupt completed, the entry was removed and the
         // re-install started at apply before this completion was served (§6.10, §8.8 step 2).
         let obj = nw("nw").reboot_package("alpha", "1.0.0").build();
-        let package = obj.spec.packages()["alpha"].clone();
-        let mut job = super::super::jobs::build_interrupt_job(
-            &obj,
-            &settings(),
-            super::super::jobs::InterruptJobInput {
-                package_name: "alpha",
-                package: &package,
-                stage: Stage::UninstallInterrupt,
-                interrupt: package.interrupt.as_ref().unwrap(),
-                node: "n1",
-                node_order: 0,
-            },
-        );
-        job.status = Some(JobStatus {
-            conditions: Some(vec![JobCondition {
-                type_: "Complete".into(),
-                status: "True".into(),
-                ..JobCondition::default()
-            }]),
-            ..JobStatus::default()
-        });
+        let job = completed_interrupt(&obj, "alpha", Stage::UninstallInterrupt);
         let snap = world()
             .node(node("n1").state("nw", &[("alpha", "1.0.0", Stage::Apply, State::InProgress)]))
             .nw(nw("nw").reboot_package("alpha", "1.0.0"))

@@ -142,17 +142,10 @@ pub fn order(writes: Writes) -> (Vec<Action>, Vec<Requirement>) {
                 .filter(|(_, s)| **s == Some(Status::Complete))
                 .map(|(node, _)| node);
             let rebooted = patch.node_boot_ids.set.keys();
-            let mut needs: Vec<usize> = completed
+            let needs = completed
                 .chain(rebooted)
-                .filter_map(|node| node_write.get(node).copied())
-                .collect();
-            needs.sort_unstable();
-            needs.dedup();
-            requires.extend(
-                needs
-                    .into_iter()
-                    .map(|needs| Requirement { action: at, needs }),
-            );
+                .filter_map(|node| node_write.get(node).copied());
+            require(&mut requires, at, needs);
         }
         actions.push(status);
     }
@@ -166,21 +159,12 @@ pub fn order(writes: Writes) -> (Vec<Action>, Vec<Requirement>) {
     }
     for (i, action) in rest {
         let at = actions.len();
-        let mut needs: Vec<usize> = after_of[i]
-            .iter()
-            .filter_map(|a| match a {
-                After::Node(node) => node_write.get(node).copied(),
-                After::Status(nw) => status_write.get(nw).copied(),
-                After::Emitted(j) => placed.get(*j).copied().flatten(),
-            })
-            .collect();
-        needs.sort_unstable();
-        needs.dedup();
-        requires.extend(
-            needs
-                .into_iter()
-                .map(|needs| Requirement { action: at, needs }),
-        );
+        let needs = after_of[i].iter().filter_map(|a| match a {
+            After::Node(node) => node_write.get(node).copied(),
+            After::Status(nw) => status_write.get(nw).copied(),
+            After::Emitted(j) => placed.get(*j).copied().flatten(),
+        });
+        require(&mut requires, at, needs);
         placed[i] = Some(at);
         actions.push(action);
     }
@@ -196,6 +180,18 @@ pub fn order(writes: Writes) -> (Vec<Action>, Vec<Requirement>) {
     }
     requires.sort_unstable();
     (actions, requires)
+}
+
+/// Records that action `at` needs each of `needs` (once each).
+fn require(requires: &mut Vec<Requirement>, at: usize, needs: impl Iterator<Item = usize>) {
+    let mut needs: Vec<usize> = needs.collect();
+    needs.sort_unstable();
+    needs.dedup();
+    requires.extend(
+        needs
+            .into_iter()
+            .map(|needs| Requirement { action: at, needs }),
+    );
 }
 
 #[cfg(test)]
