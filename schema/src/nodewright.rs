@@ -466,6 +466,15 @@ fn is_false(v: &bool) -> bool {
 }
 
 impl NodeWright {
+    /// Whether the rollout of the current spec is done: Status `complete` at the current
+    /// generation (`observedGeneration` = `metadata.generation`, §1.9). A `complete` left from
+    /// an earlier generation is not convergence.
+    pub fn is_converged(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.status == Some(crate::Status::Complete)
+                && s.observed_generation == self.metadata.generation
+        })
+    }
     /// Whether the pause annotation is exactly `"true"`.
     pub fn is_paused(&self) -> bool {
         annotation_is_true(self, crate::keys::PAUSE)
@@ -490,4 +499,26 @@ fn annotation_is_true(nw: &NodeWright, key: &str) -> bool {
         .as_ref()
         .and_then(|a| a.get(key))
         .is_some_and(|v| v == "true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn complete_counts_as_converged_only_at_the_current_generation() {
+        let mut nw = NodeWright::new("gpu", NodeWrightSpec::default());
+        nw.metadata.generation = Some(2);
+        assert!(!nw.is_converged(), "no status yet");
+        nw.status = Some(NodeWrightStatus {
+            status: Some(crate::Status::Complete),
+            observed_generation: Some(1),
+            ..NodeWrightStatus::default()
+        });
+        assert!(!nw.is_converged(), "complete for the previous spec");
+        if let Some(s) = nw.status.as_mut() {
+            s.observed_generation = Some(2);
+        }
+        assert!(nw.is_converged());
+    }
 }

@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use nodewright_schema::Status;
-
 use super::exit;
 use super::fleet::{DEMO_FLEET, Fleet};
 use super::progress::Progress;
@@ -153,7 +151,7 @@ fn all_complete(nodewrights: &[nodewright_schema::NodeWright]) -> bool {
     !nodewrights.is_empty()
         && nodewrights
             .iter()
-            .all(|nw| nw.status.as_ref().and_then(|s| s.status) == Some(Status::Complete))
+            .all(nodewright_schema::NodeWright::is_converged)
 }
 
 /// Runs the demo.
@@ -254,8 +252,7 @@ async fn demo(args: Args) -> ExitCode {
             .nodewrights
             .iter()
             .find(|nw| nw.name() == "gpu-tuning")
-            .and_then(|nw| nw.status.as_ref()?.status)
-            == Some(Status::Complete);
+            .is_some_and(nodewright_schema::NodeWright::is_converged);
         if !bumped && tuning_done {
             bumped = true;
             match bump_tuning(&dir, it.snapshot.now.as_second()) {

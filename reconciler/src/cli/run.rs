@@ -418,14 +418,16 @@ async fn serve(args: Args) -> Result<(), String> {
         if let Some(limit) = until {
             let start = *started_at.get_or_insert(it.snapshot.now);
             let done = !it.snapshot.nodewrights.is_empty()
-                && it.snapshot.nodewrights.iter().all(|nw| {
-                    nw.status.as_ref().and_then(|s| s.status)
-                        == Some(nodewright_schema::Status::Complete)
-                })
+                && it
+                    .snapshot
+                    .nodewrights
+                    .iter()
+                    .all(nodewright_schema::NodeWright::is_converged)
                 && !matches!(it.status, Some(StatusWrite::Deferred));
             if done {
                 converged_flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                progress.println("converged: every NodeWright is complete");
+                progress
+                    .println("converged: every NodeWright is complete at its current generation");
                 return ControlFlow::Break(());
             }
             if crate::sim::util::since(start, it.snapshot.now) >= limit {

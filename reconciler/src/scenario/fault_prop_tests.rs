@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use nodewright_schema::node_state::NodeState;
-use nodewright_schema::{Interrupt, InterruptType, NodeWright, Package, Status, keys};
+use nodewright_schema::{Interrupt, InterruptType, NodeWright, Package, keys};
 use proptest::prelude::*;
 
 use super::invariants::InterruptLedger;
@@ -272,11 +272,10 @@ fn lost() -> ClusterError {
 }
 
 fn complete(world: &SimCluster) -> bool {
-    world.nodewrights().get("nw").is_some_and(|nw| {
-        let status = nw.status.as_ref();
-        status.and_then(|s| s.status) == Some(Status::Complete)
-            && status.and_then(|s| s.observed_generation) == nw.metadata.generation
-    })
+    world
+        .nodewrights()
+        .get("nw")
+        .is_some_and(NodeWright::is_converged)
 }
 
 proptest! {

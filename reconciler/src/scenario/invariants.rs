@@ -397,9 +397,7 @@ impl InterruptLedger {
             let Some(nw) = nws.get(nw_name) else {
                 continue;
             };
-            let status = nw.status.as_ref();
-            let current = status.and_then(|s| s.observed_generation) == nw.metadata.generation;
-            if current && status.and_then(|s| s.status) == Some(Status::Complete) {
+            if nw.is_converged() {
                 found.push(format!(
                     "invariant 6: NodeWright {nw_name} reads complete while node {node} still owes the interrupt its configuration of {package} needs"
                 ));
