@@ -74,28 +74,115 @@ impl Executed {
     }
 }
 
-/// Walks a plan in order, holding back every action whose prerequisite did not take effect;
-/// `send` executes one action. The one executor of plans, so every caller keeps the write
-/// order the engine decided.
+/// The object an action writes: writes to one object keep the plan's order, whatever else
+/// runs beside them.
+fn object_of(action: &Action) -> (u8, &str, &str) {
+    match action {
+        Action::PatchNode(p) => (0, &p.node, ""),
+        Action::PatchNodeConditions { node, .. } => (0, node, ""),
+        Action::CreateJob(job) => (1, job.metadata.name.as_deref().unwrap_or(""), ""),
+        Action::DeleteJob { name, .. }
+        | Action::SuspendJob { name, .. }
+        | Action::AnnotateJob { name, .. }
+        | Action::FailJob { name, .. } => (1, name, ""),
+        Action::SnapshotLastLogs { job, .. } => (1, job, ""),
+        Action::EvictPod(pod) | Action::DeletePod(pod) => (2, &pod.namespace, &pod.name),
+        Action::UpsertConfigMap(cm) => (3, cm.metadata.name.as_deref().unwrap_or(""), ""),
+        Action::DeleteConfigMap { name } => (3, name, ""),
+        Action::PatchNodeWrightStatus { name, .. }
+        | Action::PatchNodeWrightAnnotations { name, .. }
+        | Action::SetFinalizer { name, .. } => (4, name, ""),
+        Action::RecordEvent(_) => (5, "", ""),
+    }
+}
+
+/// Executes a plan with up to `in_flight` writes outstanding at once (at least one), keeping
+/// the order that matters: an action starts only after every action it needs took effect
+/// (and is held, never sent, when one did not), and after every earlier action on the same
+/// object finished. `send` executes one action; `each` hears every outcome as it arrives.
+/// The one executor of plans, so every caller keeps the write order the engine decided; with
+/// `in_flight` 1 it walks the plan in order.
 pub async fn execute<'p, F, Fut>(
     plan: &'p Plan,
+    in_flight: usize,
     mut send: F,
     mut each: impl FnMut(usize, &Action, &Executed),
 ) where
     F: FnMut(&'p Action) -> Fut,
     Fut: std::future::Future<Output = Result<Outcome, crate::cluster::ClusterError>>,
 {
-    let mut took_effect = vec![false; plan.actions.len()];
+    use futures::StreamExt;
+    use futures::stream::FuturesUnordered;
+
+    let n = plan.actions.len();
+    let in_flight = in_flight.max(1);
+    // Some(took effect) once an action finished (held counts as not taking effect).
+    let mut finished: Vec<Option<bool>> = vec![None; n];
+    let mut started = vec![false; n];
+    let mut same_object_before: Vec<Option<usize>> = vec![None; n];
+    let mut last_on: std::collections::HashMap<(u8, &str, &str), usize> =
+        std::collections::HashMap::new();
     for (i, action) in plan.actions.iter().enumerate() {
-        let executed = match plan
-            .prerequisites(i)
-            .find(|&needs| !took_effect.get(needs).copied().unwrap_or(false))
-        {
-            Some(needs) => Executed::Held { needs },
-            None => Executed::Ran(send(action).await),
-        };
-        took_effect[i] = executed.took_effect();
-        each(i, action, &executed);
+        if let Action::RecordEvent(_) = action {
+            continue;
+        }
+        same_object_before[i] = last_on.insert(object_of(action), i);
+    }
+    let mut running = FuturesUnordered::new();
+    let mut first_unstarted = 0;
+    loop {
+        let mut i = first_unstarted;
+        while i < n && running.len() < in_flight {
+            if started[i] {
+                i += 1;
+                continue;
+            }
+            let mut waiting = same_object_before[i].is_some_and(|j| finished[j].is_none());
+            let mut failed = None;
+            for needs in plan.prerequisites(i) {
+                match finished.get(needs).copied().flatten() {
+                    Some(true) => {}
+                    Some(false) => failed = failed.or(Some(needs)),
+                    None if needs < i => waiting = true,
+                    // A requirement that does not point back can never be met.
+                    None => failed = failed.or(Some(needs)),
+                }
+            }
+            if let Some(needs) = failed {
+                started[i] = true;
+                finished[i] = Some(false);
+                each(i, &plan.actions[i], &Executed::Held { needs });
+            } else if !waiting {
+                started[i] = true;
+                let action = &plan.actions[i];
+                let fut = send(action);
+                running.push(async move { (i, fut.await) });
+            }
+            i += 1;
+        }
+        while first_unstarted < n && started[first_unstarted] {
+            first_unstarted += 1;
+        }
+        match running.next().await {
+            Some((i, result)) => {
+                let executed = Executed::Ran(result);
+                finished[i] = Some(executed.took_effect());
+                each(i, &plan.actions[i], &executed);
+            }
+            None if first_unstarted >= n => break,
+            // Nothing runs and nothing could start: only possible if an action waits on a
+            // later one, which the engine never plans; the rest is held.
+            None => {
+                for j in first_unstarted..n {
+                    if !started[j] {
+                        started[j] = true;
+                        finished[j] = Some(false);
+                        each(j, &plan.actions[j], &Executed::Held { needs: j });
+                    }
+                }
+                break;
+            }
+        }
     }
 }
 

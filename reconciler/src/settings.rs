@@ -83,6 +83,10 @@ impl Default for Settings {
 /// Internal constants (§13.2).
 pub mod constants {
     use std::time::Duration;
+    /// Writes of one pass outstanding at once against a cluster: enough to hide round trips,
+    /// few enough that a pass never floods the API server (upstream's client allows a burst of
+    /// 30 requests).
+    pub const WRITES_IN_FLIGHT: usize = 8;
     /// After a PDB refusal on a node, no new eviction there for this long (§7.9).
     pub const PDB_RETRY_THROTTLE: Duration = Duration::from_secs(30);
     /// Pending config-update retry (§6.8).

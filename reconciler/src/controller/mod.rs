@@ -123,6 +123,7 @@ impl<C: Cluster> Controller<C> {
         let cluster = &self.cluster;
         crate::plan::execute(
             &plan,
+            crate::settings::constants::WRITES_IN_FLIGHT,
             |action| cluster.execute(action),
             |_, action, executed| {
                 evictions.observe(action, executed);

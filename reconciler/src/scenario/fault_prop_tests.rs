@@ -1,6 +1,7 @@
 //! Property test of the write order under faults (engine/write_order.rs): random fleets and
-//! changes, random failing subsets of every plan's writes and random crash points (the rest
-//! of the plan is lost and the reconciler's memory with it). Replaying passes must converge to
+//! changes, random failing subsets of every plan's writes, answers arriving out of order under
+//! the concurrent executor, and random crash points (the rest of the plan is lost and the
+//! reconciler's memory with it). Replaying passes must converge to
 //! the node states a run without faults reaches, with no extra interrupt Job, and invariant 6
 //! must hold after every pass.
 
@@ -188,30 +189,37 @@ fn run(f: &Fleet, faults: Option<&Faults>) -> RunResult {
             let plan = crate::engine::reconcile(&snapshot, &settings);
             let mut crashed = false;
             let faulty = faults.filter(|_| pass < 60);
-            let world_ref = &mut world;
+            let shared = std::cell::RefCell::new(&mut world);
             block_on(crate::plan::execute(
                 &plan,
+                crate::settings::constants::WRITES_IN_FLIGHT,
                 |action| {
                     let fate = faulty.map(|fs| {
                         draw += 1;
                         fs.draws[draw % fs.draws.len()]
                     });
-                    let result = match fate {
-                        _ if crashed => Err(lost()),
+                    let fate = match fate {
+                        _ if crashed => Fate::Lost,
                         Some(255) => {
                             crashed = true;
-                            Err(lost())
+                            Fate::Lost
                         }
                         Some(d) if d < faulty.map_or(0, |fs| fs.fail_below) => {
                             if d % 2 == 0 {
-                                Ok(Outcome::Conflict)
+                                Fate::Conflict
                             } else {
-                                Err(lost())
+                                Fate::Lost
                             }
                         }
-                        _ => world_ref.execute(action),
+                        // Answers arrive out of order: some writes take a few polls longer.
+                        Some(d) => Fate::Lands { delay: d % 4 },
+                        None => Fate::Lands { delay: 0 },
                     };
-                    std::future::ready(result)
+                    InFlight {
+                        world: &shared,
+                        action,
+                        fate,
+                    }
                 },
                 |_, _, _| {},
             ));
@@ -260,6 +268,45 @@ fn run(f: &Fleet, faults: Option<&Faults>) -> RunResult {
         nodes,
         violations,
         converged,
+    }
+}
+
+/// What becomes of one write.
+#[derive(Clone, Copy)]
+enum Fate {
+    /// Applied after `delay` more polls.
+    Lands { delay: u8 },
+    /// 409 after the retries.
+    Conflict,
+    /// A 500 or a crash: nothing applied.
+    Lost,
+}
+
+/// A write in flight against the simulated cluster, applied when its answer arrives.
+struct InFlight<'w, 'a> {
+    world: &'w std::cell::RefCell<&'a mut SimCluster>,
+    action: &'w crate::plan::Action,
+    fate: Fate,
+}
+
+impl std::future::Future for InFlight<'_, '_> {
+    type Output = Result<Outcome, ClusterError>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.fate {
+            Fate::Lands { delay } if delay > 0 => {
+                self.fate = Fate::Lands { delay: delay - 1 };
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+            Fate::Lands { .. } => {
+                std::task::Poll::Ready(self.world.borrow_mut().execute(self.action))
+            }
+            Fate::Conflict => std::task::Poll::Ready(Ok(Outcome::Conflict)),
+            Fate::Lost => std::task::Poll::Ready(Err(lost())),
+        }
     }
 }
 

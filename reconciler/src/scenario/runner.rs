@@ -303,6 +303,7 @@ impl<'h> Run<'h> {
         let cluster = &self.cluster;
         block_on(crate::plan::execute(
             &plan,
+            crate::settings::constants::WRITES_IN_FLIGHT,
             |action| cluster.execute(action),
             |_, action, executed| {
                 evictions.observe(action, executed);
