@@ -440,3 +440,44 @@ async fn the_sim_serve_command_writes_a_working_kubeconfig() {
     );
     assert!(!out.contains("--sim"), "{out}");
 }
+
+/// `--until-converged` after a new commit waits for the new generation: a NodeWright still
+/// reading `complete` for the previous spec is not converged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn until_converged_after_a_new_commit_waits_for_the_new_generation() {
+    let setup = setup(30.0).await;
+    let mut first = setup.run("first", &["--until-converged", "6h"]);
+    wait_exit(&mut first, Duration::from_secs(300), &setup, "first").await;
+
+    // Bump gpu-tuning on the remote.
+    let work = setup.root.join("work");
+    let manifest = work.join("gpu-tuning.yaml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("version: 1.4.0", "version: 1.5.0")).unwrap();
+    git(&work, &["commit", "-q", "-am", "tuning 1.5.0"]);
+    let bare = setup.root.join("fleet.git");
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+
+    let mut second = setup.run("second", &["--until-converged", "6h"]);
+    wait_exit(&mut second, Duration::from_secs(300), &setup, "second").await;
+    let client = setup.server.client().await.unwrap();
+    let nw = Api::<nodewright_schema::NodeWright>::all(client.clone())
+        .get("gpu-tuning")
+        .await
+        .unwrap();
+    assert!(nw.is_converged(), "{:?}", nw.status);
+    let nodes = Api::<Node>::all(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    for node in &nodes.items {
+        let ann = node.metadata.annotations.clone().unwrap_or_default();
+        let state = NodeState::parse(&ann[&keys::node_state("gpu-tuning")]).unwrap();
+        assert_eq!(
+            state.0.get("tuning|1.5.0").and_then(|p| p.state),
+            Some(State::Complete),
+            "{:?}: {state:?}",
+            node.metadata.name
+        );
+    }
+}
