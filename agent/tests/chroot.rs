@@ -166,7 +166,13 @@ fn chroot_as_non_root_fails_with_a_hint_at_sandbox_mode() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("NODEWRIGHT_AGENT_NO_CHROOT=1"), "{stdout}");
+    // The failure is the agent's one `ERROR:` line on stderr (docs/agent.md).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("ERROR:") && l.contains("NODEWRIGHT_AGENT_NO_CHROOT=1")),
+        "{stderr}"
+    );
     assert!(!sb.flag("pkg", "1.0.0", "a.sh", &[], &[0]).exists());
 }
