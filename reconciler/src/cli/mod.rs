@@ -90,7 +90,7 @@ pub enum Command {
     Sim(serve::SimCommand),
     /// Watch a Git repository and converge the cluster to it (the reconciler).
     #[command(long_about = run::LONG_ABOUT, after_long_help = run::EXAMPLES)]
-    Run(run::Args),
+    Run(Box<run::Args>),
     /// A table of every NodeWright's rollout, from the cluster or a status branch.
     #[command(long_about = status::LONG_ABOUT, after_long_help = status::EXAMPLES)]
     Status(status::Args),
@@ -122,7 +122,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Sim(command) => serve::run(command, cli.common),
         Command::Demo(args) => demo::run(args),
         Command::Status(args) => status::run(args, cli.common),
-        Command::Run(args) => run::run(args, cli.common),
+        Command::Run(args) => run::run(*args, cli.common),
         Command::Simulate(args) => simulate::run(args),
     }
 }

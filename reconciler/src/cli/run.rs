@@ -21,7 +21,7 @@ use crate::settings::Settings;
 use crate::source::desired::ReadOptions;
 use crate::source::repo::{Credentials, RemoteSpec, SecretSource};
 use crate::source::triggers::{PollConfig, channel, process_seed, spawn_poller};
-use crate::writeback::git::{Author, DEFAULT_STATUS_BRANCH, PushAuth};
+use crate::writeback::git::{Author, DEFAULT_STATUS_BRANCH};
 
 /// Long help.
 pub const LONG_ABOUT: &str = "\
@@ -72,10 +72,20 @@ pub struct Args {
     /// Operator settings (YAML, camelCase names of spec §13.1).
     #[arg(long, value_name = "FILE")]
     pub settings: Option<PathBuf>,
-    /// Git credentials: a folder with `token` (and optional `username`), or `ssh-privatekey`
-    /// (and optional `known_hosts`). Missing or empty = anonymous.
+    /// Git credentials for fetch and the status push: a folder with `token` (and optional
+    /// `username`), or `ssh-privatekey` (and optional `known_hosts`). Missing or empty =
+    /// anonymous. Credentials are never sent over plain http://.
     #[arg(long, value_name = "DIR")]
     pub git_credentials_dir: Option<PathBuf>,
+    /// Trust only the CA certificates in this PEM file for https remotes (fetch and push), for
+    /// a Git server whose certificate comes from a private CA.
+    #[arg(long, value_name = "FILE")]
+    pub git_ca_file: Option<PathBuf>,
+    /// Trust an ssh remote's host key the first time it is seen and record it in known_hosts
+    /// (a changed key is still refused). Without it, the host key must already be in
+    /// known_hosts.
+    #[arg(long)]
+    pub git_ssh_accept_new: bool,
     /// Where remotes are mirrored.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -164,7 +174,7 @@ fn load_settings(path: Option<&PathBuf>) -> Result<Settings, String> {
     Ok(settings)
 }
 
-fn credentials(dir: Option<&PathBuf>) -> Credentials {
+fn credentials(dir: Option<&PathBuf>, accept_new_host_keys: bool) -> Credentials {
     let Some(dir) = dir else {
         return Credentials::None;
     };
@@ -183,6 +193,7 @@ fn credentials(dir: Option<&PathBuf>) -> Credentials {
         Credentials::SshKey {
             key_file: key,
             known_hosts,
+            accept_new_host_keys,
         }
     } else {
         Credentials::None
@@ -203,8 +214,9 @@ fn location(args: &Args) -> RepoLocation {
     RepoLocation::Remote {
         spec: RemoteSpec {
             url: args.repo.clone(),
-            credentials: credentials(args.git_credentials_dir.as_ref()),
+            credentials: credentials(args.git_credentials_dir.as_ref(), args.git_ssh_accept_new),
             depth: NonZeroU32::new(0),
+            ca_file: args.git_ca_file.clone(),
         },
         cache_root,
     }
@@ -287,10 +299,9 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
         StatusWriter::new(StatusTarget {
             repo: source.repo_path().to_path_buf(),
             branch: args.status_branch.clone(),
-            remote: source.remote_url().map(str::to_string),
-            auth: PushAuth::default(),
+            remote: source.remote().cloned(),
             author: Author::default(),
-            mirror: None,
+            mirror: source.remote().map(|_| source.repo().clone()),
             interval: Duration::from_secs(30),
         })
     });

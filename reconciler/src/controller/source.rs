@@ -59,7 +59,7 @@ pub struct GitSource {
     options: ReadOptions,
     tracker: DesiredStateTracker,
     seen: Option<ObjectId>,
-    remote_url: Option<String>,
+    remote: Option<RemoteSpec>,
 }
 
 impl GitSource {
@@ -70,11 +70,11 @@ impl GitSource {
         status_branch: &str,
         options: ReadOptions,
     ) -> Result<Self, RepoError> {
-        let (git, remote_url) = match location {
+        let (git, remote) = match location {
             RepoLocation::Local(path) => (GitRepo::open(path)?, None),
             RepoLocation::Remote { spec, cache_root } => (
                 GitRepo::sync_remote(spec, cache_root)?.0,
-                Some(spec.url.clone()),
+                Some(spec.clone()),
             ),
         };
         Ok(GitSource {
@@ -84,7 +84,7 @@ impl GitSource {
             options,
             tracker: DesiredStateTracker::new(),
             seen: None,
-            remote_url,
+            remote,
         })
     }
 
@@ -93,9 +93,16 @@ impl GitSource {
         self.git.path()
     }
 
-    /// The remote to push the status branch to, when mirroring one.
-    pub fn remote_url(&self) -> Option<&str> {
-        self.remote_url.as_deref()
+    /// The remote to push the status branch to (with its credentials and trust), when
+    /// mirroring one.
+    pub fn remote(&self) -> Option<&RemoteSpec> {
+        self.remote.as_ref()
+    }
+
+    /// The repository handle (the mirror of a remote), for fetching the remote's status branch
+    /// after a rejected push.
+    pub fn repo(&self) -> &GitRepo {
+        &self.git
     }
 
     /// The git directory (watched for ref changes by the filesystem trigger).

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use nodewright_schema::NodeWright;
 
 use crate::writeback::coalesce::{Coalescer, Decision};
-use crate::writeback::git::{Author, PushAuth, WritebackError, commit_status, push};
+use crate::writeback::git::{Author, WritebackError, commit_status, push};
 use crate::writeback::render::{
     DEFAULT_NODE_DETAIL_LIMIT, StatusDocument, StatusFile, commit_message, document, render_all,
 };
@@ -21,10 +21,9 @@ pub struct StatusTarget {
     pub repo: PathBuf,
     /// Branch name.
     pub branch: String,
-    /// Remote to push to (none for a local repository).
-    pub remote: Option<String>,
-    /// Push credentials.
-    pub auth: PushAuth,
+    /// Remote to push to, with the credentials and trust fetch uses (none for a local
+    /// repository).
+    pub remote: Option<crate::source::repo::RemoteSpec>,
     /// Commit author.
     pub author: Author,
     /// The mirror of the remote (fetched through gix before re-committing after a rejection).
@@ -127,12 +126,7 @@ impl StatusWriter {
             return Ok(true);
         }
         for _ in 0..3 {
-            match push(
-                &self.target.repo,
-                &remote,
-                &self.target.branch,
-                &self.target.auth,
-            ) {
+            match push(&self.target.repo, &remote, &self.target.branch) {
                 Ok(true) => {
                     self.push_pending = false;
                     return Ok(true);
@@ -147,10 +141,13 @@ impl StatusWriter {
         Ok(false)
     }
 
-    fn rebase_onto_remote(&mut self, remote: &str) -> Result<(), WritebackError> {
+    fn rebase_onto_remote(
+        &mut self,
+        remote: &crate::source::repo::RemoteSpec,
+    ) -> Result<(), WritebackError> {
         let branch = self.target.branch.clone();
         let fetch_error = |message: String| WritebackError::Push {
-            remote: remote.to_string(),
+            remote: remote.url.clone(),
             branch: branch.clone(),
             message: format!(
                 "the push was rejected and fetching the remote's status branch failed: {message}"
