@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::WorkRepo;
-use nodewright_reconciler::source::triggers::{self, Forge, PollConfig, Trigger};
+use nodewright_reconciler::source::triggers::{self, Forge, Trigger};
 use nodewright_reconciler::source::webhook::{WebhookConfig, github_signature, router};
 use tower::ServiceExt;
 
@@ -164,33 +164,6 @@ async fn pushes_to_other_branches_pings_and_unconfigured_forges_do_not_trigger()
     )
     .await;
     assert_eq!((status, trigger), (StatusCode::NOT_FOUND, None));
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_poller_fires_on_a_jittered_interval() {
-    let (tx, mut rx) = triggers::channel(1);
-    let config = PollConfig {
-        interval: Duration::from_secs(30),
-        jitter: 0.1,
-    };
-    let start = tokio::time::Instant::now();
-    let handle = triggers::spawn_poller(config, 42, tx);
-    let mut at = Vec::new();
-    for _ in 0..5 {
-        assert_eq!(rx.recv().await, Some(Trigger::Poll));
-        at.push(start.elapsed());
-    }
-    handle.abort();
-    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).chain([at[0]]).collect();
-    assert!(
-        gaps.iter()
-            .all(|g| *g >= Duration::from_secs(27) && *g <= Duration::from_secs(33)),
-        "{gaps:?}"
-    );
-    assert!(
-        gaps.iter().any(|g| *g != Duration::from_secs(30)),
-        "no jitter: {gaps:?}"
-    );
 }
 
 async fn next_trigger(

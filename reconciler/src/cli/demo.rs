@@ -234,6 +234,7 @@ async fn demo(args: Args) -> ExitCode {
     let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut clock = SimClock {
         speed: args.speed,
+        triggers: None,
         shutdown: stop_rx,
     };
     let mut progress = Progress::new(!args.no_progress);

@@ -18,9 +18,10 @@ use crate::controller::source::{GitSource, RepoLocation, SourceChange};
 use crate::controller::status::{StatusTarget, StatusWrite, StatusWriter};
 use crate::metrics::{Metrics, MetricsServer};
 use crate::settings::Settings;
+use crate::source::cadence::FetchCadence;
 use crate::source::desired::ReadOptions;
 use crate::source::repo::{Credentials, RemoteSpec, SecretSource};
-use crate::source::triggers::{PollConfig, channel, process_seed, spawn_poller};
+use crate::source::triggers::{channel, process_seed, watch_refs};
 use crate::writeback::git::{Author, DEFAULT_STATUS_BRANCH};
 
 /// Long help.
@@ -294,7 +295,24 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
     };
     let until = args.until_converged;
     let mut source = GitSource::open(&location, &args.branch, &args.status_branch, options)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .with_cadence(FetchCadence::new(args.poll_interval, process_seed()));
+    // Everything that asks for a fetch at once: a commit on the tracked branch of a local
+    // repository, a verified push webhook.
+    let (trigger_tx, triggers) = channel(16);
+    let _ref_watcher = match &location {
+        RepoLocation::Local(_) => Some(
+            watch_refs(
+                &source.git_dir(),
+                &args.branch,
+                Duration::from_millis(300),
+                trigger_tx.clone(),
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        RepoLocation::Remote { .. } => None,
+    };
+    drop(trigger_tx);
     let mut writer = (!args.no_status).then(|| {
         StatusWriter::new(StatusTarget {
             repo: source.repo_path().to_path_buf(),
@@ -461,19 +479,8 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
         } else {
             None
         };
-        let (tx, rx) = channel(16);
-        if matches!(location, RepoLocation::Remote { .. }) {
-            spawn_poller(
-                PollConfig {
-                    interval: args.poll_interval,
-                    ..PollConfig::default()
-                },
-                process_seed(),
-                tx,
-            );
-        }
         let mut pacer = WallClock {
-            triggers: rx,
+            triggers: Some(triggers),
             shutdown: stop_rx,
         };
         let result = run_with(
@@ -507,6 +514,7 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
         );
         let mut pacer = SimClock {
             speed: args.speed,
+            triggers: Some(triggers),
             shutdown: stop_rx,
         };
         run_with(

@@ -2,14 +2,18 @@
 //! and keep the last valid desired state in force (issue 6's tracker).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use gix::ObjectId;
+use jiff::Timestamp;
 
 use crate::cluster::Desired;
+use crate::source::cadence::FetchCadence;
 use crate::source::desired::{
     DesiredStateTracker, ReadOptions, TrackerOutcome, evaluate_commit, rejection_report,
 };
 use crate::source::repo::{GitRepo, RemoteSpec, RepoError};
+use crate::source::triggers::{PollConfig, process_seed};
 
 /// Where the desired state comes from.
 #[derive(Clone, Debug)]
@@ -51,8 +55,20 @@ pub enum SourceChange {
     },
 }
 
+/// Whether this iteration fetched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchAttempt {
+    /// No fetch was due.
+    NotDue,
+    /// Fetched (a local repository has nothing to fetch and counts as fetched).
+    Fetched,
+    /// The fetch failed; the next one waits out the backoff.
+    Failed,
+}
+
 /// The Git source of the loop.
 pub struct GitSource {
+    cadence: FetchCadence,
     git: GitRepo,
     branch: String,
     status_branch: String,
@@ -78,6 +94,7 @@ impl GitSource {
             ),
         };
         Ok(GitSource {
+            cadence: FetchCadence::new(PollConfig::default().interval, process_seed()),
             git,
             branch: branch.to_string(),
             status_branch: status_branch.to_string(),
@@ -110,9 +127,63 @@ impl GitSource {
         self.git.git_dir()
     }
 
-    /// Fetches (for a remote) and evaluates the branch head when it moved.
+    /// Replaces the fetch schedule (the default polls every 30 s from a per-process seed).
+    pub fn with_cadence(mut self, cadence: FetchCadence) -> Self {
+        self.cadence = cadence;
+        self
+    }
+
+    /// A webhook or a local ref change: fetch at the next look.
+    pub fn request_fetch(&mut self) {
+        self.cadence.request();
+    }
+
+    /// How long from `now` until the next fetch is due, so an idle loop wakes for it.
+    pub fn until_fetch(&self, now: Timestamp) -> Duration {
+        self.cadence.until_due(now)
+    }
+
+    /// Fetches when the cadence says so (logging one line when a failure episode opens and one
+    /// when it ends), then evaluates the branch head when it moved. A failed fetch leaves the
+    /// mirror as it was, so the evaluation still runs on what is there.
+    pub fn poll(&mut self, now: Timestamp) -> (FetchAttempt, Result<SourceChange, RepoError>) {
+        let attempt = if self.cadence.due(now) {
+            match self.git.fetch() {
+                Ok(_) => {
+                    if let Some(attempts) = self.cadence.succeeded(now) {
+                        tracing::info!(
+                            remote = self.remote.as_ref().map(|r| r.url.as_str()),
+                            failed_attempts = attempts,
+                            "fetching works again"
+                        );
+                    }
+                    FetchAttempt::Fetched
+                }
+                Err(e) => {
+                    let failure = self.cadence.failed(now);
+                    let retry_in = format!("{:.0?}", failure.retry_after);
+                    if failure.opens_episode() {
+                        tracing::warn!(error = %e, %retry_in, "fetch failed; the desired state in force stays, retrying with backoff (logged again when it works)");
+                    } else {
+                        tracing::debug!(error = %e, attempts = failure.attempts, %retry_in, "fetch failed again");
+                    }
+                    FetchAttempt::Failed
+                }
+            }
+        } else {
+            FetchAttempt::NotDue
+        };
+        (attempt, self.evaluate())
+    }
+
+    /// Fetches (for a remote) now and evaluates the branch head when it moved.
     pub fn refresh(&mut self) -> Result<SourceChange, RepoError> {
         self.git.fetch()?;
+        self.evaluate()
+    }
+
+    /// Evaluates the branch head of the repository as it is, when it moved.
+    pub fn evaluate(&mut self) -> Result<SourceChange, RepoError> {
         let head = self
             .git
             .resolve_desired(&self.branch, &self.status_branch)?;

@@ -8,6 +8,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use nodewright_schema::NodeWright;
 
+use crate::source::cadence::{BACKOFF_BASE, BACKOFF_CAP, Backoff, after};
+use crate::source::triggers::process_seed;
 use crate::writeback::coalesce::{Coalescer, Decision};
 use crate::writeback::git::{Author, WritebackError, commit_status, push};
 use crate::writeback::render::{
@@ -52,6 +54,8 @@ pub struct StatusWriter {
     last_docs: Vec<StatusDocument>,
     last_files: Vec<StatusFile>,
     push_pending: bool,
+    push_backoff: Backoff,
+    push_retry_at: Option<Timestamp>,
 }
 
 impl StatusWriter {
@@ -64,6 +68,8 @@ impl StatusWriter {
             last_docs: Vec::new(),
             last_files: Vec::new(),
             push_pending: false,
+            push_backoff: Backoff::new(BACKOFF_BASE, BACKOFF_CAP, process_seed()),
+            push_retry_at: None,
         }
     }
 
@@ -87,7 +93,7 @@ impl StatusWriter {
         match self.coalescer.decide(now, &files, &docs) {
             Decision::Unchanged if !self.push_pending => return Ok(StatusWrite::Unchanged),
             Decision::Unchanged => {
-                return Ok(match self.push()? {
+                return Ok(match self.push(now)? {
                     true => StatusWrite::Committed("status: pushed pending commit".into()),
                     false => StatusWrite::PushPending("status: push still pending".into()),
                 });
@@ -108,16 +114,17 @@ impl StatusWriter {
         self.last_docs = docs;
         self.last_files = files;
         self.push_pending = self.target.remote.is_some();
-        Ok(if self.push()? {
+        Ok(if self.push(now)? {
             StatusWrite::Committed(message)
         } else {
             StatusWrite::PushPending(message)
         })
     }
 
-    /// Pushes when a push is pending; on rejection the remote's tip is fetched and the current
-    /// status is committed on top of it before one more attempt.
-    fn push(&mut self) -> Result<bool, WritebackError> {
+    /// Pushes when a push is pending and no backoff is running; on rejection the remote's tip
+    /// is fetched and the current status is committed on top of it before one more attempt.
+    /// A failure logs one line when its episode opens, and one when a push works again.
+    fn push(&mut self, now: Timestamp) -> Result<bool, WritebackError> {
         let Some(remote) = self.target.remote.clone() else {
             self.push_pending = false;
             return Ok(true);
@@ -125,15 +132,41 @@ impl StatusWriter {
         if !self.push_pending {
             return Ok(true);
         }
+        if self.push_retry_at.is_some_and(|at| now < at) {
+            return Ok(false);
+        }
+        // Fetching the mirror moves the local status branch to the remote's tip, which may not
+        // hold the newest status yet: commit it again on top (nothing when it is there).
+        if !self.last_files.is_empty() {
+            commit_status(
+                &self.target.repo,
+                &self.target.branch,
+                &self.last_files,
+                &commit_message(&[], &self.last_docs),
+                &self.target.author,
+                now.as_second(),
+            )?;
+        }
         for _ in 0..3 {
             match push(&self.target.repo, &remote, &self.target.branch) {
                 Ok(true) => {
                     self.push_pending = false;
+                    self.push_retry_at = None;
+                    if let Some(attempts) = self.push_backoff.succeeded() {
+                        tracing::info!(remote = %remote.url, failed_attempts = attempts, "status push works again");
+                    }
                     return Ok(true);
                 }
-                Ok(false) => self.rebase_onto_remote(&remote)?,
+                Ok(false) => self.rebase_onto_remote(&remote, now)?,
                 Err(e) => {
-                    tracing::warn!(error = %e, "status push failed; keeping the commit and retrying later");
+                    let failure = self.push_backoff.failed();
+                    self.push_retry_at = Some(after(now, failure.retry_after));
+                    let retry_in = format!("{:.0?}", failure.retry_after);
+                    if failure.opens_episode() {
+                        tracing::warn!(error = %e, %retry_in, "status push failed; the commit stays local and is pushed with backoff (logged again when it works)");
+                    } else {
+                        tracing::debug!(error = %e, attempts = failure.attempts, %retry_in, "status push failed again");
+                    }
                     return Ok(false);
                 }
             }
@@ -144,6 +177,7 @@ impl StatusWriter {
     fn rebase_onto_remote(
         &mut self,
         remote: &crate::source::repo::RemoteSpec,
+        now: Timestamp,
     ) -> Result<(), WritebackError> {
         let branch = self.target.branch.clone();
         let fetch_error = |message: String| WritebackError::Push {
@@ -168,7 +202,7 @@ impl StatusWriter {
             &self.last_files,
             &message,
             &self.target.author,
-            Timestamp::now().as_second(),
+            now.as_second(),
         )?;
         Ok(())
     }
