@@ -1,7 +1,7 @@
 //! The fetch cadence of `nodewright run` in virtual time (issue 24): the remote is fetched every
 //! poll interval whether the fleet is idle or mid-rollout, a pushed commit is applied within one
-//! interval, and an unreachable remote is retried with exponential backoff, logged once when
-//! the failures start and once when fetching works again.
+//! interval (at once after a verified push webhook), and an unreachable remote is retried with
+//! exponential backoff, logged once when the failures start and once when fetching works again.
 
 mod common;
 
@@ -24,6 +24,8 @@ use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::source::cadence::FetchCadence;
 use nodewright_reconciler::source::desired::ReadOptions;
 use nodewright_reconciler::source::repo::RemoteSpec;
+use nodewright_reconciler::source::triggers::channel;
+use nodewright_reconciler::source::webhook::{self, WebhookConfig, github_signature};
 
 const POLL: Duration = Duration::from_secs(30);
 
@@ -113,6 +115,21 @@ impl Record {
 async fn run(
     fleet: Fleet,
     source: &mut GitSource,
+    observe: impl FnMut(&Iteration<'_>) -> ControlFlow<()>,
+) {
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    let clock = SimClock {
+        speed: 0.0,
+        triggers: None,
+        shutdown,
+    };
+    run_on(clock, fleet, source, observe).await;
+}
+
+async fn run_on(
+    mut clock: SimClock,
+    fleet: Fleet,
+    source: &mut GitSource,
     mut observe: impl FnMut(&Iteration<'_>) -> ControlFlow<()>,
 ) {
     let settings = Settings::default();
@@ -122,12 +139,6 @@ async fn run(
         nodewright_reconciler::engine::reconcile_cached,
         settings,
     );
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    let mut clock = SimClock {
-        speed: 0.0,
-        triggers: None,
-        shutdown,
-    };
     run_loop(
         &mut controller,
         source,
@@ -138,6 +149,87 @@ async fn run(
     )
     .await
     .unwrap();
+}
+
+/// Posts a signed GitHub push webhook over plain HTTP/1.1; returns the status line.
+async fn post_push_webhook(addr: std::net::SocketAddr, secret: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"ref":"refs/heads/main","after":"0000000000000000000000000000000000000000"}"#;
+    let signature = github_signature(secret, body.as_bytes());
+    let request = format!(
+        "POST /hooks/github HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: 1\r\nX-Hub-Signature-256: {signature}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test]
+async fn a_verified_push_webhook_fetches_at_once_without_waiting_for_the_poll() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, bare) = remote(tmp.path());
+    let mut source = source(&bare, &tmp.path().join("cache"))
+        .with_cadence(FetchCadence::new(Duration::from_secs(3600), 11));
+    let (tx, triggers) = channel(4);
+    let config = WebhookConfig {
+        github_secret: Some(b"hook-secret".to_vec()),
+        gitlab_token: None,
+        branch: Some("main".into()),
+    };
+    let addr = webhook::spawn("127.0.0.1:0".parse().unwrap(), config, tx)
+        .await
+        .unwrap();
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    // So slow that no wait ever ends by itself: only the webhook can wake the loop.
+    let clock = SimClock {
+        speed: 1e-9,
+        triggers: Some(triggers),
+        shutdown,
+    };
+    let mut record = Record::default();
+    let mut pushed: Option<String> = None;
+    let mut reply = None;
+    let mut iterations = 0;
+    run_on(clock, Fleet::plain(2), &mut source, |it| {
+        record.observe(it);
+        iterations += 1;
+        match &pushed {
+            None => {
+                work.write("notes.md", "pushed while the loop waits\n");
+                pushed = Some(work.commit("notes"));
+                git(&work.dir, &["push", "-q", bare.to_str().unwrap(), "main"]);
+                reply = Some(tokio::spawn(post_push_webhook(addr, b"hook-secret")));
+            }
+            Some(commit) if record.moved.iter().any(|(_, c)| c == commit) => {
+                return ControlFlow::Break(());
+            }
+            Some(_) if iterations > 20 => return ControlFlow::Break(()),
+            Some(_) => {}
+        }
+        ControlFlow::Continue(())
+    })
+    .await;
+    let reply = reply.unwrap().await.unwrap();
+    assert!(reply.contains("202"), "{reply}");
+    let commit = pushed.unwrap();
+    let (seen_at, _) = record
+        .moved
+        .iter()
+        .find(|(_, c)| *c == commit)
+        .expect("the pushed commit is seen after the webhook");
+    assert!(
+        *seen_at < Duration::from_secs(1),
+        "seen at {seen_at:?} of virtual time, long before the hourly poll"
+    );
+    assert_eq!(
+        record.fetches.len(),
+        2,
+        "the start and the webhook: {:?}",
+        record.fetches
+    );
 }
 
 fn within_jitter(gap: Duration) -> bool {

@@ -22,6 +22,7 @@ use crate::source::cadence::FetchCadence;
 use crate::source::desired::ReadOptions;
 use crate::source::repo::{Credentials, RemoteSpec, SecretSource};
 use crate::source::triggers::{channel, process_seed, watch_refs};
+use crate::source::webhook;
 use crate::writeback::git::{Author, DEFAULT_STATUS_BRANCH};
 
 /// Long help.
@@ -93,13 +94,15 @@ pub struct Args {
     /// How often remotes are fetched (jittered).
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub poll_interval: Duration,
-    /// Receive GitHub/GitLab push webhooks on this address (an immediate fetch on a push).
+    /// Receive GitHub/GitLab push webhooks on this address (POST /hooks/github,
+    /// /hooks/gitlab): a verified push to --branch fetches at once. Needs a secret file below.
     #[arg(long, value_name = "ADDR")]
     pub webhook_addr: Option<std::net::SocketAddr>,
-    /// GitHub webhook secret (HMAC key) file; enables /hooks/github.
+    /// GitHub webhook secret (HMAC-SHA256 key) file; enables /hooks/github. Read at start: a
+    /// missing or empty file stops the start.
     #[arg(long, value_name = "FILE")]
     pub webhook_github_secret_file: Option<PathBuf>,
-    /// GitLab webhook token file; enables /hooks/gitlab.
+    /// GitLab webhook secret token file; enables /hooks/gitlab. Read at start.
     #[arg(long, value_name = "FILE")]
     pub webhook_gitlab_token_file: Option<PathBuf>,
     /// Refuse head commits not signed by one of these SSH public keys (one per line, as in
@@ -160,6 +163,26 @@ fn signature_policy(
             .map_err(|e| e.to_string())?;
     }
     Ok(Some(policy))
+}
+
+/// Where to receive webhooks and with which secrets, read now (an unreadable secret stops the
+/// start), or none when no webhook flag is given.
+fn webhook_config(
+    args: &Args,
+) -> Result<Option<(std::net::SocketAddr, webhook::WebhookConfig)>, String> {
+    let github = args.webhook_github_secret_file.as_deref();
+    let gitlab = args.webhook_gitlab_token_file.as_deref();
+    let Some(addr) = args.webhook_addr else {
+        let flag = match (github, gitlab) {
+            (Some(_), _) => "--webhook-github-secret-file",
+            (None, Some(_)) => "--webhook-gitlab-token-file",
+            (None, None) => return Ok(None),
+        };
+        return Err(webhook::Error::NoAddress { flag }.to_string());
+    };
+    webhook::WebhookConfig::from_files(github, gitlab, &args.branch)
+        .map(|config| Some((addr, config)))
+        .map_err(|e| e.to_string())
 }
 
 fn load_settings(path: Option<&PathBuf>) -> Result<Settings, String> {
@@ -312,6 +335,12 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
         ),
         RepoLocation::Remote { .. } => None,
     };
+    if let Some((addr, config)) = webhook_config(&args)? {
+        let bound = webhook::spawn(addr, config, trigger_tx.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(addr = %bound, branch = %args.branch, "receiving push webhooks on /hooks/github and /hooks/gitlab");
+    }
     drop(trigger_tx);
     let mut writer = (!args.no_status).then(|| {
         StatusWriter::new(StatusTarget {
