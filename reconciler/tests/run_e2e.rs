@@ -147,6 +147,34 @@ fn an_invalid_head_commit_is_reported_and_the_last_valid_one_stays_in_force() {
 }
 
 #[test]
+fn the_readme_laptop_command_rolls_the_example_fleet_out_on_sim_nodes() {
+    // See: issue 24 — `--sim-nodes` nodes were unlabelled and the example fleet selected none.
+    let repo = fleet_repo();
+    let out = Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["run", "--repo"])
+        .arg(repo.path())
+        .args(["--sim-nodes", "16", "--speed", "0", "--no-progress"])
+        .args(["--until-converged", "6h"])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("nodewright runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "run failed:\n{stderr}");
+    for nodewright in ["gpu-tuning", "gpu-driver"] {
+        let status = git(
+            repo.path(),
+            &[
+                "show",
+                &format!("nodewright/status:status/{nodewright}.yaml"),
+            ],
+        );
+        assert!(status.contains("completeNodes: 16/16"), "{status}");
+        assert!(status.contains("node-16:"), "{status}");
+    }
+}
+
+#[test]
 fn the_demo_converges_and_leaves_a_status_branch() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("demo");

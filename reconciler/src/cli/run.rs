@@ -123,7 +123,8 @@ pub struct Args {
     /// Log as JSON lines.
     #[arg(long, value_parser = ["text", "json"], default_value = "text")]
     pub log_format: String,
-    /// Embedded simulator: number of plain nodes (when no cluster is configured).
+    /// Embedded simulator: number of GPU nodes, `node-1 …` labelled
+    /// nvidia.com/gpu.present=true as `sim serve` makes them (when no cluster is configured).
     #[arg(long, default_value_t = 8)]
     pub sim_nodes: usize,
     /// Embedded simulator: a fleet description (a scenario file's cluster: and packages:).
@@ -533,7 +534,7 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
             )
             .map_err(|e| format!("{}: {e}", path.display()))?,
-            None => Fleet::plain(args.sim_nodes),
+            None => Fleet::gpu_nodes(args.sim_nodes),
         };
         let world = fleet.build(&settings.namespace, process_seed())?;
         eprintln!(
