@@ -119,30 +119,52 @@ fn run_converges_the_example_fleet_and_commits_status() {
 }
 
 #[test]
-fn an_invalid_head_commit_is_reported_and_the_last_valid_one_stays_in_force() {
+fn an_invalid_head_at_start_is_rejected_on_the_status_branch_and_the_last_valid_commit_applies() {
+    // See: issue 24 — a rejected commit must be visible in Git, and a fresh start follows the
+    // newest valid commit.
     let repo = fleet_repo();
-    let first = git(repo.path(), &["rev-parse", "HEAD"]);
+    let first = git(repo.path(), &["rev-parse", "HEAD"]).trim().to_string();
     let broken = std::fs::read_to_string(repo.path().join("gpu-tuning.yaml"))
         .unwrap()
         .replace("image: example/tuning", "image: example/tuning:1.4.0");
     std::fs::write(repo.path().join("gpu-tuning.yaml"), broken).unwrap();
     git(repo.path(), &["commit", "-q", "-am", "broken: inline tag"]);
+    let head = git(repo.path(), &["rev-parse", "HEAD"]).trim().to_string();
     let fleet_file = repo.path().join("../fleet-sim-2.yaml");
     std::fs::write(&fleet_file, FLEET).unwrap();
     let out = run(repo.path(), &fleet_file);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // Nothing was ever valid at the head, so nothing is in force and nothing converges.
-    assert!(!out.status.success());
+    assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("is invalid and was not applied"),
+        stderr.contains(&format!("commit {head} at the head of main is invalid")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "applied {first}, the newest valid commit, 1 commit back"
+        )),
         "{stderr}"
     );
     assert!(
         stderr.contains("gpu-tuning.yaml:"),
         "the report names the file and line: {stderr}"
     );
-    assert!(stderr.contains("inline tag"), "{stderr}");
-    assert!(!first.is_empty());
+    let source = git(
+        repo.path(),
+        &["show", "nodewright/status:status/_source.yaml"],
+    );
+    assert!(
+        source.contains(&format!("appliedCommit: {first}")),
+        "{source}"
+    );
+    assert!(source.contains(&format!("commit: {head}")), "{source}");
+    assert!(source.contains("at: gpu-tuning.yaml:"), "{source}");
+    let readme = git(repo.path(), &["show", "nodewright/status:status/README.md"]);
+    assert!(
+        readme.contains(&format!("**Rejected:** commit `{head}` is invalid")),
+        "{readme}"
+    );
+    assert!(readme.contains("inline tag"), "{readme}");
     let _ = std::fs::remove_file(fleet_file);
 }
 

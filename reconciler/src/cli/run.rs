@@ -432,6 +432,12 @@ async fn serve(args: Args, common: Common) -> Result<(), String> {
                 metrics.commit_seen();
                 metrics.commit_applied(commit);
             }
+            SourceChange::AppliedAncestor { commit, report, .. } => {
+                metrics.commit_seen();
+                metrics.commit_rejected();
+                metrics.commit_applied(commit);
+                progress.println(report);
+            }
             SourceChange::Unchanged { .. } => metrics.commit_seen(),
             SourceChange::None => {}
         }

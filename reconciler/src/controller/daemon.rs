@@ -183,6 +183,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
                 tracing::info!(%commit, %digest, "applying commit")
             }
             SourceChange::Rejected { report, .. } => tracing::warn!("{report}"),
+            SourceChange::AppliedAncestor { report, .. } => tracing::warn!("{report}"),
             SourceChange::Unchanged { commit } => {
                 tracing::info!(%commit, "new commit, same desired state")
             }
@@ -218,6 +219,9 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             LifecycleMode::Upstream => None,
         };
         let snapshot = controller.cluster().snapshot().await?;
+        if let Some(writer) = status.as_deref_mut() {
+            writer.set_source(source.record());
+        }
         let written = match status.as_deref_mut() {
             Some(writer) if leading => match writer.write(snapshot.now, &snapshot.nodewrights) {
                 Ok(w) => Some(w),

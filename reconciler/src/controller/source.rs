@@ -8,10 +8,20 @@ use gix::ObjectId;
 use jiff::Timestamp;
 
 use crate::cluster::Desired;
+use crate::diff::Problem;
 use crate::source::cadence::FetchCadence;
 use crate::source::desired::{
-    DesiredStateTracker, ReadOptions, TrackerOutcome, evaluate_commit, rejection_report,
+    CommitEvaluation, DesiredStateTracker, ReadOptions, TrackerOutcome, evaluate_commit,
+    rejection_report, violation_lines,
 };
+use crate::writeback::source::{Rejection, SourceRecord};
+
+/// How many commits before an invalid head a fresh start looks at for a valid one.
+pub const WALK_BACK_LIMIT: usize = 100;
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
 use crate::source::repo::{GitRepo, RemoteSpec, RepoError};
 use crate::source::triggers::{PollConfig, process_seed};
 
@@ -46,6 +56,17 @@ pub enum SourceChange {
         /// The commit.
         commit: String,
     },
+    /// A fresh start whose head is invalid: the newest valid commit before it is in force.
+    AppliedAncestor {
+        /// The commit applied.
+        commit: String,
+        /// Its digest.
+        digest: String,
+        /// The invalid head.
+        rejected: String,
+        /// The human report (both commits, file:line of each violation of the head).
+        report: String,
+    },
     /// The new head is invalid; the last valid state stays (the report names every violation).
     Rejected {
         /// The commit.
@@ -75,6 +96,7 @@ pub struct GitSource {
     options: ReadOptions,
     tracker: DesiredStateTracker,
     seen: Option<ObjectId>,
+    applied: Option<String>,
     remote: Option<RemoteSpec>,
 }
 
@@ -101,6 +123,7 @@ impl GitSource {
             options,
             tracker: DesiredStateTracker::new(),
             seen: None,
+            applied: None,
             remote,
         })
     }
@@ -182,7 +205,10 @@ impl GitSource {
         self.evaluate()
     }
 
-    /// Evaluates the branch head of the repository as it is, when it moved.
+    /// Evaluates the branch head of the repository as it is, when it moved. When nothing is in
+    /// force yet (a fresh start) and the head is invalid, the newest valid commit among the
+    /// head's first parents (at most [`WALK_BACK_LIMIT`]) is applied instead, and the change
+    /// says so.
     pub fn evaluate(&mut self) -> Result<SourceChange, RepoError> {
         let head = self
             .git
@@ -193,15 +219,96 @@ impl GitSource {
         let previous = self.tracker.previous();
         let evaluation = evaluate_commit(&self.git, head, &self.options, previous.as_ref())?;
         self.seen = Some(head);
+        if !evaluation.is_valid() && self.tracker.current().is_none() {
+            return self.walk_back(head, evaluation);
+        }
         let commit = head.to_string();
         Ok(match self.tracker.offer(evaluation) {
-            TrackerOutcome::Applied { digest } => SourceChange::Applied { commit, digest },
-            TrackerOutcome::Unchanged => SourceChange::Unchanged { commit },
+            TrackerOutcome::Applied { digest } => {
+                self.applied = Some(commit.clone());
+                SourceChange::Applied { commit, digest }
+            }
+            TrackerOutcome::Unchanged => {
+                self.applied = Some(commit.clone());
+                SourceChange::Unchanged { commit }
+            }
             TrackerOutcome::Rejected { commit, errors } => {
                 let report = rejection_report(&commit, &errors);
                 SourceChange::Rejected { commit, report }
             }
         })
+    }
+
+    /// Applies the newest valid first-parent ancestor of the invalid `head`, then records the
+    /// head's rejection (so the status branch names both).
+    fn walk_back(
+        &mut self,
+        head: ObjectId,
+        head_evaluation: CommitEvaluation,
+    ) -> Result<SourceChange, RepoError> {
+        let ancestors = self.git.first_parents(head, WALK_BACK_LIMIT + 1)?;
+        let mut found = None;
+        for (behind, id) in ancestors.iter().enumerate().skip(1) {
+            let evaluation = evaluate_commit(&self.git, *id, &self.options, None)?;
+            if evaluation.is_valid() {
+                found = Some((behind, evaluation));
+                break;
+            }
+        }
+        let errors: Vec<Problem> = head_evaluation.errors().cloned().collect();
+        let rejected = head.to_string();
+        let Some((behind, valid)) = found else {
+            self.tracker.offer(head_evaluation);
+            let report = format!(
+                "commit {rejected} is invalid and was not applied ({} error{}), and none of the {} commit{} before it on {} is valid: nothing is applied\n{}",
+                errors.len(),
+                plural(errors.len()),
+                ancestors.len().saturating_sub(1),
+                plural(ancestors.len().saturating_sub(1)),
+                self.branch,
+                violation_lines(&errors)
+            );
+            return Ok(SourceChange::Rejected {
+                commit: rejected,
+                report,
+            });
+        };
+        let commit = valid.commit.clone();
+        let digest = valid
+            .valid
+            .as_ref()
+            .map(|v| v.digest.clone())
+            .unwrap_or_default();
+        self.tracker.offer(valid);
+        self.tracker.offer(head_evaluation);
+        self.applied = Some(commit.clone());
+        let report = format!(
+            "commit {rejected} at the head of {} is invalid and was not applied ({} error{}); applied {commit}, the newest valid commit, {behind} commit{} back:\n{}",
+            self.branch,
+            errors.len(),
+            plural(errors.len()),
+            plural(behind),
+            violation_lines(&errors)
+        );
+        Ok(SourceChange::AppliedAncestor {
+            commit,
+            digest,
+            rejected,
+            report,
+        })
+    }
+
+    /// What the status branch records about the source: the commit in force and a newer
+    /// rejected one.
+    pub fn record(&self) -> SourceRecord {
+        SourceRecord {
+            branch: self.branch.clone(),
+            applied_commit: self.applied.clone(),
+            rejected: self
+                .tracker
+                .last_rejected()
+                .map(|(commit, errors)| Rejection::new(commit, errors)),
+        }
     }
 
     /// The desired state in force.

@@ -15,6 +15,7 @@ use crate::writeback::git::{Author, WritebackError, commit_status, push};
 use crate::writeback::render::{
     DEFAULT_NODE_DETAIL_LIMIT, StatusDocument, StatusFile, commit_message, document, render_all,
 };
+use crate::writeback::source::SourceRecord;
 
 /// Where the status branch goes.
 #[derive(Clone, Debug)]
@@ -56,6 +57,8 @@ pub struct StatusWriter {
     push_pending: bool,
     push_backoff: Backoff,
     push_retry_at: Option<Timestamp>,
+    source: Option<SourceRecord>,
+    last_source: Option<SourceRecord>,
 }
 
 impl StatusWriter {
@@ -70,6 +73,8 @@ impl StatusWriter {
             push_pending: false,
             push_backoff: Backoff::new(BACKOFF_BASE, BACKOFF_CAP, process_seed()),
             push_retry_at: None,
+            source: None,
+            last_source: None,
         }
     }
 
@@ -78,13 +83,22 @@ impl StatusWriter {
         &self.target
     }
 
+    /// What the next status commits say about the source (the commit in force, a rejected
+    /// newer one); none writes no `_source.yaml`.
+    pub fn set_source(&mut self, record: SourceRecord) {
+        self.source = Some(record);
+    }
+
     /// Renders the NodeWrights' status and commits it when due.
     pub fn write(
         &mut self,
         now: Timestamp,
         nodewrights: &[NodeWright],
     ) -> Result<StatusWrite, WritebackError> {
-        let files = render_all(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
+        let mut files = render_all(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
+        if let Some(source) = &self.source {
+            source.add_to(&mut files);
+        }
         let mut docs: Vec<StatusDocument> = nodewrights
             .iter()
             .map(|nw| document(nw, DEFAULT_NODE_DETAIL_LIMIT))
@@ -101,7 +115,13 @@ impl StatusWriter {
             Decision::WaitUntil(_) => return Ok(StatusWrite::Deferred),
             Decision::Commit => {}
         }
-        let message = commit_message(&self.last_docs, &docs);
+        let message = match &self.source {
+            // Only the source moved (a rejection, or a new commit in force before any pass).
+            Some(source) if self.last_source.as_ref() != Some(source) && self.last_docs == docs => {
+                source.commit_subject()
+            }
+            _ => commit_message(&self.last_docs, &docs),
+        };
         commit_status(
             &self.target.repo,
             &self.target.branch,
@@ -113,6 +133,7 @@ impl StatusWriter {
         self.coalescer.committed(now, &files, &docs);
         self.last_docs = docs;
         self.last_files = files;
+        self.last_source.clone_from(&self.source);
         self.push_pending = self.target.remote.is_some();
         Ok(if self.push(now)? {
             StatusWrite::Committed(message)

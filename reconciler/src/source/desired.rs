@@ -319,8 +319,14 @@ pub fn rejection_report(commit: &str, errors: &[Problem]) -> String {
         errors.len(),
         if errors.len() == 1 { "" } else { "s" }
     );
-    for p in errors {
-        out.push_str(&format!("  {}: {}\n", p.location(), p.message));
-    }
+    out.push_str(&violation_lines(errors));
     out
+}
+
+/// One indented `file:line: message` line per error, for reports.
+pub fn violation_lines(errors: &[Problem]) -> String {
+    errors
+        .iter()
+        .map(|p| format!("  {}: {}\n", p.location(), p.message))
+        .collect()
 }

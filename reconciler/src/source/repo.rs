@@ -524,6 +524,32 @@ impl GitRepo {
         }))
     }
 
+    /// `from` and up to `limit - 1` of its first-parent ancestors, newest first: the commits the
+    /// tracked branch pointed to, in a merge-based workflow. The walk ends early where history
+    /// does (a root commit, or the boundary of a shallow fetch).
+    pub fn first_parents(&self, from: ObjectId, limit: usize) -> Result<Vec<ObjectId>, RepoError> {
+        let repo = self.repo.to_thread_local();
+        let mut out = Vec::new();
+        let mut next = Some(from);
+        while let Some(id) = next.filter(|_| out.len() < limit) {
+            let commit = match repo.find_commit(id) {
+                Ok(commit) => commit,
+                // A parent beyond a shallow boundary is named but absent: history ends here.
+                Err(_) if !out.is_empty() => break,
+                Err(e) => {
+                    return Err(RepoError::Read {
+                        what: format!("commit {id}"),
+                        repo: self.path.clone(),
+                        message: msg(e),
+                    });
+                }
+            };
+            out.push(id);
+            next = commit.parent_ids().next().map(|p| p.detach());
+        }
+        Ok(out)
+    }
+
     /// Whether the ancestor relation holds (`ancestor` is reachable from `descendant`).
     pub fn is_ancestor(&self, ancestor: ObjectId, descendant: ObjectId) -> Result<bool, RepoError> {
         if ancestor == descendant {
