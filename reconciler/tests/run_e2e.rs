@@ -110,6 +110,50 @@ fn run_converges_the_example_fleet_and_commits_status() {
             .any(|l| l.starts_with("gpu-tuning") && l.contains("complete") && l.contains("5/5")),
         "{table}"
     );
+    assert!(
+        String::from_utf8_lossy(&status.stderr).contains("refs/heads/nodewright/status: commit "),
+        "the source record follows the table"
+    );
+    // See: issue 24 — an ordinary clone has the branch as origin/nodewright/status, and a URL
+    // is a repository too.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let clone = elsewhere.path().join("clone");
+    git(
+        elsewhere.path(),
+        &[
+            "clone",
+            "-q",
+            repo.path().to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    let url = format!("file://{}", repo.path().display());
+    let cache = elsewhere.path().join("cache");
+    for (target, extra) in [
+        (clone.to_str().unwrap(), vec![]),
+        (url.as_str(), vec!["--cache-dir", cache.to_str().unwrap()]),
+    ] {
+        let status = Command::new(env!("CARGO_BIN_EXE_nodewright"))
+            .args(["status", "--repo", target])
+            .args(extra)
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&status.stdout);
+        let stderr = String::from_utf8_lossy(&status.stderr);
+        assert!(status.status.success(), "{target}: {stderr}");
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with("gpu-tuning") && l.contains("5/5")),
+            "{target}: {table}"
+        );
+        if target == clone.to_str().unwrap() {
+            assert!(
+                stderr.contains("refs/remotes/origin/nodewright/status"),
+                "{stderr}"
+            );
+        }
+    }
     // The desired-state branch is untouched by write-back.
     assert_eq!(
         git(repo.path(), &["log", "--format=%s", "main"]).trim(),

@@ -458,6 +458,16 @@ fn openpgp_signed_commits_verify_against_allowed_keys() {
     assert!(ok.fingerprint.starts_with("OpenPGP:"), "{ok:?}");
     assert!(ok.comment.contains("alice@example.invalid"), "{ok:?}");
 
+    // See: issue 24 — an allow-list of concatenated exports silently dropped all but the first.
+    let both = SignaturePolicy::default()
+        .with_openpgp_keys(&format!("# team keys\n{mallory_pub}\n{alice_pub}"))
+        .unwrap();
+    assert_eq!(both.len(), 2);
+    assert!(
+        both.verify_commit(&repo, id).is_ok(),
+        "the second block counts"
+    );
+
     let mallory = SignaturePolicy::default()
         .with_openpgp_keys(&mallory_pub)
         .unwrap();

@@ -50,6 +50,57 @@ Examples:
   # Only mirror CRs and status; an in-cluster upstream operator runs the lifecycle
   nodewright run --repo ./fleet --lifecycle upstream --kubeconfig ~/.kube/config";
 
+/// How to reach a remote repository (shared by `run` and `status --repo`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct GitAccess {
+    /// Git credentials for fetch and the status push: a folder with `token` (and optional
+    /// `username`), or `ssh-privatekey` (and optional `known_hosts`). Missing or empty =
+    /// anonymous. Credentials are never sent over plain http://.
+    #[arg(long, value_name = "DIR")]
+    pub git_credentials_dir: Option<PathBuf>,
+    /// Trust only the CA certificates in this PEM file for https remotes (fetch and push), for
+    /// a Git server whose certificate comes from a private CA.
+    #[arg(long, value_name = "FILE")]
+    pub git_ca_file: Option<PathBuf>,
+    /// Trust an ssh remote's host key the first time it is seen and record it in known_hosts
+    /// (a changed key is still refused). Without it, the host key must already be in
+    /// known_hosts.
+    #[arg(long)]
+    pub git_ssh_accept_new: bool,
+    /// Where remotes are mirrored.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl GitAccess {
+    /// Where `repo` is: a local path read in place, or a remote (a URL, or a path that does
+    /// not exist here) mirrored under the cache directory with these credentials and trust.
+    pub fn location(&self, repo: &str) -> RepoLocation {
+        let is_url = repo.contains("://") || (repo.contains('@') && repo.contains(':'));
+        if !is_url && std::path::Path::new(repo).exists() {
+            return RepoLocation::Local(PathBuf::from(repo));
+        }
+        let cache_root = self.cache_dir.clone().unwrap_or_else(|| {
+            crate::cluster::kube::sim_kubeconfig_path()
+                .parent()
+                .map(|p| p.join("repos"))
+                .unwrap_or_else(|| std::env::temp_dir().join("nodewright-repos"))
+        });
+        RepoLocation::Remote {
+            spec: RemoteSpec {
+                url: repo.to_owned(),
+                credentials: credentials(
+                    self.git_credentials_dir.as_ref(),
+                    self.git_ssh_accept_new,
+                ),
+                depth: NonZeroU32::new(0),
+                ca_file: self.git_ca_file.clone(),
+            },
+            cache_root,
+        }
+    }
+}
+
 /// Arguments of `nodewright run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -74,23 +125,9 @@ pub struct Args {
     /// Operator settings (YAML, camelCase names of spec §13.1).
     #[arg(long, value_name = "FILE")]
     pub settings: Option<PathBuf>,
-    /// Git credentials for fetch and the status push: a folder with `token` (and optional
-    /// `username`), or `ssh-privatekey` (and optional `known_hosts`). Missing or empty =
-    /// anonymous. Credentials are never sent over plain http://.
-    #[arg(long, value_name = "DIR")]
-    pub git_credentials_dir: Option<PathBuf>,
-    /// Trust only the CA certificates in this PEM file for https remotes (fetch and push), for
-    /// a Git server whose certificate comes from a private CA.
-    #[arg(long, value_name = "FILE")]
-    pub git_ca_file: Option<PathBuf>,
-    /// Trust an ssh remote's host key the first time it is seen and record it in known_hosts
-    /// (a changed key is still refused). Without it, the host key must already be in
-    /// known_hosts.
-    #[arg(long)]
-    pub git_ssh_accept_new: bool,
-    /// Where remotes are mirrored.
-    #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
+    /// How to reach a remote repository.
+    #[command(flatten)]
+    pub git: GitAccess,
     /// How often remotes are fetched (jittered).
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub poll_interval: Duration,
@@ -225,28 +262,6 @@ fn credentials(dir: Option<&PathBuf>, accept_new_host_keys: bool) -> Credentials
     }
 }
 
-fn location(args: &Args) -> RepoLocation {
-    let is_url = args.repo.contains("://") || (args.repo.contains('@') && args.repo.contains(':'));
-    if !is_url && std::path::Path::new(&args.repo).exists() {
-        return RepoLocation::Local(PathBuf::from(&args.repo));
-    }
-    let cache_root = args.cache_dir.clone().unwrap_or_else(|| {
-        crate::cluster::kube::sim_kubeconfig_path()
-            .parent()
-            .map(|p| p.join("repos"))
-            .unwrap_or_else(|| std::env::temp_dir().join("nodewright-repos"))
-    });
-    RepoLocation::Remote {
-        spec: RemoteSpec {
-            url: args.repo.clone(),
-            credentials: credentials(args.git_credentials_dir.as_ref(), args.git_ssh_accept_new),
-            depth: NonZeroU32::new(0),
-            ca_file: args.git_ca_file.clone(),
-        },
-        cache_root,
-    }
-}
-
 /// The kubeconfig the common flags name (`--sim` is `sim serve`'s), if any.
 fn kubeconfig_path(common: &Common) -> Option<PathBuf> {
     if common.sim {
@@ -311,7 +326,7 @@ pub fn run(args: Args, common: Common) -> ExitCode {
 
 async fn serve(args: Args, common: Common) -> Result<(), String> {
     let settings = load_settings(args.settings.as_ref())?;
-    let location = location(&args);
+    let location = args.git.location(&args.repo);
     let options = ReadOptions {
         root: args.path.clone(),
         signatures: signature_policy(&args)?,

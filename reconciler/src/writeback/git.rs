@@ -183,45 +183,102 @@ pub fn read_status_file(repo_path: &Path, branch: &str, file: &str) -> Option<St
     String::from_utf8(blob.data.clone()).ok()
 }
 
-/// Every `status/*.yaml` document on the tip of `branch`: (file name, content), by name.
-pub fn read_status_documents(repo_path: &Path, branch: &str) -> Vec<(String, String)> {
-    let Ok(repo) = gix::open(repo_path) else {
-        return Vec::new();
+/// Where the status branch is read from: the local branch, else its remote-tracking copy
+/// (`refs/remotes/origin/<branch>` first, then any other remote's), as an ordinary clone has it.
+/// Returns the full ref name and its commit.
+pub fn status_tip(repo: &gix::Repository, branch: &str) -> Option<(String, ObjectId)> {
+    let mut candidates = vec![
+        format!("refs/heads/{branch}"),
+        format!("refs/remotes/origin/{branch}"),
+    ];
+    if let Ok(references) = repo.references()
+        && let Ok(remote_branches) = references.remote_branches()
+    {
+        let suffix = format!("/{branch}");
+        let mut others: Vec<String> = remote_branches
+            .filter_map(Result::ok)
+            .map(|r| r.name().as_bstr().to_string())
+            .filter(|name| {
+                name.strip_prefix("refs/remotes/")
+                    .and_then(|rest| rest.strip_suffix(suffix.as_str()))
+                    .is_some_and(|remote| !remote.is_empty() && !remote.contains('/'))
+            })
+            .collect();
+        others.sort();
+        candidates.extend(others);
+    }
+    candidates.into_iter().find_map(|name| {
+        let mut reference = repo.try_find_reference(name.as_str()).ok()??;
+        let id = reference.peel_to_id().ok()?.detach();
+        Some((name, id))
+    })
+}
+
+/// The status documents of a repository's status branch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusDocuments {
+    /// The ref they were read from (`refs/heads/…` or `refs/remotes/<remote>/…`).
+    pub reference: String,
+    /// `(file name, content)` of every NodeWright's `status/*.yaml`, by name.
+    pub files: Vec<(String, String)>,
+    /// `status/_source.yaml`: the commit in force and a rejected newer one.
+    pub source: Option<String>,
+}
+
+/// Every NodeWright's `status/*.yaml` document on the tip of `branch` ([`status_tip`]), and
+/// the source record (`status/_source.yaml`) when present; `None` when the
+/// repository has no such branch, an error when it cannot be opened or read.
+pub fn read_status_documents(
+    repo_path: &Path,
+    branch: &str,
+) -> Result<Option<StatusDocuments>, WritebackError> {
+    let err = |message: String| WritebackError::Git {
+        repo: repo_path.display().to_string(),
+        branch: branch.to_string(),
+        message,
     };
-    let Ok(Some(mut reference)) = repo.try_find_reference(format!("refs/heads/{branch}").as_str())
-    else {
-        return Vec::new();
+    let repo = gix::open(repo_path).map_err(|e| err(crate::source::repo::msg(e)))?;
+    let Some((reference, tip)) = status_tip(&repo, branch) else {
+        return Ok(None);
     };
-    let Some(tree) = reference
-        .peel_to_id()
-        .ok()
-        .and_then(|id| repo.find_commit(id).ok())
-        .and_then(|c| c.tree().ok())
-    else {
-        return Vec::new();
-    };
-    let Ok(Some(dir)) = tree.lookup_entry_by_path(STATUS_DIR) else {
-        return Vec::new();
-    };
-    let Ok(dir) = dir.object().and_then(|o| o.peel_to_tree()) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in dir.iter().filter_map(Result::ok) {
-        let name = entry.filename().to_string();
-        if !name.ends_with(".yaml") {
-            continue;
-        }
-        if let Some(text) = repo
-            .find_object(entry.oid())
-            .ok()
-            .and_then(|blob| String::from_utf8(blob.data.clone()).ok())
-        {
-            out.push((name, text));
+    let tree = repo
+        .find_commit(tip)
+        .map_err(|e| err(crate::source::repo::msg(e)))?
+        .tree()
+        .map_err(|e| err(crate::source::repo::msg(e)))?;
+    let mut files = Vec::new();
+    let mut source = None;
+    let dir = tree
+        .lookup_entry_by_path(STATUS_DIR)
+        .map_err(|e| err(crate::source::repo::msg(e)))?;
+    if let Some(dir) = dir {
+        let dir = dir
+            .object()
+            .map_err(|e| err(crate::source::repo::msg(e)))?
+            .peel_to_tree()
+            .map_err(|e| err(crate::source::repo::msg(e)))?;
+        for entry in dir.iter().filter_map(Result::ok) {
+            let name = entry.filename().to_string();
+            if !name.ends_with(".yaml") {
+                continue;
+            }
+            let blob = repo
+                .find_object(entry.oid())
+                .map_err(|e| err(crate::source::repo::msg(e)))?;
+            if let Ok(text) = String::from_utf8(blob.data.clone()) {
+                match name == super::source::SOURCE_FILE {
+                    true => source = Some(text),
+                    false => files.push((name, text)),
+                }
+            }
         }
     }
-    out.sort();
-    out
+    files.sort();
+    Ok(Some(StatusDocuments {
+        reference,
+        files,
+        source,
+    }))
 }
 
 /// Pushes `branch` from the repository at `repo_path` to `remote` with the remote's own
