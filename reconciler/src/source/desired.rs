@@ -193,6 +193,7 @@ fn file_problem(v: &FileViolation) -> Problem {
         FileViolation::SymlinkUnresolved { path, .. } => (Some(path.clone()), "symlink-unresolved"),
         FileViolation::TooLarge { path, .. } => (Some(path.clone()), "file-too-large"),
         FileViolation::TooManyFiles { .. } => (None, "too-many-files"),
+        FileViolation::OverBudget { .. } => (None, "commit-over-budget"),
         FileViolation::NonUtf8Path { .. } => (None, "non-utf8-path"),
     };
     Problem {
