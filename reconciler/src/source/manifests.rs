@@ -298,7 +298,8 @@ pub fn read_paths(paths: &[PathBuf], limits: &Limits) -> io::Result<Loaded> {
         let meta = std::fs::metadata(p)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
         if meta.is_dir() {
-            walk_dir(p, limits, &mut files)?;
+            let root = p.canonicalize()?;
+            walk_dir(p, &root, limits, &mut files)?;
         } else {
             files.push((p.display().to_string(), read_bounded(p, limits)));
         }
@@ -336,8 +337,12 @@ fn read_bounded(path: &Path, limits: &Limits) -> Result<Vec<u8>, LoadErrorKind> 
     }
 }
 
+/// Collects the manifests under `dir`. A file symlink is read only when its target stays under
+/// `root` (the canonical folder given on the command line): a link to `/etc/shadow` or to a
+/// file beside the folder is refused by name, never read. Directory symlinks are not walked.
 fn walk_dir(
     dir: &Path,
+    root: &Path,
     limits: &Limits,
     out: &mut Vec<(String, Result<Vec<u8>, LoadErrorKind>)>,
 ) -> io::Result<()> {
@@ -349,9 +354,24 @@ fn walk_dir(
         let ft = entry.file_type()?;
         if ft.is_dir() {
             if !name.starts_with('.') {
-                walk_dir(&path, limits, out)?;
+                walk_dir(&path, root, limits, out)?;
             }
-        } else if is_manifest_path(&name) && (ft.is_file() || path.is_file()) {
+        } else if ft.is_symlink() && is_manifest_path(&name) && path.is_file() {
+            let read = match path.canonicalize() {
+                Ok(target) if target.starts_with(root) => read_bounded(&target, limits),
+                Ok(target) => Err(LoadErrorKind::Io {
+                    message: format!(
+                        "symbolic link to {} leaves {}; links must stay inside the folder being read",
+                        target.display(),
+                        root.display()
+                    ),
+                }),
+                Err(e) => Err(LoadErrorKind::Io {
+                    message: e.to_string(),
+                }),
+            };
+            out.push((path.display().to_string(), read));
+        } else if ft.is_file() && is_manifest_path(&name) {
             out.push((path.display().to_string(), read_bounded(&path, limits)));
         }
     }
@@ -1441,5 +1461,30 @@ mod tests {
         let path = FieldPath::of(&["spec", "packages", "b", "version"]);
         assert_eq!(locate_in(text, doc.lines(), path.segments()), Some(5));
         assert_eq!(doc.lines().as_ptr(), first, "the index is kept");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_folder_walk_never_reads_through_a_link_that_leaves_it() {
+        // See: issue 24 — `validate DIR` followed a link to /etc/shadow.
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = tmp.path().join("fleet");
+        std::fs::create_dir_all(&fleet).unwrap();
+        std::fs::write(tmp.path().join("secret.yaml"), "token: s3cret\n").unwrap();
+        std::fs::write(fleet.join("real.yaml"), "kind: Other\n").unwrap();
+        std::os::unix::fs::symlink("../secret.yaml", fleet.join("escape.yaml")).unwrap();
+        std::os::unix::fs::symlink("real.yaml", fleet.join("inside.yaml")).unwrap();
+        let loaded = read_paths(std::slice::from_ref(&fleet), &Limits::default()).unwrap();
+        let refused: Vec<String> = loaded.errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].contains("escape.yaml") && refused[0].contains("leaves"),
+            "{refused:?}"
+        );
+        assert!(!refused[0].contains("s3cret"));
+        assert_eq!(
+            loaded.files, 3,
+            "real, inside (read through the link) and escape"
+        );
     }
 }
