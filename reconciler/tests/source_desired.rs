@@ -458,6 +458,16 @@ fn openpgp_signed_commits_verify_against_allowed_keys() {
     assert!(ok.fingerprint.starts_with("OpenPGP:"), "{ok:?}");
     assert!(ok.comment.contains("alice@example.invalid"), "{ok:?}");
 
+    // See: issue 24 — an allow-list of concatenated exports silently dropped all but the first.
+    let both = SignaturePolicy::default()
+        .with_openpgp_keys(&format!("# team keys\n{mallory_pub}\n{alice_pub}"))
+        .unwrap();
+    assert_eq!(both.len(), 2);
+    assert!(
+        both.verify_commit(&repo, id).is_ok(),
+        "the second block counts"
+    );
+
     let mallory = SignaturePolicy::default()
         .with_openpgp_keys(&mallory_pub)
         .unwrap();
@@ -562,4 +572,98 @@ fn the_tracker_keeps_the_last_good_state_and_remembers_the_rejection() {
     let again = evaluate_commit(&repo, repo.resolve(&good).unwrap(), &options, None).unwrap();
     assert_eq!(tracker.offer(again), TrackerOutcome::Unchanged);
     assert!(tracker.last_rejected().is_none());
+}
+
+#[test]
+fn a_fresh_start_with_an_invalid_head_applies_the_newest_valid_commit_before_it_and_says_so() {
+    // See: issue 24 — the docs promise the newest *valid* commit, a fresh start applied nothing.
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, bare) = remote_fixture(tmp.path());
+    work.write(
+        "fleet/gpu.yaml",
+        &nodewright(
+            "gpu",
+            "    driver:\n      version: 1.1.0\n      image: nvcr.io/nvidia/driver\n",
+        ),
+    );
+    let newest_valid = work.commit("valid upgrade");
+    work.write("fleet/broken.yaml", "kind: [unclosed\n");
+    work.commit("broken");
+    work.write(
+        "fleet/tag.yaml",
+        &nodewright(
+            "tag",
+            "    tool:\n      version: 1.0.0\n      image: nvcr.io/nvidia/tool:latest\n",
+        ),
+    );
+    let head = work.commit("broken again");
+    push(&work, &bare);
+
+    let mut src = source(tmp.path(), &bare);
+    match src.refresh().unwrap() {
+        SourceChange::AppliedAncestor {
+            commit,
+            rejected,
+            report,
+            ..
+        } => {
+            assert_eq!(commit, newest_valid);
+            assert_eq!(rejected, head);
+            assert!(report.contains("2 commits back"), "{report}");
+            assert!(report.contains("  fleet/tag.yaml:"), "{report}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let desired = src.desired().expect("the older valid commit is in force");
+    assert_eq!(desired.nodewrights.len(), 1);
+    let record = src.record();
+    assert_eq!(
+        record.applied_commit.as_deref(),
+        Some(newest_valid.as_str())
+    );
+    let rejected = record.rejected.expect("the head's rejection is recorded");
+    assert_eq!(rejected.commit, head);
+    assert!(
+        rejected
+            .violations
+            .iter()
+            .any(|v| v.at.starts_with("fleet/tag.yaml:")),
+        "{rejected:?}"
+    );
+
+    // A valid commit on top clears the rejection.
+    work.remove("fleet/broken.yaml");
+    work.remove("fleet/tag.yaml");
+    let fixed = work.commit("fixed");
+    push(&work, &bare);
+    assert!(matches!(
+        src.refresh().unwrap(),
+        SourceChange::Applied { .. } | SourceChange::Unchanged { .. }
+    ));
+    let record = src.record();
+    assert_eq!(record.applied_commit.as_deref(), Some(fixed.as_str()));
+    assert_eq!(record.rejected, None);
+}
+
+#[test]
+fn a_fresh_start_with_no_valid_commit_in_reach_applies_nothing_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("fleet/broken.yaml", "kind: [unclosed\n");
+    let head = work.commit("only broken");
+    let location = RepoLocation::Local(work.dir.clone());
+    let options = ReadOptions {
+        root: "fleet".to_owned(),
+        ..ReadOptions::default()
+    };
+    let mut src = GitSource::open(&location, "main", "nodewright/status", options).unwrap();
+    match src.refresh().unwrap() {
+        SourceChange::Rejected { commit, report } => {
+            assert_eq!(commit, head);
+            assert!(report.contains("nothing is applied"), "{report}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(src.desired().is_none());
+    assert_eq!(src.record().applied_commit, None);
 }

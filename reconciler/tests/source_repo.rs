@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::{WorkRepo, git};
 use nodewright_reconciler::source::repo::{GitRepo, RemoteSpec, RepoError};
 use nodewright_reconciler::source::tree::{FileViolation, TreeLimits, read_commit_files};
@@ -252,4 +254,98 @@ fn a_linked_work_tree_reports_the_shared_git_dir() {
         work.dir.join(".git").canonicalize().unwrap()
     );
     assert_eq!(repo.resolve("main").unwrap(), oid(&first));
+}
+
+/// `git mktree` from `entries` (`mode type id\tname` lines); returns the tree id.
+fn mktree(dir: &Path, entries: &[String]) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("git")
+        .args(["mktree", "--missing"])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(entries.join("\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A commit of `tree` (made with the git CLI, as an attacker would).
+fn commit_tree(dir: &Path, tree: &str) -> gix::ObjectId {
+    let id = git(dir, &["commit-tree", tree, "-m", "hostile"]);
+    id.parse().unwrap()
+}
+
+#[test]
+fn one_blob_named_by_thousands_of_paths_is_refused_from_object_headers() {
+    // See: issue 24 — 9,991 entries naming one 1 MB blob needed ~10 GB.
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    let blob_file = tmp.path().join("big.yaml");
+    std::fs::write(&blob_file, "a: 1\n".repeat(200_000)).unwrap();
+    let blob = git(
+        &work.dir,
+        &["hash-object", "-w", blob_file.to_str().unwrap()],
+    );
+    let entries: Vec<String> = (0..9_991)
+        .map(|i| format!("100644 blob {blob}\tf{i:05}.yaml"))
+        .collect();
+    let tree = mktree(&work.dir, &entries);
+    let commit = commit_tree(&work.dir, &tree);
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let files = read_commit_files(&repo, commit, "", &TreeLimits::default()).unwrap();
+    assert!(files.files.is_empty(), "nothing was loaded");
+    let message = files.violations[0].to_string();
+    assert!(
+        matches!(files.violations[..], [FileViolation::OverBudget { .. }]),
+        "{:?}",
+        files.violations
+    );
+    assert!(
+        message.contains("bytes of manifest files") && message.contains("max_total_bytes"),
+        "names the budget: {message}"
+    );
+}
+
+#[test]
+fn a_nested_tree_bomb_stops_at_the_entry_budget() {
+    // See: issue 24 — ten trees of ten, eight deep: 10^8 leaves from 9 objects.
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    let leaf = tmp.path().join("leaf.yaml");
+    std::fs::write(&leaf, "a: 1\n").unwrap();
+    let blob = git(&work.dir, &["hash-object", "-w", leaf.to_str().unwrap()]);
+    let mut tree = mktree(&work.dir, &[format!("100644 blob {blob}\ta.yaml")]);
+    for _ in 0..8 {
+        let entries: Vec<String> = (0..10)
+            .map(|i| format!("040000 tree {tree}\td{i}"))
+            .collect();
+        tree = mktree(&work.dir, &entries);
+    }
+    let commit = commit_tree(&work.dir, &tree);
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let files = read_commit_files(&repo, commit, "", &TreeLimits::default()).unwrap();
+    assert!(files.files.is_empty());
+    assert!(
+        matches!(files.violations[..], [FileViolation::TooManyFiles { .. }]),
+        "{:?}",
+        files.violations
+    );
+    let no_manifests = TreeLimits {
+        max_files: usize::MAX,
+        ..TreeLimits::default()
+    };
+    let files = read_commit_files(&repo, commit, "", &no_manifests).unwrap();
+    let message = files.violations[0].to_string();
+    assert!(
+        message.contains("tree entries") && message.contains("max_entries"),
+        "{message}"
+    );
 }

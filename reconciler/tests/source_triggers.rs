@@ -1,4 +1,5 @@
-//! Change triggers: webhook verification, filesystem events on refs, the jittered poller.
+//! Change triggers: webhook verification (signatures, tokens, replays, body size, branch
+//! filter, start-up checks of secret files) and filesystem events on refs.
 
 mod common;
 
@@ -7,8 +8,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::WorkRepo;
-use nodewright_reconciler::source::triggers::{self, Forge, PollConfig, Trigger};
-use nodewright_reconciler::source::webhook::{WebhookConfig, github_signature, router};
+use nodewright_reconciler::source::triggers::{self, Forge, Trigger};
+use nodewright_reconciler::source::webhook::{self, WebhookConfig, github_signature, router};
 use tower::ServiceExt;
 
 const PUSH: &str =
@@ -22,22 +23,67 @@ fn config() -> WebhookConfig {
     }
 }
 
+/// A fresh delivery id per request, as the forges send.
+fn delivery_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!(
+        "delivery-{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+/// One receiver, kept across requests (its memory of delivery ids is what refuses replays).
+struct Receiver {
+    app: axum::Router,
+    rx: tokio::sync::mpsc::Receiver<Trigger>,
+}
+
+impl Receiver {
+    fn new(cfg: WebhookConfig) -> Self {
+        let (tx, rx) = triggers::channel(4);
+        Receiver {
+            app: router(cfg, tx),
+            rx,
+        }
+    }
+
+    /// Posts `body` with `headers`, adding a fresh delivery id unless one is given.
+    async fn post(
+        &mut self,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Body>,
+    ) -> (StatusCode, Option<Trigger>) {
+        let mut req = Request::post(uri);
+        let has_id = headers
+            .iter()
+            .any(|(k, _)| *k == "x-github-delivery" || *k == "x-gitlab-event-uuid");
+        if !has_id {
+            let id = delivery_id();
+            req = req
+                .header("x-github-delivery", &id)
+                .header("x-gitlab-event-uuid", &id);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = self
+            .app
+            .clone()
+            .oneshot(req.body(body.into()).unwrap())
+            .await
+            .unwrap();
+        (resp.status(), self.rx.try_recv().ok())
+    }
+}
+
 async fn post(
     cfg: WebhookConfig,
     uri: &str,
     headers: &[(&str, &str)],
     body: &str,
 ) -> (StatusCode, Option<Trigger>) {
-    let (tx, mut rx) = triggers::channel(4);
-    let mut req = Request::post(uri);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = router(cfg, tx)
-        .oneshot(req.body(Body::from(body.to_owned())).unwrap())
-        .await
-        .unwrap();
-    (resp.status(), rx.try_recv().ok())
+    Receiver::new(cfg).post(uri, headers, body.to_owned()).await
 }
 
 #[tokio::test]
@@ -166,31 +212,131 @@ async fn pushes_to_other_branches_pings_and_unconfigured_forges_do_not_trigger()
     assert_eq!((status, trigger), (StatusCode::NOT_FOUND, None));
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_poller_fires_on_a_jittered_interval() {
-    let (tx, mut rx) = triggers::channel(1);
-    let config = PollConfig {
-        interval: Duration::from_secs(30),
-        jitter: 0.1,
+#[tokio::test]
+async fn a_replayed_delivery_is_refused_and_triggers_nothing() {
+    let mut receiver = Receiver::new(config());
+    let sig = github_signature(b"s3cret", PUSH.as_bytes());
+    let github = [
+        ("x-github-event", "push"),
+        ("x-hub-signature-256", sig.as_str()),
+        ("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+    ];
+    let (status, trigger) = receiver.post("/hooks/github", &github, PUSH).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert!(trigger.is_some());
+    let (status, trigger) = receiver.post("/hooks/github", &github, PUSH).await;
+    assert_eq!((status, trigger), (StatusCode::CONFLICT, None), "replayed");
+
+    // A forged request cannot use up or probe delivery ids: the signature is checked first.
+    let forged = [
+        ("x-github-event", "push"),
+        ("x-hub-signature-256", "sha256=00"),
+        ("x-github-delivery", "fresh-id"),
+    ];
+    let (status, _) = receiver.post("/hooks/github", &forged, PUSH).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let fresh = [
+        ("x-github-event", "push"),
+        ("x-hub-signature-256", sig.as_str()),
+        ("x-github-delivery", "fresh-id"),
+    ];
+    let (status, trigger) = receiver.post("/hooks/github", &fresh, PUSH).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert!(trigger.is_some());
+
+    let gitlab = [
+        ("x-gitlab-event", "Push Hook"),
+        ("x-gitlab-token", "gl-token"),
+        (
+            "x-gitlab-event-uuid",
+            "13792a34-cac6-4fda-95a8-c58e00a3954e",
+        ),
+    ];
+    let (status, _) = receiver.post("/hooks/gitlab", &gitlab, PUSH).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, trigger) = receiver.post("/hooks/gitlab", &gitlab, PUSH).await;
+    assert_eq!((status, trigger), (StatusCode::CONFLICT, None));
+
+    let no_id = [
+        ("x-gitlab-event", "Push Hook"),
+        ("x-gitlab-token", "gl-token"),
+        ("x-gitlab-event-uuid", ""),
+    ];
+    let (status, trigger) = receiver.post("/hooks/gitlab", &no_id, PUSH).await;
+    assert_eq!((status, trigger), (StatusCode::BAD_REQUEST, None));
+}
+
+#[tokio::test]
+async fn an_oversized_body_or_a_push_without_a_ref_triggers_nothing() {
+    let mut receiver = Receiver::new(config());
+    let huge = format!(
+        r#"{{"ref":"refs/heads/main","pad":"{}"}}"#,
+        "x".repeat(webhook::MAX_BODY)
+    );
+    let sig = github_signature(b"s3cret", huge.as_bytes());
+    let (status, trigger) = receiver
+        .post(
+            "/hooks/github",
+            &[("x-github-event", "push"), ("x-hub-signature-256", &sig)],
+            huge,
+        )
+        .await;
+    assert_eq!((status, trigger), (StatusCode::PAYLOAD_TOO_LARGE, None));
+
+    let no_ref = r#"{"after":"abc"}"#;
+    let sig = github_signature(b"s3cret", no_ref.as_bytes());
+    let (status, trigger) = receiver
+        .post(
+            "/hooks/github",
+            &[("x-github-event", "push"), ("x-hub-signature-256", &sig)],
+            no_ref,
+        )
+        .await;
+    assert_eq!((status, trigger), (StatusCode::ACCEPTED, None));
+}
+
+#[test]
+fn unreadable_or_empty_secret_files_stop_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing");
+    let err = WebhookConfig::from_files(Some(&missing), None, "main").unwrap_err();
+    assert!(
+        err.to_string().contains(missing.to_str().unwrap()),
+        "names the file: {err}"
+    );
+    let empty = tmp.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let err = WebhookConfig::from_files(None, Some(&empty), "main").unwrap_err();
+    assert!(err.to_string().contains("empty"), "{err}");
+    assert!(WebhookConfig::from_files(None, None, "main").is_err());
+
+    let work = WorkRepo::init(&tmp.path().join("fleet"));
+    work.write("README.md", "fleet\n");
+    work.commit("first");
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_nodewright"))
+            .args(["run", "--repo"])
+            .arg(&work.dir)
+            .args(["--no-progress", "--speed", "0"])
+            .args(extra)
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap()
     };
-    let start = tokio::time::Instant::now();
-    let handle = triggers::spawn_poller(config, 42, tx);
-    let mut at = Vec::new();
-    for _ in 0..5 {
-        assert_eq!(rx.recv().await, Some(Trigger::Poll));
-        at.push(start.elapsed());
-    }
-    handle.abort();
-    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).chain([at[0]]).collect();
-    assert!(
-        gaps.iter()
-            .all(|g| *g >= Duration::from_secs(27) && *g <= Duration::from_secs(33)),
-        "{gaps:?}"
-    );
-    assert!(
-        gaps.iter().any(|g| *g != Duration::from_secs(30)),
-        "no jitter: {gaps:?}"
-    );
+    let out = run(&[
+        "--webhook-addr",
+        "127.0.0.1:0",
+        "--webhook-github-secret-file",
+        missing.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains(missing.to_str().unwrap()), "{stderr}");
+    let out = run(&["--webhook-gitlab-token-file", empty.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("needs --webhook-addr"), "{stderr}");
 }
 
 async fn next_trigger(

@@ -20,7 +20,7 @@ use crate::controller::source::{GitSource, RepoLocation};
 use crate::controller::status::{StatusTarget, StatusWriter};
 use crate::settings::Settings;
 use crate::source::desired::ReadOptions;
-use crate::writeback::git::{Author, DEFAULT_STATUS_BRANCH, PushAuth, commit_files, log_oneline};
+use crate::writeback::git::{Author, DEFAULT_STATUS_BRANCH, commit_files, log_oneline};
 
 /// Long help.
 pub const LONG_ABOUT: &str = "\
@@ -220,7 +220,6 @@ async fn demo(args: Args) -> ExitCode {
         repo: dir.clone(),
         branch: DEFAULT_STATUS_BRANCH.into(),
         remote: None,
-        auth: PushAuth::default(),
         author: Author::default(),
         mirror: None,
         interval: Duration::from_secs(30),
@@ -233,6 +232,7 @@ async fn demo(args: Args) -> ExitCode {
     let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut clock = SimClock {
         speed: args.speed,
+        triggers: None,
         shutdown: stop_rx,
     };
     let mut progress = Progress::new(!args.no_progress);

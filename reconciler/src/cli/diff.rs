@@ -112,7 +112,7 @@ fn open(args: &Args) -> Result<GitRepo, RepoError> {
     let spec = RemoteSpec {
         url: args.repo.clone(),
         credentials,
-        depth: None,
+        ..RemoteSpec::anonymous(args.repo.clone())
     };
     GitRepo::sync_remote(&spec, &cache).map(|(g, _)| g)
 }

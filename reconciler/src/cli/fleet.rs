@@ -6,8 +6,18 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::scenario::format::ClusterSpec;
+use crate::scenario::format::{ClusterSpec, NodeEntry, NodeSpecEntry};
 use crate::sim::{ModelRunner, PackageModel, PackageModels, SimCluster};
+
+/// The labels of a generated simulator node (`sim serve --nodes`, `run --sim-nodes`): its
+/// hostname and `nvidia.com/gpu.present=true`, which the NodeWrights of `examples/fleet` select.
+/// No rollout pool label: such nodes fall in the example policy's default compartment.
+pub fn generated_node_labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("kubernetes.io/hostname".to_string(), name.to_string()),
+        ("nvidia.com/gpu.present".to_string(), "true".to_string()),
+    ])
+}
 
 /// A fleet description.
 #[derive(Clone, Debug, Deserialize)]
@@ -69,7 +79,8 @@ impl Fleet {
         serde_yaml::from_value(serde_yaml::Value::Mapping(mapping)).map_err(|e| e.to_string())
     }
 
-    /// `count` plain nodes named `node-0 …`, all packages succeeding with default durations.
+    /// `count` unlabelled nodes named `node-0 …`, all packages succeeding with default
+    /// durations.
     pub fn plain(count: usize) -> Fleet {
         Fleet::parse(&format!(
             "cluster:\n  nodes:\n    - generate: {{count: {count}, namePrefix: node-}}\n"
@@ -78,6 +89,31 @@ impl Fleet {
             cluster: ClusterSpec::default(),
             packages: BTreeMap::new(),
         })
+    }
+
+    /// `count` GPU nodes `node-1 …` exactly as `sim serve --nodes` makes them (the labels of
+    /// [`generated_node_labels`], so `examples/fleet` selects every one), all packages
+    /// succeeding with default durations.
+    pub fn gpu_nodes(count: usize) -> Fleet {
+        let nodes = (1..=count)
+            .map(|i| {
+                let name = format!("node-{i}");
+                NodeEntry::Node(NodeSpecEntry {
+                    labels: generated_node_labels(&name),
+                    name,
+                    annotations: BTreeMap::new(),
+                    taints: Vec::new(),
+                    unschedulable: false,
+                })
+            })
+            .collect();
+        Fleet {
+            cluster: ClusterSpec {
+                nodes,
+                ..ClusterSpec::default()
+            },
+            packages: BTreeMap::new(),
+        }
     }
 
     /// The simulated world of this fleet.
@@ -101,13 +137,22 @@ mod tests {
             .unwrap();
         assert_eq!(world.nodes().len(), 24);
         assert_eq!(world.pdbs().len(), 1);
-        assert_eq!(
-            Fleet::plain(3)
-                .build("nodewright", 1)
-                .unwrap()
-                .nodes()
-                .len(),
-            3
-        );
+    }
+
+    #[test]
+    fn sim_nodes_are_the_gpu_nodes_sim_serve_makes() {
+        let world = Fleet::gpu_nodes(3).build("nodewright", 1).unwrap();
+        let names: Vec<&String> = world.nodes().keys().collect();
+        assert_eq!(names, ["node-1", "node-2", "node-3"]);
+        for (name, node) in world.nodes() {
+            let labels = node.metadata.labels.clone().unwrap_or_default();
+            for (key, value) in generated_node_labels(name) {
+                assert_eq!(labels.get(&key), Some(&value), "{name} {key}");
+            }
+            assert_eq!(
+                labels.get("nvidia.com/gpu.present").map(String::as_str),
+                Some("true")
+            );
+        }
     }
 }

@@ -19,10 +19,12 @@ use crate::controller::source::{GitSource, RepoLocation, SourceChange};
 use crate::controller::status::{StatusTarget, StatusWrite, StatusWriter};
 use crate::metrics::{Metrics, MetricsServer};
 use crate::settings::Settings;
+use crate::source::cadence::FetchCadence;
 use crate::source::desired::ReadOptions;
 use crate::source::repo::{Credentials, RemoteSpec, SecretSource};
-use crate::source::triggers::{PollConfig, channel, process_seed, spawn_poller};
-use crate::writeback::git::{Author, DEFAULT_STATUS_BRANCH, PushAuth};
+use crate::source::triggers::{channel, process_seed, watch_refs};
+use crate::source::webhook;
+use crate::writeback::git::{Author, DEFAULT_STATUS_BRANCH};
 
 /// Long help.
 pub const LONG_ABOUT: &str = "\
@@ -48,6 +50,57 @@ Examples:
 
   # Only mirror CRs and status; an in-cluster upstream operator runs the lifecycle
   nodewright run --repo ./fleet --lifecycle upstream --kubeconfig ~/.kube/config";
+
+/// How to reach a remote repository (shared by `run` and `status --repo`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct GitAccess {
+    /// Git credentials for fetch and the status push: a folder with `token` (and optional
+    /// `username`), or `ssh-privatekey` (and optional `known_hosts`). Missing or empty =
+    /// anonymous. Credentials are never sent over plain http://.
+    #[arg(long, value_name = "DIR")]
+    pub git_credentials_dir: Option<PathBuf>,
+    /// Trust only the CA certificates in this PEM file for https remotes (fetch and push), for
+    /// a Git server whose certificate comes from a private CA.
+    #[arg(long, value_name = "FILE")]
+    pub git_ca_file: Option<PathBuf>,
+    /// Trust an ssh remote's host key the first time it is seen and record it in known_hosts
+    /// (a changed key is still refused). Without it, the host key must already be in
+    /// known_hosts.
+    #[arg(long)]
+    pub git_ssh_accept_new: bool,
+    /// Where remotes are mirrored.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl GitAccess {
+    /// Where `repo` is: a local path read in place, or a remote (a URL, or a path that does
+    /// not exist here) mirrored under the cache directory with these credentials and trust.
+    pub fn location(&self, repo: &str) -> RepoLocation {
+        let is_url = repo.contains("://") || (repo.contains('@') && repo.contains(':'));
+        if !is_url && std::path::Path::new(repo).exists() {
+            return RepoLocation::Local(PathBuf::from(repo));
+        }
+        let cache_root = self.cache_dir.clone().unwrap_or_else(|| {
+            crate::cluster::kube::sim_kubeconfig_path()
+                .parent()
+                .map(|p| p.join("repos"))
+                .unwrap_or_else(|| std::env::temp_dir().join("nodewright-repos"))
+        });
+        RepoLocation::Remote {
+            spec: RemoteSpec {
+                url: repo.to_owned(),
+                credentials: credentials(
+                    self.git_credentials_dir.as_ref(),
+                    self.git_ssh_accept_new,
+                ),
+                depth: NonZeroU32::new(0),
+                ca_file: self.git_ca_file.clone(),
+            },
+            cache_root,
+        }
+    }
+}
 
 /// Arguments of `nodewright run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -77,23 +130,21 @@ pub struct Args {
     /// which lists every setting at its default.
     #[arg(long, value_name = "FILE")]
     pub settings: Option<PathBuf>,
-    /// Git credentials: a folder with `token` (and optional `username`), or `ssh-privatekey`
-    /// (and optional `known_hosts`). Missing or empty = anonymous.
-    #[arg(long, value_name = "DIR")]
-    pub git_credentials_dir: Option<PathBuf>,
-    /// Where remotes are mirrored.
-    #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
+    /// How to reach a remote repository.
+    #[command(flatten)]
+    pub git: GitAccess,
     /// How often remotes are fetched (jittered).
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub poll_interval: Duration,
-    /// Receive GitHub/GitLab push webhooks on this address (an immediate fetch on a push).
+    /// Receive GitHub/GitLab push webhooks on this address (POST /hooks/github,
+    /// /hooks/gitlab): a verified push to --branch fetches at once. Needs a secret file below.
     #[arg(long, value_name = "ADDR")]
     pub webhook_addr: Option<std::net::SocketAddr>,
-    /// GitHub webhook secret (HMAC key) file; enables /hooks/github.
+    /// GitHub webhook secret (HMAC-SHA256 key) file; enables /hooks/github. Read at start: a
+    /// missing or empty file stops the start.
     #[arg(long, value_name = "FILE")]
     pub webhook_github_secret_file: Option<PathBuf>,
-    /// GitLab webhook token file; enables /hooks/gitlab.
+    /// GitLab webhook secret token file; enables /hooks/gitlab. Read at start.
     #[arg(long, value_name = "FILE")]
     pub webhook_gitlab_token_file: Option<PathBuf>,
     /// Refuse head commits not signed by one of these SSH public keys (one per line, as in
@@ -114,7 +165,8 @@ pub struct Args {
     /// Log as JSON lines.
     #[arg(long, value_parser = ["text", "json"], default_value = "text")]
     pub log_format: String,
-    /// Embedded simulator: number of plain nodes (when no cluster is configured).
+    /// Embedded simulator: number of GPU nodes, `node-1 …` labelled
+    /// nvidia.com/gpu.present=true as `sim serve` makes them (when no cluster is configured).
     #[arg(long, default_value_t = 8)]
     pub sim_nodes: usize,
     /// Embedded simulator: a fleet description (a scenario file's cluster: and packages:).
@@ -156,6 +208,26 @@ fn signature_policy(
     Ok(Some(policy))
 }
 
+/// Where to receive webhooks and with which secrets, read now (an unreadable secret stops the
+/// start), or none when no webhook flag is given.
+fn webhook_config(
+    args: &Args,
+) -> Result<Option<(std::net::SocketAddr, webhook::WebhookConfig)>, String> {
+    let github = args.webhook_github_secret_file.as_deref();
+    let gitlab = args.webhook_gitlab_token_file.as_deref();
+    let Some(addr) = args.webhook_addr else {
+        let flag = match (github, gitlab) {
+            (Some(_), _) => "--webhook-github-secret-file",
+            (None, Some(_)) => "--webhook-gitlab-token-file",
+            (None, None) => return Ok(None),
+        };
+        return Err(webhook::Error::NoAddress { flag }.to_string());
+    };
+    webhook::WebhookConfig::from_files(github, gitlab, &args.branch)
+        .map(|config| Some((addr, config)))
+        .map_err(|e| e.to_string())
+}
+
 fn load_settings(path: Option<&PathBuf>) -> Result<Settings, String> {
     let settings = match path {
         None => Settings::default(),
@@ -169,7 +241,7 @@ fn load_settings(path: Option<&PathBuf>) -> Result<Settings, String> {
     Ok(settings)
 }
 
-fn credentials(dir: Option<&PathBuf>) -> Credentials {
+fn credentials(dir: Option<&PathBuf>, accept_new_host_keys: bool) -> Credentials {
     let Some(dir) = dir else {
         return Credentials::None;
     };
@@ -188,32 +260,13 @@ fn credentials(dir: Option<&PathBuf>) -> Credentials {
         Credentials::SshKey {
             key_file: key,
             known_hosts,
+            accept_new_host_keys,
         }
     } else {
         Credentials::None
     }
 }
 
-fn location(args: &Args) -> RepoLocation {
-    let is_url = args.repo.contains("://") || (args.repo.contains('@') && args.repo.contains(':'));
-    if !is_url && std::path::Path::new(&args.repo).exists() {
-        return RepoLocation::Local(PathBuf::from(&args.repo));
-    }
-    let cache_root = args.cache_dir.clone().unwrap_or_else(|| {
-        crate::cluster::kube::sim_kubeconfig_path()
-            .parent()
-            .map(|p| p.join("repos"))
-            .unwrap_or_else(|| std::env::temp_dir().join("nodewright-repos"))
-    });
-    RepoLocation::Remote {
-        spec: RemoteSpec {
-            url: args.repo.clone(),
-            credentials: credentials(args.git_credentials_dir.as_ref()),
-            depth: NonZeroU32::new(0),
-        },
-        cache_root,
-    }
-}
 
 /// This host's name, for the leader-election identity.
 fn hostname() -> String {
@@ -275,7 +328,7 @@ pub fn run(args: Args) -> ExitCode {
 
 async fn serve(args: Args) -> Result<(), String> {
     let settings = load_settings(args.settings.as_ref())?;
-    let location = location(&args);
+    let location = args.git.location(&args.repo);
     let options = ReadOptions {
         root: args.path.clone(),
         signatures: signature_policy(&args)?,
@@ -283,15 +336,37 @@ async fn serve(args: Args) -> Result<(), String> {
     };
     let until = args.until_converged;
     let mut source = GitSource::open(&location, &args.branch, &args.status_branch, options)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .with_cadence(FetchCadence::new(args.poll_interval, process_seed()));
+    // Everything that asks for a fetch at once: a commit on the tracked branch of a local
+    // repository, a verified push webhook.
+    let (trigger_tx, triggers) = channel(16);
+    let _ref_watcher = match &location {
+        RepoLocation::Local(_) => Some(
+            watch_refs(
+                &source.git_dir(),
+                &args.branch,
+                Duration::from_millis(300),
+                trigger_tx.clone(),
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        RepoLocation::Remote { .. } => None,
+    };
+    if let Some((addr, config)) = webhook_config(&args)? {
+        let bound = webhook::spawn(addr, config, trigger_tx.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(addr = %bound, branch = %args.branch, "receiving push webhooks on /hooks/github and /hooks/gitlab");
+    }
+    drop(trigger_tx);
     let mut writer = (!args.no_status).then(|| {
         StatusWriter::new(StatusTarget {
             repo: source.repo_path().to_path_buf(),
             branch: args.status_branch.clone(),
-            remote: source.remote_url().map(str::to_string),
-            auth: PushAuth::default(),
+            remote: source.remote().cloned(),
             author: Author::default(),
-            mirror: None,
+            mirror: source.remote().map(|_| source.repo().clone()),
             interval: Duration::from_secs(30),
         })
     });
@@ -384,6 +459,12 @@ async fn serve(args: Args) -> Result<(), String> {
                 metrics.commit_seen();
                 metrics.commit_applied(commit);
             }
+            SourceChange::AppliedAncestor { commit, report, .. } => {
+                metrics.commit_seen();
+                metrics.commit_rejected();
+                metrics.commit_applied(commit);
+                progress.println(report);
+            }
             SourceChange::Unchanged { .. } => metrics.commit_seen(),
             SourceChange::None => {}
         }
@@ -464,19 +545,8 @@ async fn serve(args: Args) -> Result<(), String> {
         } else {
             None
         };
-        let (tx, rx) = channel(16);
-        if matches!(location, RepoLocation::Remote { .. }) {
-            spawn_poller(
-                PollConfig {
-                    interval: args.poll_interval,
-                    ..PollConfig::default()
-                },
-                process_seed(),
-                tx,
-            );
-        }
         let mut pacer = WallClock {
-            triggers: rx,
+            triggers: Some(triggers),
             shutdown: stop_rx,
         };
         let result = run_with(
@@ -500,7 +570,7 @@ async fn serve(args: Args) -> Result<(), String> {
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
             )
             .map_err(|e| format!("{}: {e}", path.display()))?,
-            None => Fleet::plain(args.sim_nodes),
+            None => Fleet::gpu_nodes(args.sim_nodes),
         };
         let world = fleet.build(&settings.namespace, process_seed())?;
         eprintln!(
@@ -510,6 +580,7 @@ async fn serve(args: Args) -> Result<(), String> {
         );
         let mut pacer = SimClock {
             speed: args.speed,
+            triggers: Some(triggers),
             shutdown: stop_rx,
         };
         run_with(

@@ -1,7 +1,6 @@
 //! `nodewright sim serve`: the simulated cluster over HTTP on loopback, as a Kubernetes API
 //! subset (ARCHITECTURE §2.2), with a kubeconfig for kube-rs clients and kubectl.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -90,10 +89,7 @@ pub fn build_world(args: &Args, namespace: &str) -> Result<SimCluster, String> {
     for i in 1..=args.nodes {
         let name = format!("node-{i}");
         world.add_node(NodeInput {
-            labels: BTreeMap::from([
-                ("kubernetes.io/hostname".to_string(), name.clone()),
-                ("nvidia.com/gpu.present".to_string(), "true".to_string()),
-            ]),
+            labels: super::fleet::generated_node_labels(&name),
             name,
             ..NodeInput::default()
         });

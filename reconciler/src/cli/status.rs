@@ -1,13 +1,14 @@
 //! `nodewright status`: a readable table of every NodeWright — its nodes by status, current
 //! batches, blocked reasons — from the cluster or from a repository's status branch.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use super::exit;
 use super::verbs::Target;
 use crate::cluster::Cluster;
+use crate::controller::source::RepoLocation;
+use crate::source::repo::GitRepo;
 use crate::verbs::OutputFormat;
 use crate::verbs::format_table;
 use crate::writeback::git::{DEFAULT_STATUS_BRANCH, read_status_documents};
@@ -25,15 +26,21 @@ cluster (--kubeconfig, in-cluster, $KUBECONFIG, or --sim for `nodewright sim ser
 pub const EXAMPLES: &str = "\
 Examples:
   nodewright status --repo ./fleet
+  nodewright status --repo https://git.example.com/infra/fleet.git --git-credentials-dir ./creds
   nodewright status --kubeconfig ~/.kube/prod --watch
   nodewright status --sim -o json";
 
 /// Arguments of `nodewright status`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Read the status branch of this local repository instead of a cluster.
+    /// Read the status branch of this repository instead of a cluster: a local path (its
+    /// branch, or the remote-tracking copy `origin/<branch>` of a clone) or a remote URL
+    /// (mirrored first, with the --git-* flags).
     #[arg(long, value_name = "R")]
-    pub repo: Option<PathBuf>,
+    pub repo: Option<String>,
+    /// How to reach a remote --repo.
+    #[command(flatten)]
+    pub git: super::run::GitAccess,
     /// The status branch (with --repo).
     #[arg(long, default_value = DEFAULT_STATUS_BRANCH)]
     pub status_branch: String,
@@ -151,34 +158,106 @@ fn print(docs: &[StatusDocument], output: OutputFormat) {
     }
 }
 
-/// Runs the command.
-pub fn run(args: Args) -> ExitCode {
-    if let Some(repo) = &args.repo {
-        let docs: Vec<StatusDocument> = read_status_documents(repo, &args.status_branch)
-            .into_iter()
-            .filter_map(
-                |(name, text)| match serde_yaml::from_str::<StatusDocument>(&text) {
-                    Ok(doc) => Some(doc),
-                    Err(e) => {
-                        eprintln!(
-                            "warning: {}:status/{name} does not parse: {e}",
-                            args.status_branch
-                        );
-                        None
-                    }
-                },
-            )
-            .collect();
-        if docs.is_empty() {
+/// The table from a repository's status branch: a local repository (its own branch, or the
+/// remote-tracking copy a clone has), or a remote URL mirrored first.
+fn from_repository(repo: &str, args: &Args) -> ExitCode {
+    let path = match args.git.location(repo) {
+        RepoLocation::Local(path) => path,
+        RepoLocation::Remote { spec, cache_root } => {
+            match GitRepo::sync_remote(&spec, &cache_root) {
+                Ok((mirror, _)) => mirror.path().to_path_buf(),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(exit::RUNTIME);
+                }
+            }
+        }
+    };
+    let read = match read_status_documents(&path, &args.status_branch) {
+        Ok(Some(read)) => read,
+        Ok(None) => {
             eprintln!(
-                "error: no status documents on branch {} of {} (has `nodewright run` written status yet?)",
-                args.status_branch,
-                repo.display()
+                "error: {repo} has no branch {branch} (looked for refs/heads/{branch} and refs/remotes/<remote>/{branch}; has `nodewright run` written status yet, and was it fetched?)",
+                branch = args.status_branch
             );
             return ExitCode::from(exit::RUNTIME);
         }
-        print(&docs, args.output);
-        return ExitCode::from(exit::OK);
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(exit::RUNTIME);
+        }
+    };
+    let docs: Vec<StatusDocument> = read
+        .files
+        .iter()
+        .filter_map(
+            |(name, text)| match serde_yaml::from_str::<StatusDocument>(text) {
+                Ok(doc) => Some(doc),
+                Err(e) => {
+                    eprintln!(
+                        "warning: {}:status/{name} does not parse: {e}",
+                        read.reference
+                    );
+                    None
+                }
+            },
+        )
+        .collect();
+    if docs.is_empty() {
+        eprintln!(
+            "error: no status documents on {} of {repo} (has `nodewright run` written status yet?)",
+            read.reference
+        );
+        return ExitCode::from(exit::RUNTIME);
+    }
+    print(&docs, args.output);
+    if let Some(source) = read
+        .source
+        .as_deref()
+        .and_then(|text| serde_yaml::from_str::<SourceSummary>(text).ok())
+    {
+        eprintln!("{}", source.line(&read.reference));
+    }
+    ExitCode::from(exit::OK)
+}
+
+/// What `status/_source.yaml` says, as much as the table's footer needs.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SourceSummary {
+    applied_commit: Option<String>,
+    rejected: Option<RejectedSummary>,
+}
+
+#[derive(serde::Deserialize)]
+struct RejectedSummary {
+    commit: String,
+    #[serde(default)]
+    violations: Vec<serde_yaml::Value>,
+}
+
+impl SourceSummary {
+    fn line(&self, reference: &str) -> String {
+        let applied = match &self.applied_commit {
+            Some(commit) => format!("commit {commit} in force"),
+            None => "no valid commit in force".to_owned(),
+        };
+        match &self.rejected {
+            Some(r) => format!(
+                "{reference}: {applied}; commit {} rejected ({} violation{}, see status/_source.yaml)",
+                r.commit,
+                r.violations.len(),
+                if r.violations.len() == 1 { "" } else { "s" }
+            ),
+            None => format!("{reference}: {applied}"),
+        }
+    }
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> ExitCode {
+    if let Some(repo) = &args.repo {
+        return from_repository(repo, &args);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

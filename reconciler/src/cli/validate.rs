@@ -135,7 +135,7 @@ pub fn check_commit(
                     message: v.to_string(),
                 },
             ),
-            FileViolation::TooManyFiles { root, .. } => (
+            FileViolation::TooManyFiles { root, .. } | FileViolation::OverBudget { root, .. } => (
                 root.clone(),
                 LoadErrorKind::Io {
                     message: v.to_string(),

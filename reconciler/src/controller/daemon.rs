@@ -5,12 +5,16 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use super::source::{GitSource, SourceChange};
+use jiff::Timestamp;
+use tokio::sync::mpsc::Receiver;
+
+use super::source::{FetchAttempt, GitSource, SourceChange};
 use super::status::{StatusWrite, StatusWriter};
 use super::{Controller, PassReport};
 use crate::cluster::Cluster;
 use crate::cluster::sim::SimAdapter;
 use crate::snapshot::Snapshot;
+use crate::source::triggers::Trigger;
 
 /// Who runs the node lifecycle (issue 9).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -24,68 +28,113 @@ pub enum LifecycleMode {
     Upstream,
 }
 
-/// How the loop waits between passes.
+/// Why a wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// The delay passed, or the cluster changed.
+    Elapsed,
+    /// A webhook or a local ref change asked for a fetch.
+    Triggered,
+    /// Shut down.
+    Stop,
+}
+
+/// How the loop waits between passes, and whose clock it runs on.
 pub trait Pacer<C: Cluster> {
-    /// Waits up to `delay` (less when something changed); returns false when the loop must stop.
-    fn wait(&mut self, cluster: &C, delay: Duration) -> impl Future<Output = bool>;
+    /// The clock the loop runs on (the cluster's: wall time, or the simulator's virtual time).
+    fn now(&self, cluster: &C) -> Timestamp;
+    /// Waits up to `delay` (less when something changed).
+    fn wait(&mut self, cluster: &C, delay: Duration) -> impl Future<Output = Wake>;
+}
+
+/// The next Git trigger; a closed channel (no webhook, no watcher) never yields one.
+async fn next_trigger(triggers: &mut Option<Receiver<Trigger>>) -> Trigger {
+    if let Some(rx) = triggers {
+        if let Some(trigger) = rx.recv().await {
+            return trigger;
+        }
+        *triggers = None;
+    }
+    std::future::pending().await
 }
 
 /// Wall-clock pacing for a real cluster: wakes on the delay, a cluster change, a Git trigger
 /// or shutdown.
 pub struct WallClock {
-    /// Git triggers (poll, filesystem, webhook).
-    pub triggers: tokio::sync::mpsc::Receiver<crate::source::triggers::Trigger>,
+    /// Git triggers (webhook, local ref changes), if any.
+    pub triggers: Option<Receiver<Trigger>>,
     /// Resolves on SIGTERM/ctrl-c.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl<C: Cluster + Sync> Pacer<C> for WallClock {
-    async fn wait(&mut self, cluster: &C, delay: Duration) -> bool {
+    fn now(&self, _cluster: &C) -> Timestamp {
+        Timestamp::now()
+    }
+
+    async fn wait(&mut self, cluster: &C, delay: Duration) -> Wake {
         if *self.shutdown.borrow() {
-            return false;
+            return Wake::Stop;
         }
         tokio::select! {
-            _ = tokio::time::sleep(delay) => true,
+            _ = tokio::time::sleep(delay) => Wake::Elapsed,
             _ = cluster.changed() => {
                 // Let a burst of watch events settle into one pass.
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                true
+                Wake::Elapsed
             }
-            t = self.triggers.recv() => t.is_some() || delay.is_zero(),
-            _ = self.shutdown.changed() => false,
+            _ = next_trigger(&mut self.triggers) => Wake::Triggered,
+            _ = self.shutdown.changed() => Wake::Stop,
         }
     }
 }
 
-/// Accelerated virtual time for the embedded simulator: the world advances by `delay` while
-/// the wall clock sleeps `delay / speed`.
+/// Accelerated virtual time for the embedded simulator: the wall clock sleeps `delay / speed`
+/// and the world then advances by `delay`, or, when a Git trigger cuts the sleep short, by the
+/// virtual time that really passed.
 pub struct SimClock {
-    /// Virtual seconds per wall second.
+    /// Virtual seconds per wall second (0: as fast as possible).
     pub speed: f64,
+    /// Git triggers (webhook, local ref changes), if any.
+    pub triggers: Option<Receiver<Trigger>>,
     /// Resolves on ctrl-c.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Pacer<SimAdapter> for SimClock {
-    async fn wait(&mut self, cluster: &SimAdapter, delay: Duration) -> bool {
+    fn now(&self, cluster: &SimAdapter) -> Timestamp {
+        cluster.world().now()
+    }
+
+    async fn wait(&mut self, cluster: &SimAdapter, delay: Duration) -> Wake {
         if *self.shutdown.borrow() {
-            return false;
+            return Wake::Stop;
         }
-        cluster.world().advance(delay);
         let wall = if self.speed > 0.0 {
             delay.div_f64(self.speed)
         } else {
             Duration::ZERO
         };
-        tokio::select! {
-            _ = tokio::time::sleep(wall) => true,
-            _ = self.shutdown.changed() => false,
-        }
+        let started = tokio::time::Instant::now();
+        let wake = tokio::select! {
+            biased;
+            _ = self.shutdown.changed() => Wake::Stop,
+            _ = tokio::time::sleep(wall) => Wake::Elapsed,
+            _ = next_trigger(&mut self.triggers) => Wake::Triggered,
+        };
+        let advanced = match wake {
+            Wake::Elapsed => delay,
+            Wake::Triggered | Wake::Stop => started.elapsed().mul_f64(self.speed).min(delay),
+        };
+        cluster.world().advance(advanced);
+        wake
     }
 }
 
 /// One iteration's observations, for progress display and the caller's stop condition.
 pub struct Iteration<'a> {
+    /// Whether the remote was fetched this iteration.
+    pub fetch: FetchAttempt,
     /// The source change seen this iteration.
     pub change: &'a SourceChange,
     /// The pass (none in `upstream` lifecycle mode).
@@ -121,7 +170,8 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
 ) -> Result<(), LoopError> {
     let mut was_leading = true;
     loop {
-        let change = match source.refresh() {
+        let (fetch, change) = source.poll(pacer.now(controller.cluster()));
+        let change = match change {
             Ok(change) => change,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the repository; keeping the desired state in force");
@@ -133,6 +183,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
                 tracing::info!(%commit, %digest, "applying commit")
             }
             SourceChange::Rejected { report, .. } => tracing::warn!("{report}"),
+            SourceChange::AppliedAncestor { report, .. } => tracing::warn!("{report}"),
             SourceChange::Unchanged { commit } => {
                 tracing::info!(%commit, "new commit, same desired state")
             }
@@ -168,6 +219,9 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             LifecycleMode::Upstream => None,
         };
         let snapshot = controller.cluster().snapshot().await?;
+        if let Some(writer) = status.as_deref_mut() {
+            writer.set_source(source.record());
+        }
         let written = match status.as_deref_mut() {
             Some(writer) if leading => match writer.write(snapshot.now, &snapshot.nodewrights) {
                 Ok(w) => Some(w),
@@ -179,6 +233,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             _ => None,
         };
         let iteration = Iteration {
+            fetch,
             change: &change,
             pass: report.as_ref(),
             snapshot: &snapshot,
@@ -188,12 +243,16 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
         if observe(&iteration).is_break() {
             return Ok(());
         }
-        let delay = match &report {
+        let pass_delay = match &report {
             Some(r) => controller.delay_after(r),
             None => controller.settings().reconcile_interval(),
         };
-        if !pacer.wait(controller.cluster(), delay).await {
-            return Ok(());
+        // The fetch cadence is the loop's own: an idle fleet still wakes to fetch.
+        let delay = pass_delay.min(source.until_fetch(pacer.now(controller.cluster())));
+        match pacer.wait(controller.cluster(), delay).await {
+            Wake::Stop => return Ok(()),
+            Wake::Triggered => source.request_fetch(),
+            Wake::Elapsed => {}
         }
     }
 }

@@ -2,14 +2,28 @@
 //! and keep the last valid desired state in force (issue 6's tracker).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use gix::ObjectId;
+use jiff::Timestamp;
 
 use crate::cluster::Desired;
+use crate::diff::Problem;
+use crate::source::cadence::FetchCadence;
 use crate::source::desired::{
-    DesiredStateTracker, ReadOptions, TrackerOutcome, evaluate_commit, rejection_report,
+    CommitEvaluation, DesiredStateTracker, ReadOptions, TrackerOutcome, evaluate_commit,
+    rejection_report, violation_lines,
 };
+use crate::writeback::source::{Rejection, SourceRecord};
+
+/// How many commits before an invalid head a fresh start looks at for a valid one.
+pub const WALK_BACK_LIMIT: usize = 100;
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
 use crate::source::repo::{GitRepo, RemoteSpec, RepoError};
+use crate::source::triggers::{PollConfig, process_seed};
 
 /// Where the desired state comes from.
 #[derive(Clone, Debug)]
@@ -42,6 +56,17 @@ pub enum SourceChange {
         /// The commit.
         commit: String,
     },
+    /// A fresh start whose head is invalid: the newest valid commit before it is in force.
+    AppliedAncestor {
+        /// The commit applied.
+        commit: String,
+        /// Its digest.
+        digest: String,
+        /// The invalid head.
+        rejected: String,
+        /// The human report (both commits, file:line of each violation of the head).
+        report: String,
+    },
     /// The new head is invalid; the last valid state stays (the report names every violation).
     Rejected {
         /// The commit.
@@ -51,15 +76,28 @@ pub enum SourceChange {
     },
 }
 
+/// Whether this iteration fetched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchAttempt {
+    /// No fetch was due.
+    NotDue,
+    /// Fetched (a local repository has nothing to fetch and counts as fetched).
+    Fetched,
+    /// The fetch failed; the next one waits out the backoff.
+    Failed,
+}
+
 /// The Git source of the loop.
 pub struct GitSource {
+    cadence: FetchCadence,
     git: GitRepo,
     branch: String,
     status_branch: String,
     options: ReadOptions,
     tracker: DesiredStateTracker,
     seen: Option<ObjectId>,
-    remote_url: Option<String>,
+    applied: Option<String>,
+    remote: Option<RemoteSpec>,
 }
 
 impl GitSource {
@@ -70,21 +108,23 @@ impl GitSource {
         status_branch: &str,
         options: ReadOptions,
     ) -> Result<Self, RepoError> {
-        let (git, remote_url) = match location {
+        let (git, remote) = match location {
             RepoLocation::Local(path) => (GitRepo::open(path)?, None),
             RepoLocation::Remote { spec, cache_root } => (
                 GitRepo::sync_remote(spec, cache_root)?.0,
-                Some(spec.url.clone()),
+                Some(spec.clone()),
             ),
         };
         Ok(GitSource {
+            cadence: FetchCadence::new(PollConfig::default().interval, process_seed()),
             git,
             branch: branch.to_string(),
             status_branch: status_branch.to_string(),
             options,
             tracker: DesiredStateTracker::new(),
             seen: None,
-            remote_url,
+            applied: None,
+            remote,
         })
     }
 
@@ -93,9 +133,16 @@ impl GitSource {
         self.git.path()
     }
 
-    /// The remote to push the status branch to, when mirroring one.
-    pub fn remote_url(&self) -> Option<&str> {
-        self.remote_url.as_deref()
+    /// The remote to push the status branch to (with its credentials and trust), when
+    /// mirroring one.
+    pub fn remote(&self) -> Option<&RemoteSpec> {
+        self.remote.as_ref()
+    }
+
+    /// The repository handle (the mirror of a remote), for fetching the remote's status branch
+    /// after a rejected push.
+    pub fn repo(&self) -> &GitRepo {
+        &self.git
     }
 
     /// The git directory (watched for ref changes by the filesystem trigger).
@@ -103,9 +150,66 @@ impl GitSource {
         self.git.git_dir()
     }
 
-    /// Fetches (for a remote) and evaluates the branch head when it moved.
+    /// Replaces the fetch schedule (the default polls every 30 s from a per-process seed).
+    pub fn with_cadence(mut self, cadence: FetchCadence) -> Self {
+        self.cadence = cadence;
+        self
+    }
+
+    /// A webhook or a local ref change: fetch at the next look.
+    pub fn request_fetch(&mut self) {
+        self.cadence.request();
+    }
+
+    /// How long from `now` until the next fetch is due, so an idle loop wakes for it.
+    pub fn until_fetch(&self, now: Timestamp) -> Duration {
+        self.cadence.until_due(now)
+    }
+
+    /// Fetches when the cadence says so (logging one line when a failure episode opens and one
+    /// when it ends), then evaluates the branch head when it moved. A failed fetch leaves the
+    /// mirror as it was, so the evaluation still runs on what is there.
+    pub fn poll(&mut self, now: Timestamp) -> (FetchAttempt, Result<SourceChange, RepoError>) {
+        let attempt = if self.cadence.due(now) {
+            match self.git.fetch() {
+                Ok(_) => {
+                    if let Some(attempts) = self.cadence.succeeded(now) {
+                        tracing::info!(
+                            remote = self.remote.as_ref().map(|r| r.url.as_str()),
+                            failed_attempts = attempts,
+                            "fetching works again"
+                        );
+                    }
+                    FetchAttempt::Fetched
+                }
+                Err(e) => {
+                    let failure = self.cadence.failed(now);
+                    let retry_in = format!("{:.0?}", failure.retry_after);
+                    if failure.opens_episode() {
+                        tracing::warn!(error = %e, %retry_in, "fetch failed; the desired state in force stays, retrying with backoff (logged again when it works)");
+                    } else {
+                        tracing::debug!(error = %e, attempts = failure.attempts, %retry_in, "fetch failed again");
+                    }
+                    FetchAttempt::Failed
+                }
+            }
+        } else {
+            FetchAttempt::NotDue
+        };
+        (attempt, self.evaluate())
+    }
+
+    /// Fetches (for a remote) now and evaluates the branch head when it moved.
     pub fn refresh(&mut self) -> Result<SourceChange, RepoError> {
         self.git.fetch()?;
+        self.evaluate()
+    }
+
+    /// Evaluates the branch head of the repository as it is, when it moved. When nothing is in
+    /// force yet (a fresh start) and the head is invalid, the newest valid commit among the
+    /// head's first parents (at most [`WALK_BACK_LIMIT`]) is applied instead, and the change
+    /// says so.
+    pub fn evaluate(&mut self) -> Result<SourceChange, RepoError> {
         let head = self
             .git
             .resolve_desired(&self.branch, &self.status_branch)?;
@@ -115,15 +219,96 @@ impl GitSource {
         let previous = self.tracker.previous();
         let evaluation = evaluate_commit(&self.git, head, &self.options, previous.as_ref())?;
         self.seen = Some(head);
+        if !evaluation.is_valid() && self.tracker.current().is_none() {
+            return self.walk_back(head, evaluation);
+        }
         let commit = head.to_string();
         Ok(match self.tracker.offer(evaluation) {
-            TrackerOutcome::Applied { digest } => SourceChange::Applied { commit, digest },
-            TrackerOutcome::Unchanged => SourceChange::Unchanged { commit },
+            TrackerOutcome::Applied { digest } => {
+                self.applied = Some(commit.clone());
+                SourceChange::Applied { commit, digest }
+            }
+            TrackerOutcome::Unchanged => {
+                self.applied = Some(commit.clone());
+                SourceChange::Unchanged { commit }
+            }
             TrackerOutcome::Rejected { commit, errors } => {
                 let report = rejection_report(&commit, &errors);
                 SourceChange::Rejected { commit, report }
             }
         })
+    }
+
+    /// Applies the newest valid first-parent ancestor of the invalid `head`, then records the
+    /// head's rejection (so the status branch names both).
+    fn walk_back(
+        &mut self,
+        head: ObjectId,
+        head_evaluation: CommitEvaluation,
+    ) -> Result<SourceChange, RepoError> {
+        let ancestors = self.git.first_parents(head, WALK_BACK_LIMIT + 1)?;
+        let mut found = None;
+        for (behind, id) in ancestors.iter().enumerate().skip(1) {
+            let evaluation = evaluate_commit(&self.git, *id, &self.options, None)?;
+            if evaluation.is_valid() {
+                found = Some((behind, evaluation));
+                break;
+            }
+        }
+        let errors: Vec<Problem> = head_evaluation.errors().cloned().collect();
+        let rejected = head.to_string();
+        let Some((behind, valid)) = found else {
+            self.tracker.offer(head_evaluation);
+            let report = format!(
+                "commit {rejected} is invalid and was not applied ({} error{}), and none of the {} commit{} before it on {} is valid: nothing is applied\n{}",
+                errors.len(),
+                plural(errors.len()),
+                ancestors.len().saturating_sub(1),
+                plural(ancestors.len().saturating_sub(1)),
+                self.branch,
+                violation_lines(&errors)
+            );
+            return Ok(SourceChange::Rejected {
+                commit: rejected,
+                report,
+            });
+        };
+        let commit = valid.commit.clone();
+        let digest = valid
+            .valid
+            .as_ref()
+            .map(|v| v.digest.clone())
+            .unwrap_or_default();
+        self.tracker.offer(valid);
+        self.tracker.offer(head_evaluation);
+        self.applied = Some(commit.clone());
+        let report = format!(
+            "commit {rejected} at the head of {} is invalid and was not applied ({} error{}); applied {commit}, the newest valid commit, {behind} commit{} back:\n{}",
+            self.branch,
+            errors.len(),
+            plural(errors.len()),
+            plural(behind),
+            violation_lines(&errors)
+        );
+        Ok(SourceChange::AppliedAncestor {
+            commit,
+            digest,
+            rejected,
+            report,
+        })
+    }
+
+    /// What the status branch records about the source: the commit in force and a newer
+    /// rejected one.
+    pub fn record(&self) -> SourceRecord {
+        SourceRecord {
+            branch: self.branch.clone(),
+            applied_commit: self.applied.clone(),
+            rejected: self
+                .tracker
+                .last_rejected()
+                .map(|(commit, errors)| Rejection::new(commit, errors)),
+        }
     }
 
     /// The desired state in force.

@@ -8,11 +8,14 @@ use std::time::Duration;
 use jiff::Timestamp;
 use nodewright_schema::NodeWright;
 
+use crate::source::cadence::{BACKOFF_BASE, BACKOFF_CAP, Backoff, after};
+use crate::source::triggers::process_seed;
 use crate::writeback::coalesce::{Coalescer, Decision};
-use crate::writeback::git::{Author, PushAuth, WritebackError, commit_status, push};
+use crate::writeback::git::{Author, WritebackError, commit_status, push};
 use crate::writeback::render::{
     DEFAULT_NODE_DETAIL_LIMIT, StatusDocument, StatusFile, commit_message, document, render_all,
 };
+use crate::writeback::source::SourceRecord;
 
 /// Where the status branch goes.
 #[derive(Clone, Debug)]
@@ -21,10 +24,9 @@ pub struct StatusTarget {
     pub repo: PathBuf,
     /// Branch name.
     pub branch: String,
-    /// Remote to push to (none for a local repository).
-    pub remote: Option<String>,
-    /// Push credentials.
-    pub auth: PushAuth,
+    /// Remote to push to, with the credentials and trust fetch uses (none for a local
+    /// repository).
+    pub remote: Option<crate::source::repo::RemoteSpec>,
     /// Commit author.
     pub author: Author,
     /// The mirror of the remote (fetched through gix before re-committing after a rejection).
@@ -53,6 +55,10 @@ pub struct StatusWriter {
     last_docs: Vec<StatusDocument>,
     last_files: Vec<StatusFile>,
     push_pending: bool,
+    push_backoff: Backoff,
+    push_retry_at: Option<Timestamp>,
+    source: Option<SourceRecord>,
+    last_source: Option<SourceRecord>,
 }
 
 impl StatusWriter {
@@ -65,6 +71,10 @@ impl StatusWriter {
             last_docs: Vec::new(),
             last_files: Vec::new(),
             push_pending: false,
+            push_backoff: Backoff::new(BACKOFF_BASE, BACKOFF_CAP, process_seed()),
+            push_retry_at: None,
+            source: None,
+            last_source: None,
         }
     }
 
@@ -73,13 +83,22 @@ impl StatusWriter {
         &self.target
     }
 
+    /// What the next status commits say about the source (the commit in force, a rejected
+    /// newer one); none writes no `_source.yaml`.
+    pub fn set_source(&mut self, record: SourceRecord) {
+        self.source = Some(record);
+    }
+
     /// Renders the NodeWrights' status and commits it when due.
     pub fn write(
         &mut self,
         now: Timestamp,
         nodewrights: &[NodeWright],
     ) -> Result<StatusWrite, WritebackError> {
-        let files = render_all(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
+        let mut files = render_all(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
+        if let Some(source) = &self.source {
+            source.add_to(&mut files);
+        }
         let mut docs: Vec<StatusDocument> = nodewrights
             .iter()
             .map(|nw| document(nw, DEFAULT_NODE_DETAIL_LIMIT))
@@ -88,7 +107,7 @@ impl StatusWriter {
         match self.coalescer.decide(now, &files, &docs) {
             Decision::Unchanged if !self.push_pending => return Ok(StatusWrite::Unchanged),
             Decision::Unchanged => {
-                return Ok(match self.push()? {
+                return Ok(match self.push(now)? {
                     true => StatusWrite::Committed("status: pushed pending commit".into()),
                     false => StatusWrite::PushPending("status: push still pending".into()),
                 });
@@ -96,7 +115,13 @@ impl StatusWriter {
             Decision::WaitUntil(_) => return Ok(StatusWrite::Deferred),
             Decision::Commit => {}
         }
-        let message = commit_message(&self.last_docs, &docs);
+        let message = match &self.source {
+            // Only the source moved (a rejection, or a new commit in force before any pass).
+            Some(source) if self.last_source.as_ref() != Some(source) && self.last_docs == docs => {
+                source.commit_subject()
+            }
+            _ => commit_message(&self.last_docs, &docs),
+        };
         commit_status(
             &self.target.repo,
             &self.target.branch,
@@ -108,17 +133,19 @@ impl StatusWriter {
         self.coalescer.committed(now, &files, &docs);
         self.last_docs = docs;
         self.last_files = files;
+        self.last_source.clone_from(&self.source);
         self.push_pending = self.target.remote.is_some();
-        Ok(if self.push()? {
+        Ok(if self.push(now)? {
             StatusWrite::Committed(message)
         } else {
             StatusWrite::PushPending(message)
         })
     }
 
-    /// Pushes when a push is pending; on rejection the remote's tip is fetched and the current
-    /// status is committed on top of it before one more attempt.
-    fn push(&mut self) -> Result<bool, WritebackError> {
+    /// Pushes when a push is pending and no backoff is running; on rejection the remote's tip
+    /// is fetched and the current status is committed on top of it before one more attempt.
+    /// A failure logs one line when its episode opens, and one when a push works again.
+    fn push(&mut self, now: Timestamp) -> Result<bool, WritebackError> {
         let Some(remote) = self.target.remote.clone() else {
             self.push_pending = false;
             return Ok(true);
@@ -126,20 +153,41 @@ impl StatusWriter {
         if !self.push_pending {
             return Ok(true);
         }
-        for _ in 0..3 {
-            match push(
+        if self.push_retry_at.is_some_and(|at| now < at) {
+            return Ok(false);
+        }
+        // Fetching the mirror moves the local status branch to the remote's tip, which may not
+        // hold the newest status yet: commit it again on top (nothing when it is there).
+        if !self.last_files.is_empty() {
+            commit_status(
                 &self.target.repo,
-                &remote,
                 &self.target.branch,
-                &self.target.auth,
-            ) {
+                &self.last_files,
+                &commit_message(&[], &self.last_docs),
+                &self.target.author,
+                now.as_second(),
+            )?;
+        }
+        for _ in 0..3 {
+            match push(&self.target.repo, &remote, &self.target.branch) {
                 Ok(true) => {
                     self.push_pending = false;
+                    self.push_retry_at = None;
+                    if let Some(attempts) = self.push_backoff.succeeded() {
+                        tracing::info!(remote = %remote.url, failed_attempts = attempts, "status push works again");
+                    }
                     return Ok(true);
                 }
-                Ok(false) => self.rebase_onto_remote(&remote)?,
+                Ok(false) => self.rebase_onto_remote(&remote, now)?,
                 Err(e) => {
-                    tracing::warn!(error = %e, "status push failed; keeping the commit and retrying later");
+                    let failure = self.push_backoff.failed();
+                    self.push_retry_at = Some(after(now, failure.retry_after));
+                    let retry_in = format!("{:.0?}", failure.retry_after);
+                    if failure.opens_episode() {
+                        tracing::warn!(error = %e, %retry_in, "status push failed; the commit stays local and is pushed with backoff (logged again when it works)");
+                    } else {
+                        tracing::debug!(error = %e, attempts = failure.attempts, %retry_in, "status push failed again");
+                    }
                     return Ok(false);
                 }
             }
@@ -147,10 +195,14 @@ impl StatusWriter {
         Ok(false)
     }
 
-    fn rebase_onto_remote(&mut self, remote: &str) -> Result<(), WritebackError> {
+    fn rebase_onto_remote(
+        &mut self,
+        remote: &crate::source::repo::RemoteSpec,
+        now: Timestamp,
+    ) -> Result<(), WritebackError> {
         let branch = self.target.branch.clone();
         let fetch_error = |message: String| WritebackError::Push {
-            remote: remote.to_string(),
+            remote: remote.url.clone(),
             branch: branch.clone(),
             message: format!(
                 "the push was rejected and fetching the remote's status branch failed: {message}"
@@ -171,7 +223,7 @@ impl StatusWriter {
             &self.last_files,
             &message,
             &self.target.author,
-            Timestamp::now().as_second(),
+            now.as_second(),
         )?;
         Ok(())
     }

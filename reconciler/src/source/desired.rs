@@ -193,6 +193,7 @@ fn file_problem(v: &FileViolation) -> Problem {
         FileViolation::SymlinkUnresolved { path, .. } => (Some(path.clone()), "symlink-unresolved"),
         FileViolation::TooLarge { path, .. } => (Some(path.clone()), "file-too-large"),
         FileViolation::TooManyFiles { .. } => (None, "too-many-files"),
+        FileViolation::OverBudget { .. } => (None, "commit-over-budget"),
         FileViolation::NonUtf8Path { .. } => (None, "non-utf8-path"),
     };
     Problem {
@@ -319,8 +320,14 @@ pub fn rejection_report(commit: &str, errors: &[Problem]) -> String {
         errors.len(),
         if errors.len() == 1 { "" } else { "s" }
     );
-    for p in errors {
-        out.push_str(&format!("  {}: {}\n", p.location(), p.message));
-    }
+    out.push_str(&violation_lines(errors));
     out
+}
+
+/// One indented `file:line: message` line per error, for reports.
+pub fn violation_lines(errors: &[Problem]) -> String {
+    errors
+        .iter()
+        .map(|p| format!("  {}: {}\n", p.location(), p.message))
+        .collect()
 }

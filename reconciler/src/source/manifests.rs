@@ -71,6 +71,23 @@ struct DocumentText {
     text: String,
     /// 1-based file line of `text`'s first line.
     first_line: usize,
+    /// What the locator reads of each line, computed on the first lookup and kept: a document
+    /// with thousands of violations is indexed once, not once per violation.
+    lines: std::sync::OnceLock<Vec<Option<LineInfo>>>,
+}
+
+impl DocumentText {
+    fn new(text: String, first_line: usize) -> Self {
+        DocumentText {
+            text,
+            first_line,
+            lines: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn lines(&self) -> &[Option<LineInfo>] {
+        self.lines.get_or_init(|| index_lines(&self.text))
+    }
 }
 
 /// An object read from a file, with where it came from.
@@ -100,7 +117,7 @@ impl<T> Sourced<T> {
     /// The file line of a field: the line of the deepest part of `path` found in the
     /// document's text, else the document's line.
     pub fn line_of(&self, path: &FieldPath) -> usize {
-        locate(&self.text.text, path.segments())
+        locate_in(&self.text.text, self.text.lines(), path.segments())
             .map(|l| self.text.first_line + l)
             .unwrap_or(self.source.line)
     }
@@ -111,10 +128,7 @@ impl<T> Sourced<T> {
             object,
             raw,
             source,
-            text: Arc::new(DocumentText {
-                text: String::new(),
-                first_line: 1,
-            }),
+            text: Arc::new(DocumentText::new(String::new(), 1)),
         }
     }
     /// Same object, different payload (keeps provenance and text).
@@ -284,7 +298,8 @@ pub fn read_paths(paths: &[PathBuf], limits: &Limits) -> io::Result<Loaded> {
         let meta = std::fs::metadata(p)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
         if meta.is_dir() {
-            walk_dir(p, limits, &mut files)?;
+            let root = p.canonicalize()?;
+            walk_dir(p, &root, limits, &mut files)?;
         } else {
             files.push((p.display().to_string(), read_bounded(p, limits)));
         }
@@ -322,8 +337,12 @@ fn read_bounded(path: &Path, limits: &Limits) -> Result<Vec<u8>, LoadErrorKind> 
     }
 }
 
+/// Collects the manifests under `dir`. A file symlink is read only when its target stays under
+/// `root` (the canonical folder given on the command line): a link to `/etc/shadow` or to a
+/// file beside the folder is refused by name, never read. Directory symlinks are not walked.
 fn walk_dir(
     dir: &Path,
+    root: &Path,
     limits: &Limits,
     out: &mut Vec<(String, Result<Vec<u8>, LoadErrorKind>)>,
 ) -> io::Result<()> {
@@ -335,9 +354,24 @@ fn walk_dir(
         let ft = entry.file_type()?;
         if ft.is_dir() {
             if !name.starts_with('.') {
-                walk_dir(&path, limits, out)?;
+                walk_dir(&path, root, limits, out)?;
             }
-        } else if is_manifest_path(&name) && (ft.is_file() || path.is_file()) {
+        } else if ft.is_symlink() && is_manifest_path(&name) && path.is_file() {
+            let read = match path.canonicalize() {
+                Ok(target) if target.starts_with(root) => read_bounded(&target, limits),
+                Ok(target) => Err(LoadErrorKind::Io {
+                    message: format!(
+                        "symbolic link to {} leaves {}; links must stay inside the folder being read",
+                        target.display(),
+                        root.display()
+                    ),
+                }),
+                Err(e) => Err(LoadErrorKind::Io {
+                    message: e.to_string(),
+                }),
+            };
+            out.push((path.display().to_string(), read));
+        } else if ft.is_file() && is_manifest_path(&name) {
             out.push((path.display().to_string(), read_bounded(&path, limits)));
         }
     }
@@ -398,6 +432,17 @@ fn load_file(
             line: chunk.first_line + content_line,
             document: doc_index,
         };
+        if let Some(line) = nesting_beyond(chunk.text, MAX_FLOW_NESTING) {
+            loaded.errors.push(err(
+                chunk.first_line + line,
+                LoadErrorKind::TooComplex {
+                    message: format!(
+                        "flow collections nested deeper than {MAX_FLOW_NESTING} levels, refused before parsing"
+                    ),
+                },
+            ));
+            continue;
+        }
         let value = match parse_document(chunk.text, limits) {
             Ok(Some(v)) => v,
             Ok(None) => continue,
@@ -418,10 +463,7 @@ fn load_file(
                 continue;
             }
         };
-        let doc = Arc::new(DocumentText {
-            text: chunk.text.to_string(),
-            first_line: chunk.first_line,
-        });
+        let doc = Arc::new(DocumentText::new(chunk.text.to_string(), chunk.first_line));
         classify(value, provenance, doc, loaded);
     }
     true
@@ -641,6 +683,63 @@ impl Budget {
     }
 }
 
+/// The deepest `[`/`{` nesting a document may have. Manifests nest a handful of levels; the
+/// parser's own recursion limit (128) is reached only after work that grows with the input's
+/// square, so deeper input is refused by a linear scan first.
+pub const MAX_FLOW_NESTING: usize = 64;
+
+/// The 0-based line where flow collections in `text` first nest deeper than `max`, if they do.
+/// Quoted scalars and comments are skipped; brackets inside plain scalars count, which can only
+/// make a (pathological) document be refused, never let a deep one through.
+fn nesting_beyond(text: &str, max: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut line = 0usize;
+    let mut quote: Option<u8> = None;
+    let mut previous = b'\n';
+    let mut bytes = text.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'\n' {
+            line += 1;
+        }
+        match quote {
+            Some(b'"') if b == b'\\' => {
+                if bytes.next() == Some(b'\n') {
+                    line += 1;
+                }
+            }
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None => match b {
+                // A quote opens a quoted scalar only where a token starts (`it's` is plain).
+                b'"' | b'\''
+                    if previous.is_ascii_whitespace()
+                        || matches!(previous, b'[' | b'{' | b',' | b':') =>
+                {
+                    quote = Some(b)
+                }
+                b'#' if previous.is_ascii_whitespace() => {
+                    for c in bytes.by_ref() {
+                        if c == b'\n' {
+                            line += 1;
+                            break;
+                        }
+                    }
+                }
+                b'[' | b'{' => {
+                    depth += 1;
+                    if depth > max {
+                        return Some(line);
+                    }
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+        previous = b;
+    }
+    None
+}
+
 /// Parses one document's text (which holds exactly one document, possibly with `...`).
 /// `Ok(None)` for an empty document.
 fn parse_document(text: &str, limits: &Limits) -> Result<Option<Value>, ParseError> {
@@ -836,18 +935,37 @@ impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
 // ---------------------------------------------------------------------------------------------
 
 /// One line of block YAML, as the locator sees it.
-struct LineInfo<'a> {
+#[derive(Debug)]
+struct LineInfo {
     /// Column of the line's first non-space character.
     indent: usize,
     /// Whether it starts with a `- ` list marker.
     dash: bool,
     /// Column of the first token after any list markers.
     key_col: usize,
-    /// Text from `key_col`.
-    rest: &'a str,
+    /// Byte range of the text from `key_col` to the end of the line, within the document.
+    rest: std::ops::Range<usize>,
 }
 
-fn line_info(line: &str) -> Option<LineInfo<'_>> {
+/// The locator's view of every line of `text` (`None` for blank, comment and marker lines).
+fn index_lines(text: &str) -> Vec<Option<LineInfo>> {
+    let mut start = 0;
+    text.lines()
+        .map(|line| {
+            let info = line_info(line, start);
+            // `lines()` drops the `\n` (and a `\r` before it); step over what it dropped.
+            start += line.len();
+            if text[start..].starts_with("\r\n") {
+                start += 2;
+            } else if text[start..].starts_with('\n') {
+                start += 1;
+            }
+            info
+        })
+        .collect()
+}
+
+fn line_info(line: &str, line_start: usize) -> Option<LineInfo> {
     let indent = line.len() - line.trim_start_matches(' ').len();
     let mut rest = &line[indent..];
     let t = rest.trim();
@@ -869,29 +987,39 @@ fn line_info(line: &str) -> Option<LineInfo<'_>> {
         indent,
         dash,
         key_col,
-        rest,
+        rest: line_start + (line.len() - rest.len())..line_start + line.len(),
     })
 }
 
+/// Whether `rest` starts with `key:` (the key bare, double- or single-quoted) followed by the
+/// end of the line or a blank. Allocation-free: it runs for every line of a scope.
 fn key_matches(rest: &str, key: &str) -> bool {
-    for quoted in [
-        format!("{key}:"),
-        format!("\"{key}\":"),
-        format!("'{key}':"),
-    ] {
-        if let Some(after) = rest.strip_prefix(quoted.as_str())
-            && (after.is_empty() || after.starts_with([' ', '\t']))
-        {
-            return true;
-        }
-    }
-    false
+    let quoted = |q: char| {
+        rest.strip_prefix(q)
+            .and_then(|r| r.strip_prefix(key))
+            .and_then(|r| r.strip_prefix(q))
+    };
+    let Some(after) = rest
+        .strip_prefix(key)
+        .or_else(|| quoted('"'))
+        .or_else(|| quoted('\''))
+    else {
+        return false;
+    };
+    after
+        .strip_prefix(':')
+        .is_some_and(|a| a.is_empty() || a.starts_with([' ', '\t']))
 }
 
 /// The 0-based line (within `text`) of the deepest segment of `path` found by following block
 /// YAML indentation; `None` when not even the first segment is found (e.g. flow style).
+#[cfg(test)]
 fn locate(text: &str, path: &[Segment]) -> Option<usize> {
-    let lines: Vec<Option<LineInfo<'_>>> = text.lines().map(line_info).collect();
+    locate_in(text, &index_lines(text), path)
+}
+
+/// [`locate`] over an index of `text`'s lines ([`index_lines`]).
+fn locate_in(text: &str, lines: &[Option<LineInfo>], path: &[Segment]) -> Option<usize> {
     // Current scope: lines [lo, hi) whose members sit at column `col` (None = the smallest
     // column found in the scope).
     let (mut lo, mut hi) = (0usize, lines.len());
@@ -912,9 +1040,9 @@ fn locate(text: &str, path: &[Segment]) -> Option<usize> {
         match seg {
             Segment::Key(key) => {
                 let hit = (lo..hi).find(|&i| {
-                    lines[i]
-                        .as_ref()
-                        .is_some_and(|l| l.key_col == member_col && key_matches(l.rest, key))
+                    lines[i].as_ref().is_some_and(|l| {
+                        l.key_col == member_col && key_matches(&text[l.rest.clone()], key)
+                    })
                 });
                 let Some(i) = hit else { break };
                 found = Some(i);
@@ -1297,5 +1425,66 @@ mod tests {
         let prev = Previous::from_objects([], ["gone".to_string()]);
         let v = validate_set(&l, Some(&prev));
         assert!(v.iter().any(|v| v.item.message == "cannot delete DeploymentPolicy \"gone\": still referenced by 1 NodeWright(s): [tuning]"), "{v:?}");
+    }
+
+    #[test]
+    fn deep_flow_nesting_is_refused_at_its_line_before_parsing() {
+        // See: issue 24 — `a: [[[[…]]]]` of 200 KB took 17 s before "recursion limit exceeded".
+        let deep = format!(
+            "kind: NodeWright\n# [[[ a comment\na: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let l = load(
+            vec![("deep.yaml".to_owned(), deep.into_bytes())],
+            &Limits::default(),
+        );
+        assert_eq!(l.errors.len(), 1, "{:?}", l.errors);
+        assert_eq!(l.errors[0].line, 3);
+        assert!(
+            l.errors[0]
+                .to_string()
+                .contains("nested deeper than 64 levels"),
+            "{}",
+            l.errors[0]
+        );
+        let shallow = "a: [[1, 2], {b: '[[[[', c: \"]]\"}]\nd: it's [plain]\n";
+        assert_eq!(nesting_beyond(shallow, 2), None);
+        assert_eq!(nesting_beyond("a: [[[x]]]\n", 2), Some(0));
+    }
+
+    #[test]
+    fn a_document_is_indexed_once_however_many_fields_are_located() {
+        let text = "spec:\n  packages:\n    a:\n      version: 1\n    'b':\n      version: 2\n";
+        let doc = DocumentText::new(text.to_owned(), 10);
+        let first = doc.lines().as_ptr();
+        let path = FieldPath::of(&["spec", "packages", "b", "version"]);
+        assert_eq!(locate_in(text, doc.lines(), path.segments()), Some(5));
+        assert_eq!(doc.lines().as_ptr(), first, "the index is kept");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_folder_walk_never_reads_through_a_link_that_leaves_it() {
+        // See: issue 24 — `validate DIR` followed a link to /etc/shadow.
+        let tmp = tempfile::tempdir().unwrap();
+        let fleet = tmp.path().join("fleet");
+        std::fs::create_dir_all(&fleet).unwrap();
+        std::fs::write(tmp.path().join("secret.yaml"), "token: s3cret\n").unwrap();
+        std::fs::write(fleet.join("real.yaml"), "kind: Other\n").unwrap();
+        std::os::unix::fs::symlink("../secret.yaml", fleet.join("escape.yaml")).unwrap();
+        std::os::unix::fs::symlink("real.yaml", fleet.join("inside.yaml")).unwrap();
+        let loaded = read_paths(std::slice::from_ref(&fleet), &Limits::default()).unwrap();
+        let refused: Vec<String> = loaded.errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].contains("escape.yaml") && refused[0].contains("leaves"),
+            "{refused:?}"
+        );
+        assert!(!refused[0].contains("s3cret"));
+        assert_eq!(
+            loaded.files, 3,
+            "real, inside (read through the link) and escape"
+        );
     }
 }

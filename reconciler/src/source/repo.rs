@@ -63,6 +63,22 @@ pub enum RepoError {
         /// Why.
         message: String,
     },
+    /// Credentials would travel in clear text.
+    #[error(
+        "refusing to send credentials to {url} over plain http://: anyone on the network path could read them; use the https:// URL of the repository (with --git-ca-file when its certificate comes from a private CA) or an ssh:// URL with a key"
+    )]
+    ClearTextCredentials {
+        /// The remote.
+        url: String,
+    },
+    /// The CA file for https remotes could not be read.
+    #[error("cannot use {path} as the CA certificates for https remotes: {message}")]
+    CaFile {
+        /// The file given with `--git-ca-file`.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
     /// A credential source could not be read.
     #[error("cannot read credential from {source_desc}: {message}")]
     Credential {
@@ -125,13 +141,53 @@ pub enum Credentials {
         /// Password.
         password: SecretSource,
     },
-    /// ssh with a private key file (and optionally a known_hosts file to pin the host key).
+    /// ssh with a private key file; the server's host key must already be known unless
+    /// `accept_new_host_keys` is set.
     SshKey {
         /// Private key file passed to `ssh -i`.
         key_file: PathBuf,
-        /// known_hosts file; when set, host keys are checked strictly against it.
+        /// known_hosts file to check host keys against (else ssh's default files).
         known_hosts: Option<PathBuf>,
+        /// Trust a host key seen for the first time (`StrictHostKeyChecking=accept-new`) and
+        /// record it; a changed key is still refused.
+        accept_new_host_keys: bool,
     },
+}
+
+impl Credentials {
+    /// The https identity to offer (user name and secret, read now), if any.
+    pub fn account(&self) -> Result<Option<gix::sec::identity::Account>, RepoError> {
+        Ok(match self {
+            Credentials::Token { username, token } => Some(gix::sec::identity::Account {
+                username: username
+                    .clone()
+                    .unwrap_or_else(|| "x-access-token".to_owned()),
+                password: token.read()?,
+                oauth_refresh_token: None,
+            }),
+            Credentials::Basic { username, password } => Some(gix::sec::identity::Account {
+                username: username.clone(),
+                password: password.read()?,
+                oauth_refresh_token: None,
+            }),
+            Credentials::None | Credentials::SshKey { .. } => None,
+        })
+    }
+
+    /// The environment variable holding the secret, which child processes must not inherit.
+    pub fn secret_env_var(&self) -> Option<&str> {
+        match self {
+            Credentials::Token {
+                token: SecretSource::Env(var),
+                ..
+            }
+            | Credentials::Basic {
+                password: SecretSource::Env(var),
+                ..
+            } => Some(var),
+            _ => None,
+        }
+    }
 }
 
 /// A remote to mirror.
@@ -143,6 +199,9 @@ pub struct RemoteSpec {
     pub credentials: Credentials,
     /// Fetch only this many commits of each ref's history (`None` = full history).
     pub depth: Option<NonZeroU32>,
+    /// PEM certificates to trust for https remotes instead of the system roots (a private CA);
+    /// fetch and push both use it.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl RemoteSpec {
@@ -152,7 +211,58 @@ impl RemoteSpec {
             url: url.into(),
             credentials: Credentials::None,
             depth: None,
+            ca_file: None,
         }
+    }
+
+    /// The URL handed to the transport: local paths become `file://` URLs.
+    pub fn transport_url(&self) -> String {
+        remote_url(&self.url)
+    }
+
+    /// Refuses credentials for a plain `http://` remote before anything is sent.
+    pub fn refuse_clear_text_credentials(&self) -> Result<(), RepoError> {
+        let sends_secret = matches!(
+            self.credentials,
+            Credentials::Token { .. } | Credentials::Basic { .. }
+        );
+        if sends_secret && self.transport_url().starts_with("http://") {
+            return Err(RepoError::ClearTextCredentials {
+                url: self.url.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The `ssh` invocation for an ssh key: only that key, never a prompt, and host keys
+    /// checked strictly (against the given known_hosts file, else ssh's default ones) unless
+    /// first-use trust was asked for. Fetch (gix's ssh transport) and push (`git push`) both
+    /// run exactly this.
+    pub fn ssh_command(&self) -> Option<String> {
+        let Credentials::SshKey {
+            key_file,
+            known_hosts,
+            accept_new_host_keys,
+        } = &self.credentials
+        else {
+            return None;
+        };
+        let mut cmd = format!(
+            "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes",
+            shell_quote(&key_file.to_string_lossy())
+        );
+        cmd.push_str(if *accept_new_host_keys {
+            " -o StrictHostKeyChecking=accept-new"
+        } else {
+            " -o StrictHostKeyChecking=yes"
+        });
+        if let Some(kh) = known_hosts {
+            cmd.push_str(&format!(
+                " -o UserKnownHostsFile={}",
+                shell_quote(&kh.to_string_lossy())
+            ));
+        }
+        Some(cmd)
     }
 
     /// The cache directory for this remote under `cache_root`: one bare repository per URL,
@@ -170,22 +280,7 @@ impl RemoteSpec {
             "user.name=nodewright".to_owned(),
             "user.email=nodewright@localhost".to_owned(),
         ];
-        if let Credentials::SshKey {
-            key_file,
-            known_hosts,
-        } = &self.credentials
-        {
-            let mut cmd = format!(
-                "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes",
-                shell_quote(&key_file.to_string_lossy())
-            );
-            match known_hosts {
-                Some(kh) => cmd.push_str(&format!(
-                    " -o StrictHostKeyChecking=yes -o UserKnownHostsFile={}",
-                    shell_quote(&kh.to_string_lossy())
-                )),
-                None => cmd.push_str(" -o StrictHostKeyChecking=accept-new"),
-            }
+        if let Some(cmd) = self.ssh_command() {
             out.push(format!("core.sshCommand={cmd}"));
         }
         out
@@ -230,9 +325,19 @@ impl std::fmt::Debug for GitRepo {
     }
 }
 
-/// The whole cause chain (gix's alternate form), e.g. "handshake failed: … 401".
-fn msg(e: impl std::fmt::Display) -> String {
-    format!("{e:#}")
+/// The whole cause chain on one line, each cause's Display once, e.g. "Transport handshake
+/// failed: … invalid peer certificate: UnknownIssuer".
+pub(crate) fn msg(e: impl std::error::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut current: Option<&dyn std::error::Error> = Some(&e);
+    while let Some(err) = current {
+        let text = err.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = err.source();
+    }
+    parts.join(": ")
 }
 
 impl GitRepo {
@@ -289,11 +394,16 @@ impl GitRepo {
             cache: self.path.clone(),
             message,
         };
+        remote.refuse_clear_text_credentials()?;
         let repo = self.repo.to_thread_local();
-        let url = remote_url(&remote.url);
+        let url = remote.transport_url();
         if url.starts_with("http://") || url.starts_with("https://") {
             install_tls_provider();
         }
+        let transport_options = match (&remote.ca_file, url.starts_with("https://")) {
+            (Some(ca_file), true) => Some(trust_only(ca_file)?),
+            _ => None,
+        };
         let handle = repo
             .remote_at(url.as_str())
             .map_err(|e| fetch_err(msg(e)))?
@@ -302,24 +412,13 @@ impl GitRepo {
                 gix::remote::Direction::Fetch,
             )
             .map_err(|e| fetch_err(msg(e)))?;
-        let connection = handle
+        let mut connection = handle
             .connect(gix::remote::Direction::Fetch)
             .map_err(|e| fetch_err(msg(e)))?;
-        let account = match &remote.credentials {
-            Credentials::Token { username, token } => Some(gix::sec::identity::Account {
-                username: username
-                    .clone()
-                    .unwrap_or_else(|| "x-access-token".to_owned()),
-                password: token.read()?,
-                oauth_refresh_token: None,
-            }),
-            Credentials::Basic { username, password } => Some(gix::sec::identity::Account {
-                username: username.clone(),
-                password: password.read()?,
-                oauth_refresh_token: None,
-            }),
-            Credentials::None | Credentials::SshKey { .. } => None,
-        };
+        if let Some(options) = transport_options {
+            connection.set_transport_options(options);
+        }
+        let account = remote.credentials.account()?;
         // Only our configured identity is ever offered: no credential helpers, no prompts.
         let connection = connection.with_credentials(move |action| match (&action, &account) {
             (gix::credentials::helper::Action::Get(ctx), Some(account)) => {
@@ -425,6 +524,32 @@ impl GitRepo {
         }))
     }
 
+    /// `from` and up to `limit - 1` of its first-parent ancestors, newest first: the commits the
+    /// tracked branch pointed to, in a merge-based workflow. The walk ends early where history
+    /// does (a root commit, or the boundary of a shallow fetch).
+    pub fn first_parents(&self, from: ObjectId, limit: usize) -> Result<Vec<ObjectId>, RepoError> {
+        let repo = self.repo.to_thread_local();
+        let mut out = Vec::new();
+        let mut next = Some(from);
+        while let Some(id) = next.filter(|_| out.len() < limit) {
+            let commit = match repo.find_commit(id) {
+                Ok(commit) => commit,
+                // A parent beyond a shallow boundary is named but absent: history ends here.
+                Err(_) if !out.is_empty() => break,
+                Err(e) => {
+                    return Err(RepoError::Read {
+                        what: format!("commit {id}"),
+                        repo: self.path.clone(),
+                        message: msg(e),
+                    });
+                }
+            };
+            out.push(id);
+            next = commit.parent_ids().next().map(|p| p.detach());
+        }
+        Ok(out)
+    }
+
     /// Whether the ancestor relation holds (`ancestor` is reachable from `descendant`).
     pub fn is_ancestor(&self, ancestor: ObjectId, descendant: ObjectId) -> Result<bool, RepoError> {
         if ancestor == descendant {
@@ -463,6 +588,32 @@ fn remote_url(url: &str) -> String {
             .unwrap_or_else(|_| path.to_path_buf())
     };
     format!("file://{}", abs.display())
+}
+
+/// http transport options whose TLS roots are exactly the certificates of `ca_file`, the same
+/// trust `git push` gets through `GIT_SSL_CAINFO`.
+fn trust_only(ca_file: &Path) -> Result<Box<dyn std::any::Any>, RepoError> {
+    use gix::protocol::transport::client::blocking_io::http;
+    let ca_err = |message: String| RepoError::CaFile {
+        path: ca_file.to_path_buf(),
+        message,
+    };
+    let pem = std::fs::read(ca_file).map_err(|e| ca_err(msg(e)))?;
+    let certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ca_err(msg(e)))?;
+    if certificates.is_empty() {
+        return Err(ca_err("no PEM certificate in the file".to_owned()));
+    }
+    // The repository is opened isolated and sets no `http.*` keys, so gix's defaults are
+    // exactly what it would derive from the configuration.
+    let mut options = http::Options::default();
+    let backend = http::reqwest::Options {
+        configure_client: Some(Box::new(move |builder| {
+            Ok(builder.tls_certs_only(certificates.clone()))
+        })),
+        configure_request: None,
+    };
+    options.backend = Some(std::sync::Arc::new(std::sync::Mutex::new(backend)));
+    Ok(Box::new(options))
 }
 
 /// reqwest is built without a bundled crypto provider (no aws-lc/OpenSSL build); install

@@ -117,18 +117,22 @@ impl SignaturePolicy {
             index: self.keys.len() + self.pgp_keys.len() + 1,
             reason,
         };
-        let (keys, _) = SignedPublicKey::from_string_many(armored)
-            .map_err(|e| bad(format!("not an OpenPGP public key block: {e}")))?;
         let mut added = Vec::new();
-        for key in keys {
-            let key = key.map_err(|e| bad(format!("unreadable OpenPGP key: {e}")))?;
-            key.verify_bindings().map_err(|e| {
-                bad(format!(
-                    "OpenPGP key {} has invalid self-signatures: {e}",
-                    key.fingerprint()
-                ))
-            })?;
-            added.push(key);
+        // An allow-list is often several exported keys concatenated: each armored block is
+        // parsed on its own (the armor reader stops at the end of the first block).
+        for block in armored_blocks(armored) {
+            let (keys, _) = SignedPublicKey::from_string_many(block)
+                .map_err(|e| bad(format!("not an OpenPGP public key block: {e}")))?;
+            for key in keys {
+                let key = key.map_err(|e| bad(format!("unreadable OpenPGP key: {e}")))?;
+                key.verify_bindings().map_err(|e| {
+                    bad(format!(
+                        "OpenPGP key {} has invalid self-signatures: {e}",
+                        key.fingerprint()
+                    ))
+                })?;
+                added.push(key);
+            }
         }
         if added.is_empty() {
             return Err(bad("no OpenPGP public key in the block".to_owned()));
@@ -262,4 +266,27 @@ impl SignaturePolicy {
             }
         )))
     }
+}
+
+/// The armored public key blocks of `text`, each from its BEGIN line through its END line;
+/// text between blocks (comments, blank lines) is ignored. Text without any BEGIN line is
+/// returned whole, so the parser reports what is wrong with it.
+fn armored_blocks(text: &str) -> Vec<&str> {
+    const BEGIN: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
+    const END: &str = "-----END PGP PUBLIC KEY BLOCK-----";
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(BEGIN) {
+        let after = &rest[start..];
+        let Some(end) = after.find(END) else {
+            blocks.push(after);
+            break;
+        };
+        blocks.push(&after[..end + END.len()]);
+        rest = &after[end + END.len()..];
+    }
+    if blocks.is_empty() {
+        blocks.push(text);
+    }
+    blocks
 }

@@ -2,7 +2,7 @@
 //! every `.yaml`/`.yml` blob under the configured root path, with path-safety and size limits
 //! applied before a blob's bytes are loaded.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use gix::ObjectId;
 use gix::bstr::ByteSlice;
@@ -21,6 +21,12 @@ pub struct TreeLimits {
     pub max_files: usize,
     /// Longest chain of symlinks followed for one file.
     pub max_symlink_hops: usize,
+    /// Most bytes of manifest files per commit, summed over paths (a blob named by many paths
+    /// counts each time); checked from object headers before any file is loaded.
+    pub max_total_bytes: u64,
+    /// Most tree entries looked at per commit, a subtree counted every time a path leads to
+    /// it (a tree repeated under many names cannot multiply the work past this).
+    pub max_entries: usize,
 }
 
 impl Default for TreeLimits {
@@ -29,6 +35,8 @@ impl Default for TreeLimits {
             max_file_bytes: 1024 * 1024,
             max_files: 10_000,
             max_symlink_hops: 8,
+            max_total_bytes: 64 * 1024 * 1024,
+            max_entries: 200_000,
         }
     }
 }
@@ -73,13 +81,27 @@ pub enum FileViolation {
         /// The limit.
         limit: u64,
     },
-    /// The commit has more manifest files than allowed.
-    #[error("{count} manifest files under {root:?}, more than the limit of {limit}")]
+    /// The commit has more manifest files than allowed (counting stops past the limit).
+    #[error("at least {count} manifest files under {root:?}, more than the limit of {limit}")]
     TooManyFiles {
         /// Files found.
         count: usize,
         /// The limit.
         limit: usize,
+        /// The root path.
+        root: String,
+    },
+    /// The commit is larger than a per-commit budget; it is refused without reading further.
+    #[error(
+        "more than {limit} {what} under {root:?}: the commit is refused without reading further ({setting})"
+    )]
+    OverBudget {
+        /// What was counted (`tree entries`, `bytes of manifest files`).
+        what: String,
+        /// The budget.
+        limit: u64,
+        /// The setting holding the budget.
+        setting: String,
         /// The root path.
         root: String,
     },
@@ -196,18 +218,37 @@ pub fn read_commit_files(
             return Ok(out);
         };
 
-        // Depth-first walk collecting manifest blobs and links.
+        // Depth-first walk collecting manifest blobs and links. Each tree object is decoded
+        // once however many paths lead to it; the entry budget still counts every path.
         let mut found: Vec<(String, Entry)> = Vec::new();
+        let mut manifest_count = 0usize;
+        let mut entries_seen = 0usize;
+        let mut decoded_trees: HashMap<ObjectId, std::rc::Rc<Vec<TreeItem>>> = HashMap::new();
         let mut stack = vec![(root.clone(), root_tree)];
         while let Some((dir, tree_id)) = stack.pop() {
-            let tree = repo
-                .find_tree(tree_id)
-                .map_err(|e| err(format!("tree {dir:?} at {commit}"), &e))?;
-            let decoded = tree
-                .decode()
-                .map_err(|e| err(format!("tree {dir:?} at {commit}"), &e))?;
-            for entry in &decoded.entries {
-                let Ok(name) = entry.filename.to_str() else {
+            let items = match decoded_trees.get(&tree_id) {
+                Some(items) => items.clone(),
+                None => {
+                    let items = std::rc::Rc::new(
+                        decode_tree(repo, tree_id)
+                            .map_err(|e| err(format!("tree {dir:?} at {commit}"), &e))?,
+                    );
+                    decoded_trees.insert(tree_id, items.clone());
+                    items
+                }
+            };
+            entries_seen = entries_seen.saturating_add(items.len());
+            if entries_seen > limits.max_entries {
+                out.violations.push(FileViolation::OverBudget {
+                    what: "tree entries".to_owned(),
+                    limit: limits.max_entries as u64,
+                    setting: "TreeLimits::max_entries".to_owned(),
+                    root: root.clone(),
+                });
+                return Ok(out);
+            }
+            for item in items.iter() {
+                let Some(name) = item.name.as_deref() else {
                     out.violations.push(FileViolation::NonUtf8Path {
                         parent: dir.clone(),
                     });
@@ -218,32 +259,36 @@ pub fn read_commit_files(
                 } else {
                     format!("{dir}/{name}")
                 };
-                if entry.mode.is_tree() {
-                    if name != RESERVED_DIR {
-                        stack.push((path, entry.oid.to_owned()));
+                match item.kind {
+                    ItemKind::Tree if name != RESERVED_DIR => stack.push((path, item.oid)),
+                    ItemKind::Tree | ItemKind::Other => {}
+                    ItemKind::Link => {
+                        if is_manifest_name(name) {
+                            manifest_count += 1;
+                        }
+                        found.push((path, Entry::Link(item.oid)));
                     }
-                } else if entry.mode.is_link() {
-                    found.push((path, Entry::Link(entry.oid.to_owned())));
-                } else if entry.mode.is_blob() && is_manifest_name(name) {
-                    found.push((path, Entry::Blob(entry.oid.to_owned())));
+                    ItemKind::Blob if is_manifest_name(name) => {
+                        manifest_count += 1;
+                        found.push((path, Entry::Blob(item.oid)));
+                    }
+                    ItemKind::Blob => {}
+                }
+                if manifest_count > limits.max_files {
+                    out.violations.push(FileViolation::TooManyFiles {
+                        count: manifest_count,
+                        limit: limits.max_files,
+                        root: root.clone(),
+                    });
+                    return Ok(out);
                 }
             }
         }
         found.sort_by(|a, b| a.0.cmp(&b.0));
 
-        let manifest_count = found
-            .iter()
-            .filter(|(p, e)| matches!(e, Entry::Blob(_)) || is_manifest_name(p))
-            .count();
-        if manifest_count > limits.max_files {
-            out.violations.push(FileViolation::TooManyFiles {
-                count: manifest_count,
-                limit: limits.max_files,
-                root: root.clone(),
-            });
-            return Ok(out);
-        }
-
+        // Resolve links and size every file from its object header before loading any.
+        let mut blobs: Vec<(String, ObjectId)> = Vec::new();
+        let mut total_bytes: u64 = 0;
         for (path, entry) in found {
             let blob = match entry {
                 Entry::Blob(id) => id,
@@ -275,6 +320,19 @@ pub fn read_commit_files(
                 });
                 continue;
             }
+            total_bytes = total_bytes.saturating_add(size);
+            if total_bytes > limits.max_total_bytes {
+                out.violations.push(FileViolation::OverBudget {
+                    what: "bytes of manifest files".to_owned(),
+                    limit: limits.max_total_bytes,
+                    setting: "TreeLimits::max_total_bytes".to_owned(),
+                    root: root.clone(),
+                });
+                return Ok(out);
+            }
+            blobs.push((path, blob));
+        }
+        for (path, blob) in blobs {
             let bytes = repo
                 .find_blob(blob)
                 .map_err(|e| err(format!("blob {path} at {commit}"), &e))?
@@ -284,6 +342,43 @@ pub fn read_commit_files(
         }
         Ok(out)
     })
+}
+
+/// What a tree entry is, as the walk needs it.
+enum ItemKind {
+    Tree,
+    Blob,
+    Link,
+    Other,
+}
+
+/// One decoded tree entry (`name` is `None` when it is not UTF-8).
+struct TreeItem {
+    name: Option<String>,
+    kind: ItemKind,
+    oid: ObjectId,
+}
+
+fn decode_tree(repo: &gix::Repository, id: ObjectId) -> Result<Vec<TreeItem>, String> {
+    let tree = repo.find_tree(id).map_err(|e| e.to_string())?;
+    let decoded = tree.decode().map_err(|e| e.to_string())?;
+    Ok(decoded
+        .entries
+        .iter()
+        .map(|entry| TreeItem {
+            name: entry.filename.to_str().ok().map(str::to_owned),
+            kind: if entry.mode.is_tree() {
+                ItemKind::Tree
+            } else if entry.mode.is_link() {
+                ItemKind::Link
+            } else if entry.mode.is_blob() {
+                ItemKind::Blob
+            } else {
+                ItemKind::Other
+            },
+            oid: entry.oid.to_owned(),
+        })
+        .collect())
 }
 
 enum LinkResolution {

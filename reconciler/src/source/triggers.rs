@@ -1,6 +1,7 @@
-//! Change triggers: what makes the controller look at the repository again. Every source of
-//! change — the poll timer for remotes, filesystem events on a local repository's refs, forge
-//! webhooks — sends a [`Trigger`] into one channel the controller consumes. Triggers carry no
+//! Change triggers: what makes the controller fetch and look at the repository at once.
+//! Filesystem events on a local repository's refs and forge webhooks send a [`Trigger`] into
+//! one channel the controller consumes; the poll interval and its jitter ([`JitteredDelays`])
+//! are the loop's fetch cadence (`source::cadence`). Triggers carry no
 //! state the controller must trust: each one only means "fetch and re-read now" (the loop is
 //! level-triggered), so dropping a trigger while another is queued loses nothing.
 
@@ -22,11 +23,10 @@ pub enum Forge {
     GitLab,
 }
 
-/// Why the controller should look at the repository now.
+/// Why the controller should look at the repository now (the poll interval is the loop's own
+/// cadence, `source::cadence`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Trigger {
-    /// The poll interval elapsed (remote repositories).
-    Poll,
     /// A ref of the tracked branch changed in the local repository.
     RefChanged {
         /// The file that changed (`refs/heads/<branch>` or `packed-refs`).
@@ -111,19 +111,6 @@ pub fn process_seed() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     nanos ^ (u64::from(std::process::id()) << 32)
-}
-
-/// Send [`Trigger::Poll`] after every jittered interval until the receiver goes away.
-pub fn spawn_poller(config: PollConfig, seed: u64, tx: mpsc::Sender<Trigger>) -> JoinHandle<()> {
-    let mut delays = JitteredDelays::new(config, seed);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(delays.next_delay()).await;
-            if !offer(&tx, Trigger::Poll) {
-                break;
-            }
-        }
-    })
 }
 
 /// Watches a local repository's refs and sends [`Trigger::RefChanged`] when the tracked

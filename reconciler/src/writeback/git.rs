@@ -7,6 +7,7 @@ use std::process::Command;
 use gix::ObjectId;
 
 use super::render::{STATUS_DIR, StatusFile};
+use crate::source::repo::RemoteSpec;
 
 /// Default status branch.
 pub const DEFAULT_STATUS_BRANCH: &str = "nodewright/status";
@@ -182,88 +183,181 @@ pub fn read_status_file(repo_path: &Path, branch: &str, file: &str) -> Option<St
     String::from_utf8(blob.data.clone()).ok()
 }
 
-/// Every `status/*.yaml` document on the tip of `branch`: (file name, content), by name.
-pub fn read_status_documents(repo_path: &Path, branch: &str) -> Vec<(String, String)> {
-    let Ok(repo) = gix::open(repo_path) else {
-        return Vec::new();
+/// Where the status branch is read from: the local branch, else its remote-tracking copy
+/// (`refs/remotes/origin/<branch>` first, then any other remote's), as an ordinary clone has it.
+/// Returns the full ref name and its commit.
+pub fn status_tip(repo: &gix::Repository, branch: &str) -> Option<(String, ObjectId)> {
+    let mut candidates = vec![
+        format!("refs/heads/{branch}"),
+        format!("refs/remotes/origin/{branch}"),
+    ];
+    if let Ok(references) = repo.references()
+        && let Ok(remote_branches) = references.remote_branches()
+    {
+        let suffix = format!("/{branch}");
+        let mut others: Vec<String> = remote_branches
+            .filter_map(Result::ok)
+            .map(|r| r.name().as_bstr().to_string())
+            .filter(|name| {
+                name.strip_prefix("refs/remotes/")
+                    .and_then(|rest| rest.strip_suffix(suffix.as_str()))
+                    .is_some_and(|remote| !remote.is_empty() && !remote.contains('/'))
+            })
+            .collect();
+        others.sort();
+        candidates.extend(others);
+    }
+    candidates.into_iter().find_map(|name| {
+        let mut reference = repo.try_find_reference(name.as_str()).ok()??;
+        let id = reference.peel_to_id().ok()?.detach();
+        Some((name, id))
+    })
+}
+
+/// The status documents of a repository's status branch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusDocuments {
+    /// The ref they were read from (`refs/heads/…` or `refs/remotes/<remote>/…`).
+    pub reference: String,
+    /// `(file name, content)` of every NodeWright's `status/*.yaml`, by name.
+    pub files: Vec<(String, String)>,
+    /// `status/_source.yaml`: the commit in force and a rejected newer one.
+    pub source: Option<String>,
+}
+
+/// Every NodeWright's `status/*.yaml` document on the tip of `branch` ([`status_tip`]), and
+/// the source record (`status/_source.yaml`) when present; `None` when the
+/// repository has no such branch, an error when it cannot be opened or read.
+pub fn read_status_documents(
+    repo_path: &Path,
+    branch: &str,
+) -> Result<Option<StatusDocuments>, WritebackError> {
+    let err = |message: String| WritebackError::Git {
+        repo: repo_path.display().to_string(),
+        branch: branch.to_string(),
+        message,
     };
-    let Ok(Some(mut reference)) = repo.try_find_reference(format!("refs/heads/{branch}").as_str())
-    else {
-        return Vec::new();
+    let repo = gix::open(repo_path).map_err(|e| err(crate::source::repo::msg(e)))?;
+    let Some((reference, tip)) = status_tip(&repo, branch) else {
+        return Ok(None);
     };
-    let Some(tree) = reference
-        .peel_to_id()
-        .ok()
-        .and_then(|id| repo.find_commit(id).ok())
-        .and_then(|c| c.tree().ok())
-    else {
-        return Vec::new();
-    };
-    let Ok(Some(dir)) = tree.lookup_entry_by_path(STATUS_DIR) else {
-        return Vec::new();
-    };
-    let Ok(dir) = dir.object().and_then(|o| o.peel_to_tree()) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in dir.iter().filter_map(Result::ok) {
-        let name = entry.filename().to_string();
-        if !name.ends_with(".yaml") {
-            continue;
-        }
-        if let Some(text) = repo
-            .find_object(entry.oid())
-            .ok()
-            .and_then(|blob| String::from_utf8(blob.data.clone()).ok())
-        {
-            out.push((name, text));
+    let tree = repo
+        .find_commit(tip)
+        .map_err(|e| err(crate::source::repo::msg(e)))?
+        .tree()
+        .map_err(|e| err(crate::source::repo::msg(e)))?;
+    let mut files = Vec::new();
+    let mut source = None;
+    let dir = tree
+        .lookup_entry_by_path(STATUS_DIR)
+        .map_err(|e| err(crate::source::repo::msg(e)))?;
+    if let Some(dir) = dir {
+        let dir = dir
+            .object()
+            .map_err(|e| err(crate::source::repo::msg(e)))?
+            .peel_to_tree()
+            .map_err(|e| err(crate::source::repo::msg(e)))?;
+        for entry in dir.iter().filter_map(Result::ok) {
+            let name = entry.filename().to_string();
+            if !name.ends_with(".yaml") {
+                continue;
+            }
+            let blob = repo
+                .find_object(entry.oid())
+                .map_err(|e| err(crate::source::repo::msg(e)))?;
+            if let Ok(text) = String::from_utf8(blob.data.clone()) {
+                match name == super::source::SOURCE_FILE {
+                    true => source = Some(text),
+                    false => files.push((name, text)),
+                }
+            }
         }
     }
-    out.sort();
-    out
+    files.sort();
+    Ok(Some(StatusDocuments {
+        reference,
+        files,
+        source,
+    }))
 }
 
-/// How `git push` authenticates (kept out of argv where it is a secret).
-#[derive(Clone, Debug, Default)]
-pub struct PushAuth {
-    /// `Authorization` header for https remotes (e.g. `Basic …` built from a token).
-    pub http_authorization: Option<String>,
-    /// `core.sshCommand` for ssh remotes.
-    pub ssh_command: Option<String>,
-}
-
-/// Pushes `branch` from the repository at `repo_path` to `remote_url`. A rejected push (the
-/// remote moved) is reported as `Ok(false)` so the caller can fetch, re-commit on top and try
-/// again; other failures are errors.
-pub fn push(
-    repo_path: &Path,
-    remote_url: &str,
-    branch: &str,
-    auth: &PushAuth,
-) -> Result<bool, WritebackError> {
+/// Pushes `branch` from the repository at `repo_path` to `remote` with the remote's own
+/// credentials and trust (the ones fetch uses). A rejected push (the remote moved) is reported
+/// as `Ok(false)` so the caller can fetch, re-commit on top and try again; other failures are
+/// errors.
+///
+/// Guarantees: the secret never appears on a command line or in git's environment. An https
+/// token or password reaches git through its built-in `store` credential helper reading a
+/// file in a private folder that lives only for this push; the host's git configuration
+/// (credential helpers, url rewrites) is ignored as it is for fetch; `GIT_SSL_CAINFO` pins
+/// the CA file; ssh runs the same command as fetch.
+pub fn push(repo_path: &Path, remote: &RemoteSpec, branch: &str) -> Result<bool, WritebackError> {
+    let url = remote.transport_url();
+    let push_err = |message: String| WritebackError::Push {
+        remote: remote.url.clone(),
+        branch: branch.to_string(),
+        message,
+    };
+    remote
+        .refuse_clear_text_credentials()
+        .map_err(|e| push_err(e.to_string()))?;
     let mut cmd = Command::new("git");
     cmd.arg("-C").arg(repo_path);
-    if let Some(header) = &auth.http_authorization {
-        // Passed through the environment, not argv, so it does not show in process listings.
-        cmd.env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", "http.extraHeader")
-            .env("GIT_CONFIG_VALUE_0", format!("Authorization: {header}"));
+    cmd.env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env_remove("GIT_ASKPASS")
+        .env_remove("SSH_ASKPASS");
+    if let Some(var) = remote.credentials.secret_env_var() {
+        cmd.env_remove(var);
     }
-    if let Some(ssh) = &auth.ssh_command {
+    // An empty `credential.helper` drops any helper configured before ours.
+    let mut config = vec![("credential.helper".to_owned(), String::new())];
+    let credential_folder = match remote
+        .credentials
+        .account()
+        .map_err(|e| push_err(e.to_string()))?
+    {
+        Some(account) => {
+            let folder = credential_store(&url, &account).map_err(|e| {
+                push_err(format!("cannot prepare the credentials for git push: {e}"))
+            })?;
+            config.push((
+                "credential.helper".to_owned(),
+                format!(
+                    "store --file={}",
+                    folder.path().join("credentials").display()
+                ),
+            ));
+            Some(folder)
+        }
+        None => None,
+    };
+    if let Some(ssh) = remote.ssh_command() {
         cmd.env("GIT_SSH_COMMAND", ssh);
     }
-    cmd.env("GIT_TERMINAL_PROMPT", "0");
+    if let Some(ca_file) = &remote.ca_file {
+        // The environment variable wins over any `http.sslCAInfo`, and over a
+        // `GIT_SSL_CAINFO` this process may have inherited.
+        cmd.env("GIT_SSL_CAINFO", ca_file);
+    }
+    cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
+    for (i, (key, value)) in config.iter().enumerate() {
+        cmd.env(format!("GIT_CONFIG_KEY_{i}"), key)
+            .env(format!("GIT_CONFIG_VALUE_{i}"), value);
+    }
     cmd.args([
         "push",
         "--porcelain",
-        remote_url,
+        &url,
         &format!("refs/heads/{branch}:refs/heads/{branch}"),
     ]);
-    let output = cmd.output().map_err(|e| WritebackError::Push {
-        remote: remote_url.to_string(),
-        branch: branch.to_string(),
-        message: format!("cannot run git (the reconciler image must contain it): {e}"),
+    let output = cmd.output().map_err(|e| {
+        push_err(format!(
+            "cannot run git (the reconciler image must contain it): {e}"
+        ))
     })?;
+    drop(credential_folder);
     if output.status.success() {
         return Ok(true);
     }
@@ -278,11 +372,93 @@ pub fn push(
     {
         return Ok(false);
     }
-    Err(WritebackError::Push {
-        remote: remote_url.to_string(),
-        branch: branch.to_string(),
-        message: text.trim().to_string(),
-    })
+    Err(push_err(explain_push_failure(text.trim())))
+}
+
+/// git's own words, one line, with what to do for the failures a configuration causes.
+fn explain_push_failure(git_output: &str) -> String {
+    let text = git_output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let hint = if git_output.contains("Host key verification failed") {
+        Some(
+            "the server's ssh host key is not in known_hosts: add it to known_hosts in --git-credentials-dir, or pass --git-ssh-accept-new to trust a host key on first use",
+        )
+    } else if git_output.contains("Authentication failed")
+        || git_output.contains("could not read Username")
+        || git_output.contains("403")
+    {
+        Some(
+            "the remote refused the credentials: check token/username in --git-credentials-dir and that they may push",
+        )
+    } else if git_output.contains("certificate") {
+        Some(
+            "the server's TLS certificate is not trusted: pass its CA certificate with --git-ca-file",
+        )
+    } else if git_output.contains("Permission denied (publickey") {
+        Some(
+            "the remote refused the ssh key: check ssh-privatekey in --git-credentials-dir and that the key may push",
+        )
+    } else {
+        None
+    };
+    match hint {
+        Some(hint) => format!("{text} ({hint})"),
+        None => text,
+    }
+}
+
+/// A private folder (mode 0700, removed on drop) holding `credentials` in the format of git's
+/// `store` helper, with the identity for `url`'s scheme and host.
+fn credential_store(
+    url: &str,
+    account: &gix::sec::identity::Account,
+) -> std::io::Result<tempfile::TempDir> {
+    use std::io::Write;
+    let invalid = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_owned());
+    let parsed = gix::url::parse(gix::bstr::BStr::new(url)).map_err(|_| invalid("not a URL"))?;
+    let host = parsed
+        .host()
+        .ok_or_else(|| invalid("the URL names no host"))?;
+    let authority = match parsed.port {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    let folder = tempfile::Builder::new()
+        .prefix("nodewright-push-")
+        .tempdir()?;
+    let mut file = std::fs::OpenOptions::new();
+    file.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        file.mode(0o600);
+    }
+    let mut file = file.open(folder.path().join("credentials"))?;
+    writeln!(
+        file,
+        "{}://{}:{}@{authority}",
+        parsed.scheme.as_str(),
+        percent_encode(&account.username),
+        percent_encode(&account.password),
+    )?;
+    Ok(folder)
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters (git's `store` helper
+/// decodes `%XX` in user names and passwords).
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -395,7 +571,7 @@ mod tests {
         for d in [a.path(), b.path()] {
             git(d, &["init", "-q"]);
         }
-        let url = remote.path().to_str().unwrap();
+        let url = RemoteSpec::anonymous(remote.path().to_str().unwrap());
         commit_status(
             a.path(),
             "s",
@@ -405,7 +581,7 @@ mod tests {
             1,
         )
         .unwrap();
-        assert!(push(a.path(), url, "s", &PushAuth::default()).unwrap());
+        assert!(push(a.path(), &url, "s").unwrap());
         commit_status(
             b.path(),
             "s",
@@ -416,7 +592,7 @@ mod tests {
         )
         .unwrap();
         assert!(
-            !push(b.path(), url, "s", &PushAuth::default()).unwrap(),
+            !push(b.path(), &url, "s").unwrap(),
             "an unrelated history is rejected"
         );
     }

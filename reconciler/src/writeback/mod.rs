@@ -4,3 +4,4 @@
 pub mod coalesce;
 pub mod git;
 pub mod render;
+pub mod source;
