@@ -267,7 +267,6 @@ fn credentials(dir: Option<&PathBuf>, accept_new_host_keys: bool) -> Credentials
     }
 }
 
-
 /// This host's name, for the leader-election identity.
 fn hostname() -> String {
     std::env::var("HOSTNAME")
@@ -427,6 +426,8 @@ async fn serve(args: Args) -> Result<(), String> {
     let lifecycle = args.lifecycle;
     let mut warned_foreign: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut leading_said = true;
+    // The commit this run put in force, once it has.
+    let mut in_force: Option<String> = None;
     let observe = move |it: &crate::controller::daemon::Iteration<'_>| {
         if lifecycle == LifecycleMode::SelfManaged {
             for (nw, manager) in foreign_status_writers(&it.snapshot.nodewrights) {
@@ -458,12 +459,14 @@ async fn serve(args: Args) -> Result<(), String> {
             SourceChange::Applied { commit, .. } => {
                 metrics.commit_seen();
                 metrics.commit_applied(commit);
+                in_force = Some(commit.clone());
             }
             SourceChange::AppliedAncestor { commit, report, .. } => {
                 metrics.commit_seen();
                 metrics.commit_rejected();
                 metrics.commit_applied(commit);
                 progress.println(report);
+                in_force = Some(commit.clone());
             }
             SourceChange::Unchanged { .. } => metrics.commit_seen(),
             SourceChange::None => {}
@@ -498,12 +501,20 @@ async fn serve(args: Args) -> Result<(), String> {
         );
         if let Some(limit) = until {
             let start = *started_at.get_or_insert(it.snapshot.now);
+            // Converged means this run's commit is what the cluster holds (the CRs may lag the
+            // apply by a watch event) and every NodeWright is complete at that generation.
             let done = !it.snapshot.nodewrights.is_empty()
-                && it
-                    .snapshot
-                    .nodewrights
-                    .iter()
-                    .all(nodewright_schema::NodeWright::is_converged)
+                && in_force.as_deref().is_some_and(|commit| {
+                    it.snapshot.nodewrights.iter().all(|nw| {
+                        nw.is_converged()
+                            && nw
+                                .metadata
+                                .annotations
+                                .as_ref()
+                                .and_then(|a| a.get(nodewright_schema::keys::SOURCE_COMMIT))
+                                .is_some_and(|c| c == commit)
+                    })
+                })
                 && !matches!(it.status, Some(StatusWrite::Deferred));
             if done {
                 converged_flag.store(true, std::sync::atomic::Ordering::SeqCst);
