@@ -45,16 +45,7 @@ fn remote(tmp: &Path) -> (WorkRepo, std::path::PathBuf) {
     work.copy_from(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet"));
     work.commit("fleet");
     let bare = tmp.join("remote.git");
-    git(
-        tmp,
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            work.dir.to_str().unwrap(),
-            bare.to_str().unwrap(),
-        ],
-    );
+    work.clone_bare(&bare);
     (work, bare)
 }
 

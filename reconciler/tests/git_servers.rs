@@ -104,16 +104,7 @@ fn served_fleet(tmp: &Path) -> (PathBuf, String) {
     let served = tmp.join("served");
     std::fs::create_dir_all(&served).unwrap();
     let bare = served.join("fleet.git");
-    git(
-        tmp,
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            work.dir.to_str().unwrap(),
-            bare.to_str().unwrap(),
-        ],
-    );
+    work.clone_bare(&bare);
     git(&bare, &["config", "http.receivepack", "true"]);
     (bare, head)
 }

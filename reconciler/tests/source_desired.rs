@@ -21,16 +21,7 @@ fn remote_fixture(tmp: &Path) -> (WorkRepo, PathBuf) {
     work.write("fleet/gpu.yaml", &nodewright("gpu", DRIVER));
     work.commit("valid");
     let bare = tmp.join("remote.git");
-    git(
-        tmp,
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            work.dir.to_str().unwrap(),
-            bare.to_str().unwrap(),
-        ],
-    );
+    work.clone_bare(&bare);
     (work, bare)
 }
 

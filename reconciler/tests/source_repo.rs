@@ -19,16 +19,7 @@ fn clones_a_bare_remote_and_fetches_new_commits() {
     work.write("fleet/a.yaml", "a: 1\n");
     let first = work.commit("first");
     let bare = tmp.path().join("remote.git");
-    git(
-        tmp.path(),
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            work.dir.to_str().unwrap(),
-            bare.to_str().unwrap(),
-        ],
-    );
+    work.clone_bare(&bare);
 
     let spec = RemoteSpec::anonymous(format!("file://{}", bare.display()));
     let cache = tmp.path().join("cache");
@@ -81,16 +72,7 @@ fn a_local_path_remote_and_a_shallow_fetch_work() {
     work.write("a.yaml", "a: 2\n");
     let second = work.commit("second");
     let bare = tmp.path().join("remote.git");
-    git(
-        tmp.path(),
-        &[
-            "clone",
-            "-q",
-            "--bare",
-            work.dir.to_str().unwrap(),
-            bare.to_str().unwrap(),
-        ],
-    );
+    work.clone_bare(&bare);
 
     let mut spec = RemoteSpec::anonymous(bare.to_str().unwrap());
     spec.depth = std::num::NonZeroU32::new(1);

@@ -11,6 +11,7 @@
 //! every machine evaluates a schedule the same way; a time skipped by a daylight-saving change
 //! moves forward with the clocks, a repeated one means its first occurrence.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use jiff::civil::{Date, DateTime, Time};
@@ -85,6 +86,23 @@ impl WindowState {
             WindowState::Closed { opens } => Some(opens),
         }
     }
+}
+
+/// The windows value and timezone a NodeWright runs under: its own annotations, each key
+/// over its DeploymentPolicy's. `None` without windows.
+pub fn declared<'a>(
+    own: Option<&'a BTreeMap<String, String>>,
+    policy: Option<&'a BTreeMap<String, String>>,
+) -> Option<(&'a str, Option<&'a str>)> {
+    let value = |key: &str| {
+        own.and_then(|a| a.get(key))
+            .or_else(|| policy.and_then(|a| a.get(key)))
+            .map(String::as_str)
+    };
+    Some((
+        value(crate::keys::MAINTENANCE_WINDOWS)?,
+        value(crate::keys::MAINTENANCE_TIMEZONE),
+    ))
 }
 
 const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
@@ -173,36 +191,47 @@ fn window(text: &str) -> Result<Window, WindowError> {
     })
 }
 
+/// Checks a `maintenance-windows` value on its own (no timezone needed).
+pub fn check_windows(value: &str) -> Result<(), WindowError> {
+    parse_windows(value).map(|_| ())
+}
+
+/// Checks a `maintenance-timezone` value against the bundled timezone database.
+pub fn check_timezone(name: &str) -> Result<(), WindowError> {
+    zone(name.trim()).map(|_| ())
+}
+
+fn parse_windows(value: &str) -> Result<Vec<Window>, WindowError> {
+    let parsed: Vec<Window> = value
+        .split(';')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(window)
+        .collect::<Result<_, _>>()?;
+    if parsed.is_empty() {
+        return Err(malformed(value, "no window is given"));
+    }
+    Ok(parsed)
+}
+
+fn zone(name: &str) -> Result<TimeZone, WindowError> {
+    if name == "UTC" {
+        return Ok(TimeZone::UTC);
+    }
+    tz_database()
+        .get(name)
+        .map_err(|_| WindowError::UnknownTimezone(name.to_string()))
+}
+
 impl Schedule {
     /// Parses the annotations' values (`timezone` absent means UTC).
     pub fn parse(windows: &str, timezone: Option<&str>) -> Result<Schedule, WindowError> {
         let tz_name = timezone.map(str::trim).unwrap_or("UTC");
-        let tz = if tz_name == "UTC" {
-            TimeZone::UTC
-        } else {
-            tz_database()
-                .get(tz_name)
-                .map_err(|_| WindowError::UnknownTimezone(tz_name.to_string()))?
-        };
-        let parsed: Vec<Window> = windows
-            .split(';')
-            .map(str::trim)
-            .filter(|w| !w.is_empty())
-            .map(window)
-            .collect::<Result<_, _>>()?;
-        if parsed.is_empty() {
-            return Err(malformed(windows, "no window is given"));
-        }
         Ok(Schedule {
-            windows: parsed,
-            tz,
+            windows: parse_windows(windows)?,
+            tz: zone(tz_name)?,
             tz_name: tz_name.to_string(),
         })
-    }
-
-    /// The timezone's name as written (or `UTC`).
-    pub fn timezone(&self) -> &str {
-        &self.tz_name
     }
 
     /// The open intervals that start on the civil days around `at` (from the day before to a

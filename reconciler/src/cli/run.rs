@@ -688,18 +688,19 @@ fn windowed_nodewrights<'a>(
     nodewrights: &'a [nodewright_schema::NodeWright],
     policies: &[nodewright_schema::DeploymentPolicy],
 ) -> Vec<&'a str> {
-    let has = |a: Option<&std::collections::BTreeMap<String, String>>| {
-        a.is_some_and(|a| a.contains_key(nodewright_schema::keys::MAINTENANCE_WINDOWS))
-    };
     nodewrights
         .iter()
         .filter(|nw| {
-            has(nw.metadata.annotations.as_ref())
-                || nw.spec.deployment_policy.as_ref().is_some_and(|p| {
-                    policies.iter().any(|d| {
-                        d.metadata.name.as_ref() == Some(p) && has(d.metadata.annotations.as_ref())
-                    })
-                })
+            let policy = nw.spec.deployment_policy.as_ref().and_then(|p| {
+                policies
+                    .iter()
+                    .find(|d| d.metadata.name.as_ref() == Some(p))
+            });
+            nodewright_schema::maintenance::declared(
+                nw.metadata.annotations.as_ref(),
+                policy.and_then(|d| d.metadata.annotations.as_ref()),
+            )
+            .is_some()
         })
         .filter_map(|nw| nw.metadata.name.as_deref())
         .collect()

@@ -4,23 +4,18 @@
 //! does not set, and are evaluated at the snapshot's `now`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use nodewright_schema::keys::{self, condition, reason};
-use nodewright_schema::maintenance::{Schedule, WindowError, WindowState};
+use nodewright_schema::keys::{condition, reason};
+use nodewright_schema::maintenance::{self, Schedule, WindowError, WindowState};
 
 use super::context::PassCtx;
 
 /// The window state of a NodeWright now: `None` without windows.
 pub fn state(ctx: &PassCtx<'_>, nw: usize) -> Option<Result<WindowState, WindowError>> {
     let view = &ctx.nws[nw];
-    let own = view.nw.metadata.annotations.as_ref();
-    let inherited = view.policy.and_then(|p| p.metadata.annotations.as_ref());
-    let value = |key: &str| {
-        own.and_then(|a| a.get(key))
-            .or_else(|| inherited.and_then(|a| a.get(key)))
-            .map(String::as_str)
-    };
-    let windows = value(keys::MAINTENANCE_WINDOWS)?;
-    let timezone = value(keys::MAINTENANCE_TIMEZONE);
+    let (windows, timezone) = maintenance::declared(
+        view.nw.metadata.annotations.as_ref(),
+        view.policy.and_then(|p| p.metadata.annotations.as_ref()),
+    )?;
     Some(Schedule::parse(windows, timezone).map(|s| s.at(ctx.now)))
 }
 

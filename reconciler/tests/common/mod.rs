@@ -74,6 +74,21 @@ impl WorkRepo {
     }
 
     /// Stage everything and commit; returns the commit id.
+    /// A bare clone of this repository at `to`, as a remote to fetch from and push to.
+    pub fn clone_bare(&self, to: &Path) {
+        let parent = to.parent().unwrap_or(to);
+        git(
+            parent,
+            &[
+                "clone",
+                "-q",
+                "--bare",
+                self.dir.to_str().unwrap(),
+                to.to_str().unwrap(),
+            ],
+        );
+    }
+
     pub fn commit(&self, message: &str) -> String {
         git(&self.dir, &["add", "-A"]);
         git(&self.dir, &["commit", "-q", "--allow-empty", "-m", message]);

@@ -42,7 +42,7 @@ pub fn maintenance_annotations(
     let timezone = annotations.get(MAINTENANCE_TIMEZONE).map(String::as_str);
     let mut out = Vec::new();
     if let Some(tz) = timezone
-        && let Err(e) = crate::maintenance::Schedule::parse("* 00:00-24:00", Some(tz))
+        && let Err(e) = crate::maintenance::check_timezone(tz)
     {
         out.push(Violation::error(
             rules::MAINTENANCE_WINDOW,
@@ -51,8 +51,7 @@ pub fn maintenance_annotations(
         ));
     }
     if let Some(windows) = windows
-        && let Err(e @ crate::maintenance::WindowError::Malformed { .. }) =
-            crate::maintenance::Schedule::parse(windows, None)
+        && let Err(e) = crate::maintenance::check_windows(windows)
     {
         out.push(Violation::error(
             rules::MAINTENANCE_WINDOW,
