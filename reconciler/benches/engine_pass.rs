@@ -190,6 +190,7 @@ fn world(settings: &Settings) -> Snapshot {
         nodewrights: nodewrights(),
         policies: Vec::new(),
         commit: "bench".into(),
+        ..Default::default()
     });
     let mut cache = StateCache::new();
     for _ in 0..12 {

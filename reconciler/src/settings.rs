@@ -87,6 +87,10 @@ pub mod constants {
     /// few enough that a pass never floods the API server (upstream's client allows a burst of
     /// 30 requests).
     pub const WRITES_IN_FLIGHT: usize = 8;
+    /// How far back along the tracked branch the source looks for the commits that last
+    /// changed a NodeWright's spec and its approvals; an approval older than that counts
+    /// for nothing (docs/approvals.md).
+    pub const APPROVAL_HISTORY_COMMITS: usize = 1000;
     /// After a PDB refusal on a node, no new eviction there for this long (§7.9).
     pub const PDB_RETRY_THROTTLE: Duration = Duration::from_secs(30);
     /// Pending config-update retry (§6.8).

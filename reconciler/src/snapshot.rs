@@ -10,6 +10,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use nodewright_schema::approvals::ApprovedBatches;
 use nodewright_schema::{DeploymentPolicy, NodeWright};
 
 /// The world as one pass sees it.
@@ -37,6 +38,10 @@ pub struct Snapshot {
     pub pods: Vec<Arc<Pod>>,
     /// ConfigMaps in the operator namespace owned by NodeWrights.
     pub config_maps: Vec<ConfigMap>,
+    /// Approvals from Git: per NodeWright, the batches approved for the rollout in force
+    /// (source/approvals.rs decides which values count). Rebuilt from the repository on
+    /// restart, like the desired state.
+    pub approvals: BTreeMap<String, ApprovedBatches>,
     /// In-memory state carried between passes (lost on restart, by design).
     pub memory: Memory,
 }

@@ -480,6 +480,7 @@ async fn every_action_kind_has_its_effect_through_the_api() {
         nodewrights: vec![nw],
         policies: vec![policy()],
         commit: "c0ffee".into(),
+        ..Default::default()
     };
     cluster.apply_desired(&desired).await.unwrap();
     let live = nws.get("rollout").await.unwrap();
@@ -593,6 +594,7 @@ async fn invalid_crs_are_rejected_with_422() {
             nodewrights: vec![nw],
             policies: vec![],
             commit: "c1".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -741,6 +743,7 @@ async fn a_full_rollout_over_http_ends_like_the_in_process_simulator() {
         nodewrights: vec![rollout_nodewright()],
         policies: vec![],
         commit: "c1".into(),
+        ..Default::default()
     };
     let engine = nodewright_reconciler::engine::reconcile_cached;
 
@@ -845,6 +848,7 @@ async fn with_two_replicas_only_the_leader_writes() {
         nodewrights: vec![rollout_nodewright()],
         policies: vec![],
         commit: "c1".into(),
+        ..Default::default()
     };
     let engine = nodewright_reconciler::engine::reconcile_cached;
     let a = connect(&server, "a").await;
@@ -923,6 +927,7 @@ async fn kubectl_reads_and_cordons_through_sim_serve() {
             nodewrights: vec![rollout_nodewright()],
             policies: vec![],
             commit: "c1".into(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -1195,6 +1200,7 @@ async fn container_logs_are_read_followed_and_snapshotted_over_http() {
             nodewrights: vec![nw],
             policies: vec![],
             commit: "c1".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -40,6 +40,12 @@ pub const PAUSE: &str = "nodewright.nvidia.com/pause";
 pub const MAINTENANCE_WINDOWS: &str = "gitops.nodewright.nvidia.com/maintenance-windows";
 /// The IANA timezone of [`MAINTENANCE_WINDOWS`] (default UTC).
 pub const MAINTENANCE_TIMEZONE: &str = "gitops.nodewright.nvidia.com/maintenance-timezone";
+/// This project's approval gate, on a NodeWright in Git: the compartments (`*`: all) whose
+/// batches after the first wait for an approval (`schema::approvals`, docs/approvals.md).
+pub const APPROVAL_REQUIRED: &str = "gitops.nodewright.nvidia.com/approval-required";
+/// The approvals of [`APPROVAL_REQUIRED`]: `compartment=N` entries, each approving batches up
+/// to N of that compartment for the rollout it was given in.
+pub const APPROVED_BATCHES: &str = "gitops.nodewright.nvidia.com/approved-batches";
 /// `"true"` disables the NodeWright (§5.11).
 pub const DISABLE: &str = "nodewright.nvidia.com/disable";
 /// Operator version stamp on the NodeWright.
@@ -264,6 +270,8 @@ pub mod condition {
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
     /// `OutsideMaintenanceWindow`: whether admission waits for a maintenance window.
     pub const OUTSIDE_MAINTENANCE_WINDOW: &str = "OutsideMaintenanceWindow";
+    /// `AwaitingApproval`: whether a gated compartment's next batch waits for an approval.
+    pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
     /// Legacy mirror suffix `Transition` (§12.3).
     pub const TRANSITION: &str = "Transition";
     /// Types that get a legacy prefixed mirror (§12.3).
@@ -300,6 +308,10 @@ pub mod reason {
     pub const WINDOW_OPEN: &str = "WindowOpen";
     /// `OutsideMaintenanceWindow` reason when the windows cannot be read (nothing is admitted).
     pub const INVALID_MAINTENANCE_WINDOW: &str = "InvalidMaintenanceWindow";
+    /// `AwaitingApproval` reason while a batch waits for its approval.
+    pub const BATCH_NOT_APPROVED: &str = "BatchNotApproved";
+    /// `AwaitingApproval` reason while no batch waits.
+    pub const NOTHING_PENDING: &str = "NothingPending";
     /// `Blocked` reason: a dependency is being or has been uninstalled (§6.15).
     pub const DEPENDENCY_UNINSTALLED: &str = "DependencyUninstalled";
     /// `Blocked` reason: protected pods still run (§7.5).

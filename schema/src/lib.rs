@@ -4,6 +4,7 @@
 //! Wire-compatible with upstream NodeWright (`nodewright.nvidia.com/v1alpha1`); legacy
 //! `skyhook.nvidia.com` manifests are converted on read (see [`legacy`]).
 
+pub mod approvals;
 pub mod crd;
 pub mod duration;
 pub mod glob;

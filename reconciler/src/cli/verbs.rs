@@ -1139,6 +1139,7 @@ mod tests {
             ],
             policies: vec![],
             commit: "c1".into(),
+            ..Default::default()
         });
         let settings = crate::settings::Settings::default();
         for _ in 0..60 {

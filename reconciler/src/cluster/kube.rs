@@ -643,6 +643,8 @@ impl Cluster for KubeCluster {
             jobs: self.jobs.state(),
             pods: pods.into_values().collect(),
             config_maps: config_maps.into_values().collect(),
+            // Approvals come from Git, not the cluster: the controller adds them.
+            approvals: Default::default(),
             memory: Default::default(),
         })
     }

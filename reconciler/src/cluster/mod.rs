@@ -8,8 +8,10 @@ pub mod kube;
 pub mod lease;
 pub mod sim;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
+use nodewright_schema::approvals::ApprovedBatches;
 use nodewright_schema::{DeploymentPolicy, NodeWright};
 
 use crate::plan::{Action, Outcome};
@@ -50,6 +52,9 @@ pub struct Desired {
     pub policies: Vec<DeploymentPolicy>,
     /// The commit they come from (recorded on each CR).
     pub commit: String,
+    /// Per NodeWright, the batches its `approved-batches` approves for the rollout in force:
+    /// only values given for this rollout count (source/approvals.rs).
+    pub approvals: BTreeMap<String, ApprovedBatches>,
 }
 
 /// A read of one container's log (the `pods/log` subresource).

@@ -146,6 +146,7 @@ mod tests {
             nodewrights: vec![nodewright("tuning", 100)],
             policies: vec![],
             commit: "c1".into(),
+            ..Default::default()
         };
         block_on(cluster.apply_desired(&desired)).unwrap();
         let snap = block_on(cluster.snapshot()).unwrap();

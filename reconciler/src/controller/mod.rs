@@ -113,6 +113,9 @@ impl<C: Cluster> Controller<C> {
         let mut snapshot = self.cluster.snapshot().await?;
         track_failure_targets(&mut self.memory, &snapshot);
         snapshot.memory = self.memory.clone();
+        if let Some(desired) = &self.applied {
+            snapshot.approvals = desired.approvals.clone();
+        }
         let plan = (self.engine)(&snapshot, &self.settings, &mut self.cache);
         let mut report = PassReport {
             now: snapshot.now,

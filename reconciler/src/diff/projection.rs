@@ -358,6 +358,7 @@ mod tests {
             nodewrights: vec![NodeWright::new("gpu", spec)],
             policies: vec![],
             commit: "c".into(),
+            ..Default::default()
         }
     }
 

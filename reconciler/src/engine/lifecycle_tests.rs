@@ -61,6 +61,7 @@ impl Harness {
             nodewrights: nws,
             policies: Vec::new(),
             commit: "c1".into(),
+            ..Default::default()
         });
     }
 

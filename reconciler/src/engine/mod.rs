@@ -6,6 +6,7 @@
 //! run inside the same pass, first, so their recordings are visible to the heavy-pass steps
 //! and all node changes of the pass merge into one patch per node (§5.15).
 
+pub mod approvals;
 pub mod complete;
 pub mod conditions;
 pub mod configmaps;
@@ -291,6 +292,7 @@ fn dispatch(ctx: &mut PassCtx<'_>, hooks: &Hooks, nw: usize) -> bool {
 /// plan (§5.15).
 fn finish(mut ctx: PassCtx<'_>, cache: Option<&mut StateCache>) -> Plan {
     for nw in 0..ctx.nws.len() {
+        approvals::refresh(&mut ctx, nw);
         conditions::refresh_ready(&mut ctx, nw);
         stamp_versions(&mut ctx, nw);
     }

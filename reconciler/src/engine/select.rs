@@ -142,15 +142,16 @@ pub fn tolerable(ctx: &PassCtx, node: usize, tols: &[Toleration]) -> bool {
 
 /// Nodes admitted by one compartment this pass (§2.6), before the ignore/taint checks.
 /// `size` is the compartment's batch size (§2.3).
-/// Outside a maintenance window (`window_open` false) only nodes admitted earlier (in
-/// progress, or picked and not yet complete) go on; no new node takes a batch slot.
+/// While `admitting` is false — outside a maintenance window, or while the batch waits for
+/// its approval — only nodes admitted earlier (in progress, or picked and not yet complete)
+/// go on; no new node takes a batch slot.
 pub fn admit(
     ctx: &PassCtx,
     nw: usize,
     nodes: &[usize],
     size: i32,
     stopped: bool,
-    window_open: bool,
+    admitting: bool,
 ) -> Vec<usize> {
     if stopped {
         return Vec::new();
@@ -178,7 +179,7 @@ pub fn admit(
         return out;
     }
     let stickies: Vec<usize> = nodes.iter().copied().filter(|&n| sticky(n)).collect();
-    if !stickies.is_empty() || !window_open {
+    if !stickies.is_empty() || !admitting {
         return stickies;
     }
     if size <= 0 {
@@ -218,7 +219,8 @@ pub fn select_nodes(ctx: &mut PassCtx, nw: usize) -> Vec<usize> {
         let state = batch_state(ctx, nw, def);
         let stopped = def.strategy.is_some() && state.should_stop;
         let size = policy::batch_size(def, nodes.len() as i32, &state);
-        for n in admit(ctx, nw, &nodes, size, stopped, window_open) {
+        let admitting = window_open && super::approvals::admits(ctx, nw, def, &state);
+        for n in admit(ctx, nw, &nodes, size, stopped, admitting) {
             if ignored(ctx, n) || !tolerable(ctx, n, &tols) {
                 if ctx.node_status(nw, n) != Status::Blocked {
                     ctx.set_node_status(nw, n, Status::Blocked);

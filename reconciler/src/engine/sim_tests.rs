@@ -92,6 +92,7 @@ fn rollout_with_reboot_package_completes_within_budget() {
         ],
         policies: vec![],
         commit: "c1".into(),
+        ..Default::default()
     };
     sim.apply_desired(&desired);
     let most = drive(&mut sim, "gpu", Duration::from_secs(3600), |s| {

@@ -177,6 +177,7 @@ fn run(f: &Fleet, faults: Option<&Faults>) -> RunResult {
             nodewrights: vec![nodewright(f, changed)],
             policies: Vec::new(),
             commit: format!("c{}", u8::from(changed)),
+            ..Default::default()
         });
         // Faults for the first 60 passes of each rollout, then clean passes until it converges.
         let mut done = false;

@@ -6,8 +6,12 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
+use nodewright_schema::NodeWright;
+use nodewright_schema::approvals::ApprovedBatches;
+
 use crate::cluster::Desired;
-use crate::source::manifests::{self, Limits, Previous};
+use crate::source::approvals::{self, Older};
+use crate::source::manifests::{self, Limits, Loaded, Previous};
 
 /// One commit: its id, message and complete file map.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +79,39 @@ impl Repo {
     pub fn commits(&self) -> &[Commit] {
         &self.commits
     }
+
+    /// The approvals in force at `head` for its NodeWrights, from the commits before it
+    /// (source/approvals.rs: the same rule as over a Git repository).
+    pub fn approvals_in_force(
+        &self,
+        head: &Commit,
+        nodewrights: &[NodeWright],
+    ) -> BTreeMap<String, ApprovedBatches> {
+        let at = self
+            .commits
+            .iter()
+            .position(|c| c.id == head.id)
+            .unwrap_or(self.commits.len());
+        let older = self.commits[..at].iter().rev().map(|commit| {
+            let loaded = load(commit);
+            if loaded.errors.is_empty() && loaded.undecodable.is_empty() {
+                Older::Commit(loaded.nodewrights.into_iter().map(|s| s.object).collect())
+            } else {
+                Older::Unreadable
+            }
+        });
+        approvals::in_force(nodewrights, older.chain([Older::Root]))
+    }
+}
+
+/// The manifests of a commit, read as a Git source reads them.
+fn load(commit: &Commit) -> Loaded {
+    let files = commit
+        .files
+        .iter()
+        .filter(|(path, _)| manifests::is_manifest_path(path))
+        .map(|(path, content)| (path.clone(), content.as_bytes().to_vec()));
+    manifests::load(files, &Limits::default())
 }
 
 /// The desired state of a commit, or every reason it is invalid (`file:line: …`).
@@ -82,12 +119,7 @@ pub fn desired_of(
     commit: &Commit,
     previous: Option<&Previous>,
 ) -> Result<(Desired, Previous), Vec<String>> {
-    let files = commit
-        .files
-        .iter()
-        .filter(|(path, _)| manifests::is_manifest_path(path))
-        .map(|(path, content)| (path.clone(), content.as_bytes().to_vec()));
-    let loaded = manifests::load(files, &Limits::default());
+    let loaded = load(commit);
     // The same verdict as the Git source: errors refuse the commit, warnings (e.g. the §3.2
     // uninstall-cancel warning) do not.
     let evaluation = crate::source::desired::judge(commit.id.clone(), loaded, Vec::new(), previous);

@@ -275,7 +275,8 @@ impl<'h> Run<'h> {
         if self.seen_commit.as_deref() != Some(head.id.as_str()) {
             self.seen_commit = Some(head.id.clone());
             match desired_of(&head, self.previous.as_ref()) {
-                Ok((desired, previous)) => {
+                Ok((mut desired, previous)) => {
+                    desired.approvals = self.repo.approvals_in_force(&head, &desired.nodewrights);
                     self.desired = Some(desired);
                     self.previous = Some(previous);
                 }
@@ -297,6 +298,11 @@ impl<'h> Run<'h> {
         self.check_snapshot_is_fresh(&snapshot);
         crate::controller::track_failure_targets(&mut self.memory, &snapshot);
         snapshot.memory = self.memory.clone();
+        snapshot.approvals = self
+            .desired
+            .as_ref()
+            .map(|d| d.approvals.clone())
+            .unwrap_or_default();
         let plan = (self.hooks.reconcile)(&snapshot, &self.settings);
         let mut evictions = crate::controller::EvictionAttempts::default();
         let mut failed = Vec::new();

@@ -93,7 +93,12 @@ pub fn evaluate_commit(
     }
     let (loaded, file_violations) = load_commit(git, commit, options)?;
     problems.extend(file_violations.iter().map(file_problem));
-    Ok(judge(commit.to_string(), loaded, problems, previous))
+    let mut evaluation = judge(commit.to_string(), loaded, problems, previous);
+    if let Some(valid) = &mut evaluation.valid {
+        valid.desired.approvals =
+            super::approvals::from_git(git, commit, options, &valid.desired.nodewrights)?;
+    }
+    Ok(evaluation)
 }
 
 /// Read `commit`'s manifest files under the root and load them (no validation): the loaded
@@ -160,6 +165,7 @@ fn objects_of(commit: &str, loaded: &Loaded) -> Desired {
         nodewrights,
         policies,
         commit: commit.to_owned(),
+        approvals: Default::default(),
     }
 }
 

@@ -1184,6 +1184,11 @@ pub fn validate_set(loaded: &Loaded, previous: Option<&Previous>) -> Vec<Located
                 .into_iter()
                 .map(|v| locate_violation(s, keys::KIND_NODEWRIGHT, v)),
         );
+        out.extend(
+            approval_compartments(loaded, &s.object)
+                .into_iter()
+                .map(|v| locate_violation(s, keys::KIND_NODEWRIGHT, v)),
+        );
     }
     for s in &loaded.policies {
         let (_, violations) = validate::validate_policy_value(&s.raw);
@@ -1232,6 +1237,32 @@ pub fn validate_set(loaded: &Loaded, previous: Option<&Previous>) -> Vec<Located
     }
     out.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
     out
+}
+
+/// The approval gate of a NodeWright against the compartments it has in this set: its
+/// policy's and `__default__` (a missing policy is rule 23's error, not checked here).
+fn approval_compartments(loaded: &Loaded, nw: &NodeWright) -> Vec<Violation> {
+    let annotations = nw.metadata.annotations.as_ref();
+    if !annotations.is_some_and(|a| {
+        a.contains_key(keys::APPROVAL_REQUIRED) || a.contains_key(keys::APPROVED_BATCHES)
+    }) {
+        return Vec::new();
+    }
+    let mut compartments = vec![(keys::DEFAULT_COMPARTMENT, true)];
+    if let Some(policy) = &nw.spec.deployment_policy {
+        let Some(policy) = loaded.policy(policy) else {
+            return Vec::new();
+        };
+        compartments.extend(
+            policy
+                .object
+                .spec
+                .compartments
+                .iter()
+                .map(|c| (c.name.as_str(), c.strategy.is_some())),
+        );
+    }
+    validate::approval_compartments(annotations, &compartments)
 }
 
 fn duplicates<T>(items: &[Sourced<T>], kind: &str, out: &mut Vec<Located<Violation>>) {

@@ -528,14 +528,27 @@ impl GitRepo {
     /// tracked branch pointed to, in a merge-based workflow. The walk ends early where history
     /// does (a root commit, or the boundary of a shallow fetch).
     pub fn first_parents(&self, from: ObjectId, limit: usize) -> Result<Vec<ObjectId>, RepoError> {
+        Ok(self.first_parent_history(from, limit)?.0)
+    }
+
+    /// [`GitRepo::first_parents`], and whether the walk reached the branch's first commit
+    /// ([`HistoryEnd::Root`]) or stopped short of it (the limit, or a shallow boundary).
+    pub fn first_parent_history(
+        &self,
+        from: ObjectId,
+        limit: usize,
+    ) -> Result<(Vec<ObjectId>, HistoryEnd), RepoError> {
         let repo = self.repo.to_thread_local();
         let mut out = Vec::new();
         let mut next = Some(from);
-        while let Some(id) = next.filter(|_| out.len() < limit) {
+        while let Some(id) = next {
+            if out.len() >= limit {
+                return Ok((out, HistoryEnd::Truncated));
+            }
             let commit = match repo.find_commit(id) {
                 Ok(commit) => commit,
                 // A parent beyond a shallow boundary is named but absent: history ends here.
-                Err(_) if !out.is_empty() => break,
+                Err(_) if !out.is_empty() => return Ok((out, HistoryEnd::Truncated)),
                 Err(e) => {
                     return Err(RepoError::Read {
                         what: format!("commit {id}"),
@@ -547,7 +560,7 @@ impl GitRepo {
             out.push(id);
             next = commit.parent_ids().next().map(|p| p.detach());
         }
-        Ok(out)
+        Ok((out, HistoryEnd::Root))
     }
 
     /// Whether the ancestor relation holds (`ancestor` is reachable from `descendant`).
@@ -570,6 +583,15 @@ impl GitRepo {
         }
         Ok(false)
     }
+}
+
+/// Where a walk along the branch's history stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistoryEnd {
+    /// At the branch's first commit: nothing older exists.
+    Root,
+    /// Short of it: the walk's limit, or the boundary of a shallow fetch.
+    Truncated,
 }
 
 /// Local paths become `file://` URLs so gix's file transport (not a `git` subprocess) serves

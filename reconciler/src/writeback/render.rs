@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use nodewright_schema::{NodeWright, Status, keys};
+use nodewright_schema::{NodeWright, Status, approvals, keys};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -58,6 +58,10 @@ pub struct StatusDocument {
     /// Batch progress per compartment.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub compartments: BTreeMap<String, CompartmentSummary>,
+    /// Batches waiting for an approval in Git, each with its results and the value that
+    /// approves it (from the `AwaitingApproval` condition, docs/approvals.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<String>,
     /// Per-node detail: every incomplete node, and complete ones up to the limit.
     pub nodes: BTreeMap<String, NodeSummary>,
     /// Complete nodes left out of `nodes` because of the limit.
@@ -192,6 +196,17 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
             (c.type_.clone(), summary)
         })
         .collect();
+    let pending_approvals = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == keys::condition::AWAITING_APPROVAL && c.status == "True")
+        .map(|c| {
+            approvals::pending_parts(&c.message)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
     let compartments = status
         .compartment_statuses
         .iter()
@@ -272,6 +287,7 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
             .collect(),
         conditions,
         compartments,
+        pending_approvals,
         nodes,
         nodes_omitted,
     }
@@ -337,6 +353,14 @@ fn readme(docs: &[StatusDocument]) -> String {
             bw = count("blocked") + count("waiting"),
             commit = d.source_commit.as_deref().map(|c| &c[..c.len().min(12)]).unwrap_or("-"),
         ));
+    }
+    if docs.iter().any(|d| !d.pending_approvals.is_empty()) {
+        out.push_str("\n## Waiting for approval\n\nEach batch below starts once an approval commit reaches the tracked branch (docs/approvals.md).\n\n");
+        for d in docs {
+            for pending in &d.pending_approvals {
+                out.push_str(&format!("- {}: {pending}\n", d.nodewright));
+            }
+        }
     }
     out
 }

@@ -62,6 +62,88 @@ pub fn maintenance_annotations(
     out
 }
 
+/// This project's approval-gate annotations on a NodeWright must parse (docs/approvals.md).
+pub fn approval_annotations(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Vec<Violation> {
+    use crate::approvals;
+    use crate::keys::{APPROVAL_REQUIRED, APPROVED_BATCHES};
+    let path = |key: &str| FieldPath::of(&["metadata", "annotations", key]);
+    let mut out = Vec::new();
+    if let Some(Err(e)) = approvals::declared(annotations) {
+        out.push(Violation::error(
+            rules::APPROVAL_GATE,
+            path(APPROVAL_REQUIRED),
+            e.to_string(),
+        ));
+    }
+    if let Some(Err(e)) = approvals::approved_value(annotations) {
+        out.push(Violation::error(
+            rules::APPROVAL_GATE,
+            path(APPROVED_BATCHES),
+            e.to_string(),
+        ));
+    }
+    out
+}
+
+/// The approval-gate annotations of a NodeWright against its compartments (its policy's and
+/// `__default__`, each with whether it has a strategy): a gate or an approval naming another
+/// compartment is an error; a gated compartment without a strategy has no batches to hold, a
+/// warning. Values that do not parse are left to [`approval_annotations`].
+pub fn approval_compartments(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    compartments: &[(&str, bool)],
+) -> Vec<Violation> {
+    use crate::approvals::{self, Gated};
+    use crate::keys::{APPROVAL_REQUIRED, APPROVED_BATCHES};
+    let path = |key: &str| FieldPath::of(&["metadata", "annotations", key]);
+    let known = |name: &str| compartments.iter().any(|(c, _)| *c == name);
+    let list = compartments
+        .iter()
+        .map(|(c, _)| *c)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut out = Vec::new();
+    if let Some(Ok(gated)) = approvals::declared(annotations) {
+        for name in gated.named().filter(|n| !known(n)) {
+            out.push(Violation::error(
+                rules::APPROVAL_GATE,
+                path(APPROVAL_REQUIRED),
+                format!(
+                    "gates compartment {name:?}, which this NodeWright does not have (its compartments: {list})"
+                ),
+            ));
+        }
+        if let Gated::Only(_) = gated {
+            for (name, _) in compartments
+                .iter()
+                .filter(|(c, strategy)| !strategy && gated.covers(c))
+            {
+                out.push(Violation::warning(
+                    rules::APPROVAL_GATE,
+                    path(APPROVAL_REQUIRED),
+                    format!(
+                        "compartment {name:?} has no strategy, so it runs without batches and the gate never holds it; give it a strategy to roll it out in approved batches"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(Ok(approved)) = approvals::approved_value(annotations) {
+        for name in approved.keys().filter(|n| !known(n)) {
+            out.push(Violation::error(
+                rules::APPROVAL_GATE,
+                path(APPROVED_BATCHES),
+                format!(
+                    "approves compartment {name:?}, which this NodeWright does not have (its compartments: {list})"
+                ),
+            ));
+        }
+    }
+    out
+}
+
 /// How serious a violation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -114,6 +114,9 @@ pub fn validate_nodewright_value(
     out.extend(super::maintenance_annotations(
         typed.metadata.annotations.as_ref(),
     ));
+    out.extend(super::approval_annotations(
+        typed.metadata.annotations.as_ref(),
+    ));
     match old {
         Some(old) => out.extend(nodewright_update(old, &typed, policies)),
         None => out.extend(nodewright_create(&typed, policies)),

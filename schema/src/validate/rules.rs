@@ -32,6 +32,9 @@ rules! {
     NAME_TOO_LONG = "name-too-long", "§4.1", false;
     /// A maintenance-window annotation that cannot be read (docs/maintenance-windows.md).
     MAINTENANCE_WINDOW = "maintenance-window", "maintenance windows", false;
+    /// An approval-gate annotation that cannot be read or names an unknown compartment
+    /// (docs/approvals.md).
+    APPROVAL_GATE = "approval-gate", "approval gates", false;
     /// A schema `required` field is absent (§3.3).
     SCHEMA_REQUIRED = "schema-required", "§3.3", false;
     /// A value of the wrong JSON type (§3.3).
