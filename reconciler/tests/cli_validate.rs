@@ -179,3 +179,51 @@ fn a_malformed_maintenance_window_or_timezone_is_an_error_at_its_line() {
         "{text}"
     );
 }
+
+#[test]
+fn malformed_approval_gates_are_errors_at_their_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("policy.yaml"),
+        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata: {name: tiers}\nspec:\n  default: {budget: {count: 1}, strategy: {fixed: {}}}\n  compartments:\n    - {name: canary, selector: {matchLabels: {tier: canary}}, budget: {count: 1}, strategy: {fixed: {}}}\n",
+    )
+    .unwrap();
+    let nodewright_with = |name: &str, required: &str, approved: &str| {
+        format!(
+            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: {name}\n  annotations:\n    # who may go on\n    gitops.nodewright.nvidia.com/approval-required: \"{required}\"\n    gitops.nodewright.nvidia.com/approved-batches: \"{approved}\"\nspec:\n  deploymentPolicy: tiers\n  packages:\n    driver: {{version: 1.0.0, image: example/driver}}\n"
+        )
+    };
+    std::fs::write(
+        tmp.path().join("fleet.yaml"),
+        [
+            nodewright_with("unknown", "canary,production", "canary=2"),
+            nodewright_with("zero", "canary", "canary=0"),
+            nodewright_with("syntax", "canary", "canary:2"),
+            nodewright_with("fine", "*", "canary=2,__default__=3"),
+        ]
+        .join("---\n"),
+    )
+    .unwrap();
+    let out = nodewright(&["validate", tmp.path().to_str().unwrap()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let line = |n: usize| -> &str {
+        text.lines()
+            .find(|l| l.contains(&format!("fleet.yaml:{n}:")))
+            .unwrap_or_else(|| panic!("no finding at line {n}: {text}"))
+    };
+    assert!(
+        line(7).contains("NodeWright/unknown")
+            && line(7).contains("gates compartment \"production\", which this NodeWright does not have (its compartments: __default__, canary)"),
+        "{text}"
+    );
+    assert!(
+        line(21).contains("NodeWright/zero") && line(21).contains("batches are numbered from 1"),
+        "{text}"
+    );
+    assert!(
+        line(34).contains("NodeWright/syntax") && line(34).contains("has no `=N`"),
+        "{text}"
+    );
+    assert!(!text.contains("NodeWright/fine"), "{text}");
+}

@@ -420,3 +420,66 @@ fn a_maintenance_window_change_is_shown_with_what_it_does() {
     );
     assert!(out.contains("Europe/Berlin"), "{out}");
 }
+
+fn gated(version: &str, approved: Option<&str>) -> String {
+    let approved = approved
+        .map(|a| format!("    gitops.nodewright.nvidia.com/approved-batches: \"{a}\"\n"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: gpu\n  annotations:\n    gitops.nodewright.nvidia.com/approval-required: \"*\"\n{approved}spec:\n  deploymentPolicy: one-by-one\n  nodeSelectors:\n    matchLabels:\n      role: gpu\n  packages:\n    driver:\n      version: {version}\n      image: nvcr.io/nvidia/driver\n"
+    )
+}
+
+const ONE_BY_ONE: &str = "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: one-by-one\nspec:\n  default:\n    budget: {count: 1}\n    strategy: {fixed: {initialBatch: 1}}\n";
+
+#[test]
+fn an_approval_edit_is_its_own_change_class_and_the_timeline_shows_where_it_waits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("fleet"));
+    work.write("policy.yaml", ONE_BY_ONE);
+    work.write("gpu.yaml", &gated("1.0.0", None));
+    let base = work.commit("base");
+    work.write("gpu.yaml", &gated("1.0.0", Some("__default__=3")));
+    let approval = work.commit("approve every batch");
+    let (code, out, err) = nodewright_bin(&[
+        "diff",
+        "--repo",
+        work.dir.to_str().unwrap(),
+        "--base",
+        &base,
+        "--head",
+        &approval,
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(out.contains("(1 approval)"), "{out}");
+    assert!(
+        out.contains("approves __default__ batch 3 and the batches before it"),
+        "{out}"
+    );
+
+    // A version bump with the approval left in place: the timeline runs batch 1 and waits,
+    // because the approval was given for the rollout before.
+    work.write("gpu.yaml", &gated("1.1.0", Some("__default__=3")));
+    let bump = work.commit("driver 1.1.0");
+    let (code, out, err) = nodewright_bin(&[
+        "diff",
+        "--repo",
+        work.dir.to_str().unwrap(),
+        "--base",
+        &approval,
+        "--head",
+        &bump,
+        "--simulate",
+        "--nodes",
+        "3",
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(out.contains("waits for approval after about"), "{out}");
+    assert!(
+        out.contains("gpu waits at +")
+            && out.contains(
+                "compartment __default__: batch 2 waits for approval (1 nodes complete, 0 failed); approve with gitops.nodewright.nvidia.com/approved-batches: __default__=2"
+            ),
+        "{out}"
+    );
+}

@@ -449,6 +449,16 @@ async fn serve(args: Args) -> Result<(), String> {
                     progress.println(&message);
                 }
             }
+            for nw in gated_nodewrights(&it.snapshot.nodewrights) {
+                if warned_foreign.insert(format!("approvals/{nw}")) {
+                    let message = format!(
+                        "WARNING: NodeWright {nw} declares an approval gate ({}), but with --lifecycle upstream the in-cluster operator runs its rollout and does not know it: every batch follows the last without waiting for an approval.",
+                        nodewright_schema::keys::APPROVAL_REQUIRED
+                    );
+                    tracing::warn!("{message}");
+                    progress.println(&message);
+                }
+            }
         }
         match it.change {
             // The report itself is logged once by the loop (controller::daemon).
@@ -706,8 +716,40 @@ fn windowed_nodewrights<'a>(
         .collect()
 }
 
+/// NodeWrights with an approval gate, which only this reconciler honours.
+fn gated_nodewrights(nodewrights: &[nodewright_schema::NodeWright]) -> Vec<&str> {
+    nodewrights
+        .iter()
+        .filter(|nw| {
+            nodewright_schema::approvals::declared(nw.metadata.annotations.as_ref()).is_some()
+        })
+        .filter_map(|nw| nw.metadata.name.as_deref())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nodewrights_with_an_approval_gate_are_named_for_the_upstream_warning() {
+        let nw = |name: &str, gated: bool| {
+            let mut nw = nodewright_schema::NodeWright::new(name, Default::default());
+            if gated {
+                nw.metadata.annotations = Some(
+                    [(
+                        nodewright_schema::keys::APPROVAL_REQUIRED.to_string(),
+                        "production".to_string(),
+                    )]
+                    .into(),
+                );
+            }
+            nw
+        };
+        assert_eq!(
+            super::gated_nodewrights(&[nw("gated", true), nw("free", false)]),
+            ["gated"]
+        );
+    }
+
     #[test]
     fn nodewrights_with_windows_of_their_own_or_of_their_policy_are_named_for_the_upstream_warning()
     {

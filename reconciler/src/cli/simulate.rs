@@ -165,7 +165,11 @@ fn project(args: &Args, repo: &std::path::Path, out: &mut dyn Write, err: &mut d
                 _ => timeline.text,
             };
             let _ = write!(out, "{text}");
-            if timeline.json["converged"] == true {
+            // A gated rollout that reaches its approval stop did what it was told.
+            let awaits = timeline.json["awaitingApproval"]
+                .as_array()
+                .is_some_and(|w| !w.is_empty());
+            if timeline.json["converged"] == true || awaits {
                 exit::OK
             } else {
                 exit::RUNTIME

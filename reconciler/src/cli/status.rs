@@ -108,6 +108,8 @@ fn table(docs: &[StatusDocument]) -> String {
         if let Some(waiting) = window_wait(d) {
             reasons.insert(0, waiting);
         }
+        // Each waiting batch, with the value that approves it.
+        reasons.splice(0..0, d.pending_approvals.iter().cloned());
         rows.push(vec![
             d.nodewright.clone(),
             d.status.clone(),
@@ -338,5 +340,21 @@ mod window_tests {
         );
         doc.status = "complete".into();
         assert!(!table(&[doc]).contains("maintenance window"));
+    }
+
+    #[test]
+    fn a_batch_waiting_for_approval_says_how_to_approve_it() {
+        let doc = StatusDocument {
+            nodewright: "driver".into(),
+            status: "in_progress".into(),
+            pending_approvals: vec!["compartment production: batch 3 waits for approval (4 nodes complete, 0 failed); approve with gitops.nodewright.nvidia.com/approved-batches: production=3".into()],
+            ..StatusDocument::default()
+        };
+        let text = table(&[doc]);
+        assert!(
+            text.contains("batch 3 waits for approval")
+                && text.contains("approved-batches: production=3"),
+            "{text}"
+        );
     }
 }

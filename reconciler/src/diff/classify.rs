@@ -507,6 +507,14 @@ impl DesiredDiff {
     pub fn summary(&self) -> Summary {
         let mut s = Summary::default();
         for nw in &self.nodewrights {
+            let approvals = nw
+                .fields
+                .iter()
+                .filter(|f| f.field == APPROVAL_FIELD)
+                .count();
+            if approvals > 0 {
+                *s.classes.entry(APPROVAL_FIELD.to_owned()).or_default() += approvals;
+            }
             for p in &nw.packages {
                 for c in &p.classes {
                     *s.classes.entry(c.label().to_owned()).or_default() += 1;
@@ -1031,6 +1039,10 @@ fn field_changes(b: &NodeWright, h: &NodeWright) -> Vec<FieldChange> {
         b.metadata.annotations.as_ref(),
         h.metadata.annotations.as_ref(),
     ));
+    out.extend(approval_changes(
+        b.metadata.annotations.as_ref(),
+        h.metadata.annotations.as_ref(),
+    ));
     let (bd, hd) = (b.is_disabled(), h.is_disabled());
     if bd != hd {
         out.push(FieldChange {
@@ -1121,6 +1133,74 @@ fn window_changes(
             field: field.to_owned(),
             before: value(before),
             after: value(after),
+            effect,
+        });
+    }
+    out
+}
+
+/// The [`FieldChange::field`] of an approval edit: a change class of its own in the summary.
+pub const APPROVAL_FIELD: &str = "approval";
+
+/// Changes of the approval gate (docs/approvals.md): the gated compartments, and per
+/// compartment what an `approved-batches` edit approves or withdraws. Values that do not
+/// parse are the validation's errors, not changes.
+fn approval_changes(
+    b: Option<&BTreeMap<String, String>>,
+    h: Option<&BTreeMap<String, String>>,
+) -> Vec<FieldChange> {
+    use nodewright_schema::approvals::approved_value;
+    use nodewright_schema::keys::APPROVAL_REQUIRED;
+    let mut out = Vec::new();
+    let (required_b, required_h) = (
+        b.and_then(|a| a.get(APPROVAL_REQUIRED)),
+        h.and_then(|a| a.get(APPROVAL_REQUIRED)),
+    );
+    if required_b != required_h {
+        let value = |v: Option<&String>| v.map_or(Value::Null, |v| Value::String(v.clone()));
+        out.push(FieldChange {
+            field: "approval-required".to_owned(),
+            before: value(required_b),
+            after: value(required_h),
+            effect: match required_h {
+                Some(_) => "in the gated compartments each batch after the first waits for an approval commit".to_owned(),
+                None => "no gate: every batch follows the last without waiting for an approval".to_owned(),
+            },
+        });
+    }
+    let approved = |a: Option<&BTreeMap<String, String>>| {
+        approved_value(a).and_then(Result::ok).unwrap_or_default()
+    };
+    let (before, after) = (approved(b), approved(h));
+    let compartments: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    for c in compartments {
+        let (was, now) = (before.get(c).copied(), after.get(c).copied());
+        let effect = match (was, now) {
+            (None, None) => continue,
+            (Some(w), Some(n)) if w == n => continue,
+            (Some(w), None) => format!(
+                "withdraws the approval of {c} (was up to batch {w}): its batches after the first wait for approval"
+            ),
+            (Some(w), Some(n)) if n < w => format!(
+                "approves {c} only up to batch {n} (was {w}): batches after it wait for a new approval"
+            ),
+            (was, Some(n)) => {
+                let earlier = was.unwrap_or(1).max(1) + 1 < n;
+                format!(
+                    "approves {c} batch {n}{}: it starts once this commit is in force",
+                    if earlier {
+                        " and the batches before it"
+                    } else {
+                        ""
+                    }
+                )
+            }
+        };
+        let value = |k: Option<u32>| k.map_or(Value::Null, |k| Value::String(format!("{c}={k}")));
+        out.push(FieldChange {
+            field: APPROVAL_FIELD.to_owned(),
+            before: value(was),
+            after: value(now),
             effect,
         });
     }

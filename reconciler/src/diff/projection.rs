@@ -29,6 +29,41 @@ pub struct FleetProjection {
     pub limit: Duration,
 }
 
+/// How driving the fleet towards one desired state ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Every NodeWright complete.
+    Converged,
+    /// Every NodeWright not complete waits, with no node in progress, for an approval in Git
+    /// (docs/approvals.md): the `AwaitingApproval` messages, per NodeWright.
+    AwaitsApproval(Vec<(String, String)>),
+    /// The limit of simulated time passed first.
+    TimedOut,
+}
+
+/// The NodeWrights that hold the rollout for an approval, when nothing else moves: every
+/// NodeWright is complete or waits for an approval with no node in progress.
+fn awaiting_approval(
+    nodewrights: &[nodewright_schema::NodeWright],
+) -> Option<Vec<(String, String)>> {
+    let mut waiting = Vec::new();
+    for nw in nodewrights {
+        let status = nw.status.as_ref();
+        if status.and_then(|s| s.status) == Some(Status::Complete) {
+            continue;
+        }
+        let awaiting = status.and_then(|s| s.conditions.as_ref()).and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == keys::condition::AWAITING_APPROVAL && c.status == "True")
+        })?;
+        if status.and_then(|s| s.nodes_in_progress).unwrap_or(0) > 0 {
+            return None;
+        }
+        waiting.push((nw.name().to_string(), awaiting.message.clone()));
+    }
+    (!waiting.is_empty()).then_some(waiting)
+}
+
 /// One batch: nodes whose work started together.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Batch {
@@ -87,7 +122,7 @@ impl FleetProjection {
         runtime: &tokio::runtime::Runtime,
         controller: &mut Controller<SimAdapter>,
         desired: &Desired,
-    ) -> Result<bool, String> {
+    ) -> Result<Phase, String> {
         runtime.block_on(async {
             controller
                 .apply_desired(desired)
@@ -106,11 +141,16 @@ impl FleetProjection {
                     .iter()
                     .all(|nw| nw.status.as_ref().and_then(|s| s.status) == Some(Status::Complete));
                 if converged && !report.wrote() {
-                    return Ok(true);
+                    return Ok(Phase::Converged);
+                }
+                if !report.wrote()
+                    && let Some(waiting) = awaiting_approval(&snapshot.nodewrights)
+                {
+                    return Ok(Phase::AwaitsApproval(waiting));
                 }
                 let now = controller.cluster().world().now();
                 if since(start, now) >= self.limit {
-                    return Ok(false);
+                    return Ok(Phase::TimedOut);
                 }
                 let delay = controller.delay_after(&report);
                 controller.cluster().world().advance(delay);
@@ -130,7 +170,10 @@ impl RolloutSimulator for FleetProjection {
             crate::engine::reconcile_cached,
             self.settings.clone(),
         );
-        if !base.nodewrights.is_empty() && !self.drive(&runtime, &mut controller, base)? {
+        // A base rollout held for an approval is where the cluster stands: the head starts there.
+        if !base.nodewrights.is_empty()
+            && self.drive(&runtime, &mut controller, base)? == Phase::TimedOut
+        {
             return Err(format!(
                 "the base state did not converge within {} of simulated time",
                 format_go_duration(self.limit)
@@ -140,7 +183,7 @@ impl RolloutSimulator for FleetProjection {
             let world = controller.cluster().world();
             (world.now(), world.history().entries().len())
         };
-        let converged = self.drive(&runtime, &mut controller, head)?;
+        let phase = self.drive(&runtime, &mut controller, head)?;
         let world = controller.cluster().world();
         let entries: Vec<(Duration, String)> = world.history().entries()[h0..]
             .iter()
@@ -150,7 +193,7 @@ impl RolloutSimulator for FleetProjection {
         Ok(render(
             &timeline(&entries),
             total,
-            converged,
+            &phase,
             world.nodes().len(),
         ))
     }
@@ -217,21 +260,31 @@ fn short(d: Duration) -> String {
 fn render(
     timeline: &BTreeMap<String, Vec<Batch>>,
     total: Duration,
-    converged: bool,
+    phase: &Phase,
     fleet_size: usize,
 ) -> SimulatedTimeline {
-    let verdict = if converged {
-        format!(
+    let verdict = match phase {
+        Phase::Converged => format!(
             "converges in about {} on a simulated fleet of {fleet_size} nodes",
             short(total)
-        )
-    } else {
-        format!(
+        ),
+        Phase::AwaitsApproval(_) => format!(
+            "waits for approval after about {} on a simulated fleet of {fleet_size} nodes",
+            short(total)
+        ),
+        Phase::TimedOut => format!(
             "does not converge within {} on a simulated fleet of {fleet_size} nodes",
             short(total)
-        )
+        ),
+    };
+    let waiting: &[(String, String)] = match phase {
+        Phase::AwaitsApproval(waiting) => waiting,
+        _ => &[],
     };
     let mut text = format!("The change {verdict}.\n");
+    for (nw, message) in waiting {
+        text.push_str(&format!("{nw} waits at +{}: {message}\n", short(total)));
+    }
     let mut markdown = format!(
         "The change **{verdict}** (package durations from the fleet description; unknown images take 2 s per step).\n\n```mermaid\ngantt\n    dateFormat X\n    axisFormat %H:%M:%S\n"
     );
@@ -296,11 +349,25 @@ fn render(
         }));
     }
     markdown.push_str("```\n");
+    if !waiting.is_empty() {
+        markdown.push_str(&format!(
+            "\nThe rollout then waits for approval at +{} (docs/approvals.md):\n\n",
+            short(total)
+        ));
+        for (nw, message) in waiting {
+            markdown.push_str(&format!("- `{nw}`: `{message}`\n"));
+        }
+    }
+    let json_waiting: Vec<_> = waiting
+        .iter()
+        .map(|(nw, message)| json!({"nodewright": nw, "message": message}))
+        .collect();
     SimulatedTimeline {
         text,
         markdown,
         json: json!({
-            "converged": converged,
+            "converged": *phase == Phase::Converged,
+            "awaitingApproval": json_waiting,
             "durationSeconds": total.as_secs(),
             "fleetNodes": fleet_size,
             "nodewrights": json_nws,

@@ -95,8 +95,10 @@ pub fn evaluate_commit(
     problems.extend(file_violations.iter().map(file_problem));
     let mut evaluation = judge(commit.to_string(), loaded, problems, previous);
     if let Some(valid) = &mut evaluation.valid {
-        valid.desired.approvals =
+        let approvals =
             super::approvals::from_git(git, commit, options, &valid.desired.nodewrights)?;
+        evaluation.objects.approvals = approvals.clone();
+        valid.desired.approvals = approvals;
     }
     Ok(evaluation)
 }
