@@ -1187,7 +1187,7 @@ fn approval_changes(
             (was, Some(n)) => {
                 let earlier = was.unwrap_or(1).max(1) + 1 < n;
                 format!(
-                    "approves {c} batch {n}{}: it starts once this commit is in force",
+                    "approves {c} batch {n}{}",
                     if earlier {
                         " and the batches before it"
                     } else {
