@@ -26,6 +26,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use crate::cluster::api_budget::{ApiStats, LATENCY_BUCKETS, StatsSnapshot};
 use crate::plan::Action;
 
 /// The `Content-Type` of the text exposition format.
@@ -367,6 +368,8 @@ pub struct Metrics {
     publish_legacy: bool,
     ready: AtomicBool,
     inner: Mutex<Inner>,
+    /// The statistics of the process's API client, once it has one.
+    api: std::sync::OnceLock<Arc<ApiStats>>,
 }
 
 impl Metrics {
@@ -376,7 +379,14 @@ impl Metrics {
             publish_legacy,
             ready: AtomicBool::new(false),
             inner: Mutex::new(Inner::default()),
+            api: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Publishes the API client's request statistics (`nodewright_api_requests_total`, the
+    /// request latency histogram and the time spent waiting for the rate limiter).
+    pub fn attach_api(&self, stats: Arc<ApiStats>) {
+        let _ = self.api.set(stats);
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
@@ -506,8 +516,89 @@ impl Metrics {
             Kind::Counter,
             &writes,
         );
+        if let Some(api) = self.api.get() {
+            render_api(&mut out, &api.snapshot());
+        }
         out
     }
+}
+
+/// The API client's families: requests by verb, resource and code, latency by verb, and the
+/// time spent waiting for the rate limiter.
+fn render_api(out: &mut String, stats: &StatsSnapshot) {
+    let requests: Vec<Series> = stats
+        .requests
+        .iter()
+        .map(|(k, n)| Series {
+            name: "nodewright_api_requests_total".into(),
+            labels: vec![
+                ("verb".into(), k.verb.to_string()),
+                ("resource".into(), k.resource.clone()),
+                ("code".into(), k.code.clone()),
+            ],
+            value: *n as f64,
+        })
+        .collect();
+    write_family(
+        out,
+        "nodewright_api_requests_total",
+        Some("Kubernetes API requests sent, by verb, resource and response code"),
+        Kind::Counter,
+        &requests,
+    );
+    let name = "nodewright_api_request_duration_seconds";
+    let mut latency = Vec::new();
+    for (verb, (buckets, sum, count)) in &stats.latency {
+        let labelled = |le: Option<String>| {
+            let mut labels = vec![("verb".to_string(), verb.to_string())];
+            if let Some(le) = le {
+                labels.push(("le".into(), le));
+            }
+            labels
+        };
+        for (bound, n) in LATENCY_BUCKETS.iter().zip(buckets) {
+            latency.push(Series {
+                name: format!("{name}_bucket"),
+                labels: labelled(Some(format_value(*bound))),
+                value: *n as f64,
+            });
+        }
+        latency.push(Series {
+            name: format!("{name}_bucket"),
+            labels: labelled(Some("+Inf".into())),
+            value: *count as f64,
+        });
+        latency.push(Series {
+            name: format!("{name}_sum"),
+            labels: labelled(None),
+            value: *sum,
+        });
+        latency.push(Series {
+            name: format!("{name}_count"),
+            labels: labelled(None),
+            value: *count as f64,
+        });
+    }
+    write_family(
+        out,
+        name,
+        Some("Kubernetes API request latency, from sending to the response's headers, by verb"),
+        Kind::Histogram,
+        &latency,
+    );
+    write_family(
+        out,
+        "nodewright_api_rate_limiter_wait_seconds_total",
+        Some(
+            "Time API requests waited for the client-side rate limiter (--kube-qps, --kube-burst)",
+        ),
+        Kind::Counter,
+        &[Series {
+            name: "nodewright_api_rate_limiter_wait_seconds_total".into(),
+            labels: vec![],
+            value: stats.throttled.as_secs_f64(),
+        }],
+    );
 }
 
 /// Routes `/metrics`, `/healthz` and `/readyz` over a shared registry.

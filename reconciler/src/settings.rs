@@ -52,6 +52,10 @@ pub struct Settings {
     pub leader_election: bool,
     /// The version this operator stamps (`version` annotations).
     pub operator_version: String,
+    /// This reconciler's requests per second to the API server (`--kube-qps` overrides).
+    pub kube_qps: f64,
+    /// Requests let through at once before `kubeQps` applies (`--kube-burst` overrides).
+    pub kube_burst: u32,
 }
 
 impl Default for Settings {
@@ -76,6 +80,8 @@ impl Default for Settings {
             enable_webhooks: true,
             leader_election: false,
             operator_version: concat!("v", env!("CARGO_PKG_VERSION")).into(),
+            kube_qps: crate::cluster::api_budget::DEFAULT_QPS,
+            kube_burst: crate::cluster::api_budget::DEFAULT_BURST,
         }
     }
 }
@@ -151,6 +157,15 @@ impl Settings {
         }
         if let Err(e) = self.reconcile_interval.parse() {
             errors.push(format!("reconcileInterval: {e}"));
+        }
+        if !(self.kube_qps.is_finite() && self.kube_qps > 0.0) {
+            errors.push(format!(
+                "kubeQps must be a positive number of requests per second, not {}",
+                self.kube_qps
+            ));
+        }
+        if self.kube_burst == 0 {
+            errors.push("kubeBurst must be at least 1".to_string());
         }
         check_image(&mut errors, "agent image", &self.agent_image);
         check_image(&mut errors, "pause image", &self.pause_image);

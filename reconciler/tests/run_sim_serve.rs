@@ -400,7 +400,8 @@ async fn the_sim_serve_command_writes_a_working_kubeconfig() {
         path.is_file()
     })
     .await;
-    let (client, clock) = nodewright_reconciler::cluster::kube::client(Some(&kubeconfig))
+    let budget = nodewright_reconciler::cluster::api_budget::ApiBudget::new(20.0, 30).unwrap();
+    let (client, clock) = nodewright_reconciler::cluster::kube::client(Some(&kubeconfig), &budget)
         .await
         .unwrap();
     assert!(matches!(

@@ -428,7 +428,14 @@ async fn serve(args: Args) -> Result<(), String> {
     let mut leading_said = true;
     // The commit this run put in force, once it has.
     let mut in_force: Option<String> = None;
+    let fleet_nodes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fleet_nodes_seen = fleet_nodes.clone();
+    let api_metrics = metrics.clone();
     let observe = move |it: &crate::controller::daemon::Iteration<'_>| {
+        fleet_nodes_seen.store(
+            it.snapshot.nodes.len(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if lifecycle == LifecycleMode::SelfManaged {
             for (nw, manager) in foreign_status_writers(&it.snapshot.nodewrights) {
                 if warned_foreign.insert(format!("{nw}/{manager}")) {
@@ -540,12 +547,14 @@ async fn serve(args: Args) -> Result<(), String> {
         ControlFlow::Continue(())
     };
     if cluster_configured(&args.target) {
-        let cluster = super::verbs::connect(&args.target).await?;
+        let budget = args.target.api_budget(Some(&settings))?;
+        api_metrics.attach_api(budget.stats());
+        let cluster = super::verbs::connect(&args.target, &budget).await?;
         // With leader election on, nothing is written until this replica holds the Lease,
         // and writes stop the moment it is lost (cluster::lease).
         let leader = if settings.leader_election {
             let (client, _) =
-                crate::cluster::kube::client(args.target.kubeconfig_path().as_deref())
+                crate::cluster::kube::client(args.target.kubeconfig_path().as_deref(), &budget)
                     .await
                     .map_err(|e| e.to_string())?;
             let identity = std::env::var("POD_NAME")
@@ -582,6 +591,15 @@ async fn serve(args: Args) -> Result<(), String> {
         .await;
         if let Some(leader) = leader {
             leader.step_down().await;
+        }
+        if until.is_some() {
+            eprintln!(
+                "{}",
+                api_summary(
+                    &budget.stats().snapshot(),
+                    fleet_nodes.load(std::sync::atomic::Ordering::Relaxed)
+                )
+            );
         }
         result?;
     } else {
@@ -622,6 +640,34 @@ async fn serve(args: Args) -> Result<(), String> {
         return Err("the rollout did not converge".into());
     }
     Ok(())
+}
+
+/// What a run cost the API server, for `--until-converged`: requests per node, writes, the
+/// most frequent requests and the time spent under the rate limit.
+fn api_summary(stats: &crate::cluster::api_budget::StatsSnapshot, nodes: usize) -> String {
+    let per_node = |n: u64| {
+        if nodes == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}", n as f64 / nodes as f64)
+        }
+    };
+    let mut out = format!(
+        "API requests: {} ({} per node over {nodes} nodes), {} writes ({} per node), {} conflicts retried; waited {:.1}s for the rate limit",
+        stats.total(),
+        per_node(stats.total()),
+        stats.writes(),
+        per_node(stats.writes()),
+        stats.with_code(409),
+        stats.throttled.as_secs_f64()
+    );
+    for (what, n, failed) in stats.by_verb_and_resource().iter().take(12) {
+        out.push_str(&format!("\n  {n:>8}  {what} ({} per node)", per_node(*n)));
+        for (code, count) in failed {
+            out.push_str(&format!(" {count}×{code}"));
+        }
+    }
+    out
 }
 
 /// NodeWrights whose status subresource was written by a field manager other than ours.

@@ -272,7 +272,11 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let cluster = match super::verbs::connect(&args.target).await {
+        let cluster = match async {
+            super::verbs::connect(&args.target, &args.target.api_budget(None)?).await
+        }
+        .await
+        {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("error: {e}");

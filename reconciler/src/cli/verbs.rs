@@ -33,9 +33,35 @@ pub struct Target {
     /// The reconciler's namespace (Jobs, pods, ConfigMaps).
     #[arg(long, short = 'n', global = true, default_value = "nodewright")]
     pub namespace: String,
+    /// Requests per second this process may send to the API server, watches, reads and
+    /// writes together (a token bucket, as client-go's; default: the settings file's
+    /// `kubeQps`, else 20 like upstream's operator).
+    #[arg(long, global = true, value_name = "QPS")]
+    pub kube_qps: Option<f64>,
+    /// Requests the bucket lets through at once before the rate applies (default: the
+    /// settings file's `kubeBurst`, else 30).
+    #[arg(long, global = true, value_name = "REQUESTS")]
+    pub kube_burst: Option<u32>,
 }
 
 impl Target {
+    /// The API budget these flags give, over the settings' (`None`: the defaults).
+    pub fn api_budget(
+        &self,
+        settings: Option<&crate::settings::Settings>,
+    ) -> Result<crate::cluster::api_budget::ApiBudget, String> {
+        use crate::cluster::api_budget::{ApiBudget, DEFAULT_BURST, DEFAULT_QPS};
+        let qps = self
+            .kube_qps
+            .or(settings.map(|s| s.kube_qps))
+            .unwrap_or(DEFAULT_QPS);
+        let burst = self
+            .kube_burst
+            .or(settings.map(|s| s.kube_burst))
+            .unwrap_or(DEFAULT_BURST);
+        ApiBudget::new(qps, burst).map_err(|e| e.to_string())
+    }
+
     /// The kubeconfig these flags name (`--sim`: the one `sim serve` writes by default), if
     /// any.
     pub fn kubeconfig_path(&self) -> Option<PathBuf> {
@@ -929,13 +955,14 @@ pub fn run(verb: VerbCommand, common: Common) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let cluster = match connect(&common.target).await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(exit::RUNTIME);
-            }
-        };
+        let cluster =
+            match async { connect(&common.target, &common.target.api_budget(None)?).await }.await {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(exit::RUNTIME);
+                }
+            };
         let snapshot = match cluster.snapshot().await {
             Ok(s) => s,
             Err(e) => {
@@ -969,10 +996,13 @@ pub fn run(verb: VerbCommand, common: Common) -> ExitCode {
     })
 }
 
-/// Connects to the cluster the flags name.
-pub async fn connect(target: &Target) -> Result<crate::cluster::kube::KubeCluster, String> {
+/// Connects to the cluster the flags name, every request under `budget`.
+pub async fn connect(
+    target: &Target,
+    budget: &crate::cluster::api_budget::ApiBudget,
+) -> Result<crate::cluster::kube::KubeCluster, String> {
     let kubeconfig = target.kubeconfig_path();
-    let (client, clock) = crate::cluster::kube::client(kubeconfig.as_deref())
+    let (client, clock) = crate::cluster::kube::client(kubeconfig.as_deref(), budget)
         .await
         .map_err(|e| e.to_string())?;
     crate::cluster::kube::KubeCluster::connect(

@@ -131,7 +131,13 @@ impl Clock {
 /// PodDisruptionBudget (429) at once, as the PDB wait state, instead of stalling the pass
 /// in client retries, so the default retry layer is turned off: every failed write is
 /// retried by the next pass from fresh state anyway.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<(Client, Clock), ClusterError> {
+///
+/// Every request passes `budget` (cluster/api_budget.rs): the process's token bucket and
+/// request statistics.
+pub async fn client(
+    kubeconfig: Option<&std::path::Path>,
+    budget: &super::api_budget::ApiBudget,
+) -> Result<(Client, Clock), ClusterError> {
     let (mut config, clock) = match kubeconfig {
         Some(path) => {
             let raw = kube::config::Kubeconfig::read_from(path).map_err(|e| {
@@ -154,8 +160,10 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<(Client, Clo
         ),
     };
     config.default_retry = false;
-    let client = Client::try_from(config)
-        .map_err(|e| ClusterError::Transport(format!("cannot build a client: {e}")))?;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| ClusterError::Transport(format!("cannot build a client: {e}")))?
+        .with_layer(budget)
+        .build();
     Ok((client, clock))
 }
 
@@ -184,6 +192,10 @@ pub struct KubeCluster {
     node_pods: Mutex<BTreeMap<String, NodePodWatch>>,
     changed: Arc<Notify>,
     recorder: Recorder,
+    event_correlator: Mutex<EventCorrelator>,
+    /// Per node: the `resourceVersion` our last write replaced and the server's answer, until
+    /// the watch delivers it (see [`KubeCluster::cached_node`]).
+    written_nodes: Mutex<std::collections::HashMap<String, (Option<String>, Node)>>,
     tasks: Vec<JoinHandle<()>>,
     writes_allowed: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -350,6 +362,8 @@ impl KubeCluster {
             node_pods: Mutex::new(BTreeMap::new()),
             changed,
             recorder,
+            event_correlator: Mutex::new(EventCorrelator::default()),
+            written_nodes: Mutex::new(std::collections::HashMap::new()),
             tasks: vec![t1, t2, t3, t4, t5, t6, t7],
             writes_allowed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         };
@@ -436,13 +450,60 @@ impl KubeCluster {
         }
     }
 
+    /// The newest copy of a node this process knows without a read: the server's answer to
+    /// its own last write while the watch has not delivered it yet, else the watched copy.
+    fn cached_node(&self, name: &str) -> Option<Node> {
+        let watched = self.nodes.get(&reflector::ObjectRef::new(name))?;
+        let mut written = self.written_nodes.lock().unwrap_or_else(|e| e.into_inner());
+        match written.get(name) {
+            // The watch still holds the version that write replaced.
+            Some((replaced, answer)) if watched.metadata.resource_version == *replaced => {
+                Some(answer.clone())
+            }
+            // The watch caught up (or someone wrote since): its copy is the newest.
+            Some(_) => {
+                written.remove(name);
+                Some((*watched).clone())
+            }
+            None => Some((*watched).clone()),
+        }
+    }
+
+    /// Remembers the server's answer to a write of a node made against `replaced`.
+    fn wrote_node(&self, replaced: &Node, answer: Node) {
+        if let Some(name) = replaced.metadata.name.clone() {
+            self.written_nodes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(name, (replaced.metadata.resource_version.clone(), answer));
+        }
+    }
+
+    /// A node to write against: the watched copy on the first attempt (its `resourceVersion`
+    /// makes the write fail with 409 if it is stale), a fresh read after a conflict.
+    async fn node_for_write(
+        &self,
+        api: &Api<Node>,
+        name: &str,
+        attempt: usize,
+    ) -> Result<Option<Node>, ClusterError> {
+        if attempt == 0
+            && let Some(node) = self.cached_node(name)
+        {
+            return Ok(Some(node));
+        }
+        match api.get(name).await {
+            Ok(node) => Ok(Some(node)),
+            Err(e) if status_code(&e) == Some(404) => Ok(None),
+            Err(e) => Err(api_error("get node", e)),
+        }
+    }
+
     async fn patch_node(&self, patch: &NodePatch) -> Result<Outcome, ClusterError> {
         let api = Api::<Node>::all(self.client.clone());
-        for _ in 0..CONFLICT_RETRIES {
-            let current = match api.get(&patch.node).await {
-                Ok(node) => node,
-                Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
-                Err(e) => return Err(api_error("get node", e)),
+        for attempt in 0..CONFLICT_RETRIES {
+            let Some(current) = self.node_for_write(&api, &patch.node, attempt).await? else {
+                return Ok(Outcome::NotFound);
             };
             let mut desired = current.clone();
             apply_node_patch(&mut desired, patch).map_err(|source| {
@@ -452,13 +513,21 @@ impl KubeCluster {
                 }
             })?;
             let mut body = merge_diff(&to_value(&current), &to_value(&desired));
+            if body.as_object().is_some_and(|o| o.is_empty()) {
+                return Ok(Outcome::Done);
+            }
             body["metadata"]["resourceVersion"] = json!(current.resource_version());
             match api
                 .patch(&patch.node, &write_params(), &Patch::Merge(&body))
                 .await
             {
-                Ok(_) => return Ok(Outcome::Done),
+                Ok(answer) => {
+                    self.wrote_node(&current, answer);
+                    return Ok(Outcome::Done);
+                }
                 Err(e) if status_code(&e) == Some(409) => continue,
+                // A node deleted after the watch saw it.
+                Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
                 Err(e) => return Err(api_error("patch node", e)),
             }
         }
@@ -472,12 +541,15 @@ impl KubeCluster {
         remove: &[String],
     ) -> Result<Outcome, ClusterError> {
         let api = Api::<Node>::all(self.client.clone());
-        for _ in 0..CONFLICT_RETRIES {
-            let current = match api.get_status(node).await {
-                Ok(n) => n,
-                Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
-                Err(e) => return Err(api_error("get node status", e)),
+        for attempt in 0..CONFLICT_RETRIES {
+            let Some(current) = self.node_for_write(&api, node, attempt).await? else {
+                return Ok(Outcome::NotFound);
             };
+            let before = current
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
             let mut conditions = current
                 .status
                 .as_ref()
@@ -490,6 +562,9 @@ impl KubeCluster {
                     None => conditions.insert(0, condition.clone()),
                 }
             }
+            if conditions == before {
+                return Ok(Outcome::Done);
+            }
             let body = json!({
                 "metadata": {"resourceVersion": current.resource_version()},
                 "status": {"conditions": conditions},
@@ -498,15 +573,57 @@ impl KubeCluster {
                 .patch_status(node, &write_params(), &Patch::Merge(&body))
                 .await
             {
-                Ok(_) => return Ok(Outcome::Done),
+                Ok(answer) => {
+                    self.wrote_node(&current, answer);
+                    return Ok(Outcome::Done);
+                }
                 Err(e) if status_code(&e) == Some(409) => continue,
+                Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
                 Err(e) => return Err(api_error("patch node status", e)),
             }
         }
         Ok(Outcome::Conflict)
     }
 
+    /// Whether the watched copy of a ConfigMap already holds what `desired` declares: its
+    /// data, and its labels, annotations and owners (other writers' metadata may be there too).
+    fn config_map_holds(&self, desired: &ConfigMap) -> bool {
+        let reference =
+            reflector::ObjectRef::new(&desired.name_any()).within(&self.options.namespace);
+        let Some(current) = self
+            .package_config_maps
+            .get(&reference)
+            .or_else(|| self.metadata_config_maps.get(&reference))
+        else {
+            return false;
+        };
+        let contains = |have: &Option<BTreeMap<String, String>>,
+                        want: &Option<BTreeMap<String, String>>| {
+            want.iter()
+                .flatten()
+                .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+        };
+        current.data.clone().unwrap_or_default() == desired.data.clone().unwrap_or_default()
+            && contains(&current.metadata.labels, &desired.metadata.labels)
+            && contains(&current.metadata.annotations, &desired.metadata.annotations)
+            && desired
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_none_or(|want| current.metadata.owner_references.as_ref() == Some(want))
+    }
+
     async fn publish_event(&self, event: &crate::plan::Event) -> Result<Outcome, ClusterError> {
+        // The same fact about the same object is written once per interval, as client-go's
+        // event broadcaster refreshes a series (kube's recorder would patch it every time).
+        if !self
+            .event_correlator
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(event, self.options.clock.now())
+        {
+            return Ok(Outcome::Done);
+        }
         let reference = match &event.object {
             EventObject::Node(name) => ObjectReference {
                 api_version: Some("v1".into()),
@@ -536,6 +653,56 @@ impl KubeCluster {
             .await
             .map_err(|e| api_error("record event", e))?;
         Ok(Outcome::Done)
+    }
+}
+
+/// How often a repeated event updates its series on the server (client-go's event
+/// broadcaster refreshes isomorphic events every 30 minutes).
+const EVENT_SERIES_REFRESH: jiff::SignedDuration = jiff::SignedDuration::from_secs(30 * 60);
+
+/// Correlates events the way client-go's event broadcaster does: events about the same object
+/// with the same type and reason are one series. The first is created, the second starts the
+/// series on the server, and further ones are written only when the series was last written
+/// [`EVENT_SERIES_REFRESH`] ago. The server keeps the first note; the node's annotations and
+/// the NodeWright's status carry every fact.
+#[derive(Debug, Default)]
+struct EventCorrelator {
+    /// Per series: when it was last written and whether its second event was written.
+    series: std::collections::HashMap<(String, bool, String), (jiff::Timestamp, bool)>,
+    /// The size at which series not written for an interval are next forgotten.
+    prune_at: usize,
+}
+
+impl EventCorrelator {
+    /// Whether `event` is to be written now; records it when it is.
+    fn admit(&mut self, event: &crate::plan::Event, now: jiff::Timestamp) -> bool {
+        let object = match &event.object {
+            EventObject::Node(name) => format!("Node/{name}"),
+            EventObject::NodeWright(name) => format!("NodeWright/{name}"),
+        };
+        let key = (
+            object,
+            event.kind == EventType::Warning,
+            event.reason.clone(),
+        );
+        let fresh = |at: &jiff::Timestamp| now.duration_since(*at) < EVENT_SERIES_REFRESH;
+        match self.series.get_mut(&key) {
+            Some((at, true)) if fresh(at) => return false,
+            Some((at, started)) => {
+                *at = now;
+                *started = true;
+                return true;
+            }
+            None => {}
+        }
+        // A series not written for an interval would be refreshed anyway: forgetting it keeps
+        // the memory to the last half hour's series, not every series ever reported.
+        if self.series.len() >= self.prune_at {
+            self.series.retain(|_, (at, _)| fresh(at));
+            self.prune_at = (self.series.len() * 2).max(1024);
+        }
+        self.series.insert(key, (now, false));
+        true
     }
 }
 
@@ -818,6 +985,9 @@ impl Cluster for KubeCluster {
                 }
             }
             Action::UpsertConfigMap(cm) => {
+                if self.config_map_holds(cm) {
+                    return Ok(Outcome::Done);
+                }
                 let api = Api::<ConfigMap>::namespaced(self.client.clone(), ns);
                 let mut body = (**cm).clone();
                 body.metadata.managed_fields = None;
@@ -846,11 +1016,19 @@ impl Cluster for KubeCluster {
                 }
             }
             Action::PatchNodeWrightStatus { name, patch } => {
-                for _ in 0..CONFLICT_RETRIES {
-                    let current = match nodewrights.get_status(name).await {
-                        Ok(nw) => nw,
-                        Err(e) if status_code(&e) == Some(404) => return Ok(Outcome::NotFound),
-                        Err(e) => return Err(api_error("get nodewright status", e)),
+                for attempt in 0..CONFLICT_RETRIES {
+                    let cached = (attempt == 0)
+                        .then(|| self.nodewrights.get(&reflector::ObjectRef::new(name)))
+                        .flatten();
+                    let current = match cached {
+                        Some(nw) => (*nw).clone(),
+                        None => match nodewrights.get_status(name).await {
+                            Ok(nw) => nw,
+                            Err(e) if status_code(&e) == Some(404) => {
+                                return Ok(Outcome::NotFound);
+                            }
+                            Err(e) => return Err(api_error("get nodewright status", e)),
+                        },
                     };
                     // The per-node maps travel as changes: apply them to the live status so
                     // entries another writer added since the snapshot stay (§5.15).
@@ -1024,6 +1202,38 @@ fn declared<K: Resource<DynamicType = ()> + serde::Serialize>(object: &K, commit
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_event_is_written_once_per_refresh_interval() {
+        let event = |reason: &str, message: &str| crate::plan::Event {
+            object: EventObject::Node("n1".into()),
+            kind: EventType::Normal,
+            reason: reason.into(),
+            message: message.into(),
+        };
+        let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let at = |minutes: i64| t0 + jiff::SignedDuration::from_mins(minutes);
+        let mut correlator = EventCorrelator::default();
+        assert!(
+            correlator.admit(&event("Apply", "apply started"), at(0)),
+            "created"
+        );
+        assert!(
+            correlator.admit(&event("Apply", "config started"), at(1)),
+            "the series starts"
+        );
+        assert!(!correlator.admit(&event("Apply", "interrupt started"), at(2)));
+        assert!(!correlator.admit(&event("Apply", "apply started"), at(30)));
+        assert!(
+            correlator.admit(&event("Drain", "drained"), at(30)),
+            "another reason"
+        );
+        assert!(
+            correlator.admit(&event("Apply", "apply started"), at(31)),
+            "the series refresh"
+        );
+        assert!(!correlator.admit(&event("Apply", "apply started"), at(32)));
+    }
 
     #[test]
     fn merge_diff_sets_changed_and_nulls_removed_members() {

@@ -4,6 +4,7 @@
 //! Adapters: the simulated cluster (`sim`) and kube-rs (`kube`), with leader election on a
 //! Lease (`lease`) for the latter.
 
+pub mod api_budget;
 pub mod kube;
 pub mod lease;
 pub mod sim;
