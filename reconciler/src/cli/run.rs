@@ -661,6 +661,12 @@ fn api_summary(stats: &crate::cluster::api_budget::StatsSnapshot, nodes: usize) 
         stats.with_code(409),
         stats.throttled.as_secs_f64()
     );
+    if let Some((cpu, peak)) = process_usage() {
+        out.push_str(&format!(
+            "\nreconciler: {cpu:.1}s of CPU, peak resident memory {} MiB",
+            peak / 1024
+        ));
+    }
     for (what, n, failed) in stats.by_verb_and_resource().iter().take(12) {
         out.push_str(&format!("\n  {n:>8}  {what} ({} per node)", per_node(*n)));
         for (code, count) in failed {
@@ -668,6 +674,24 @@ fn api_summary(stats: &crate::cluster::api_budget::StatsSnapshot, nodes: usize) 
         }
     }
     out
+}
+
+/// This process's CPU seconds (user and system) and peak resident set in KiB, where the
+/// kernel tells (Linux `/proc`; clock ticks at the usual 100 per second).
+fn process_usage() -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let peak = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((ticks as f64 / 100.0, peak))
 }
 
 /// NodeWrights whose status subresource was written by a field manager other than ours.

@@ -1,0 +1,211 @@
+//! Benchmark (not a test): a rollout through the Kubernetes API (issue 22). Starts `sim serve`
+//! in this process with N GPU nodes, runs the `nodewright` binary against it as a user would
+//! (`run --repo R --kubeconfig K --until-converged`), for one NodeWright with two packages —
+//! one of them rebooting the node — at a 10 % interruption budget, and prints:
+//! - wall time, and the virtual time to converge against the in-process simulator's for the
+//!   same fleet;
+//! - the reconciler's requests per node, by verb and resource (its own summary);
+//! - its writes per node-state transition (each change of a package's stage or state in a
+//!   node's state annotation, counted by a watch of this process);
+//! - its CPU seconds and peak resident memory.
+//!
+//! Figures only, nothing is asserted.
+//!
+//! Run: `cargo bench -p nodewright-reconciler --bench api_rollout`. Environment:
+//! `API_BENCH_NODES` (default 100), `API_BENCH_SPEED` (virtual seconds per wall second, default
+//! 30), `API_BENCH_QPS` and `API_BENCH_BURST` (the reconciler's `--kube-qps`/`--kube-burst`,
+//! default 20 and 30 as upstream's operator).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use nodewright_reconciler::cli::fleet::Fleet;
+use nodewright_reconciler::cluster::Desired;
+use nodewright_reconciler::diff::RolloutSimulator;
+use nodewright_reconciler::diff::projection::FleetProjection;
+use nodewright_reconciler::settings::Settings;
+use nodewright_reconciler::sim::http::{ServeOptions, SimServer};
+use nodewright_schema::{NodeState, NodeWright, keys};
+
+const FLEET: &str = "apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: gpu
+spec:
+  nodeSelectors:
+    matchLabels:
+      nvidia.com/gpu.present: \"true\"
+  interruptionBudget:
+    percent: 10
+  packages:
+    tuning:
+      version: 1.0.0
+      image: example/tuning
+    driver:
+      version: 1.0.0
+      image: example/driver
+      interrupt:
+        type: reboot
+";
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let status = Command::new("git")
+        .args(["-c", "user.name=bench", "-c", "user.email=bench@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .expect("git runs");
+    assert!(status.success(), "git {args:?}");
+}
+
+/// Counts changes of (stage, state) of every package in the nodes' state annotations.
+async fn count_transitions(api: Api<Node>, transitions: Arc<AtomicU64>) {
+    let key = keys::node_state("gpu");
+    let mut seen: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+    while let Some(event) = events.next().await {
+        let Ok(node) = event else { continue };
+        let Some(value) = node.metadata.annotations.as_ref().and_then(|a| a.get(&key)) else {
+            continue;
+        };
+        let Ok(state) = NodeState::parse(value) else {
+            continue;
+        };
+        let known = seen
+            .entry(node.metadata.name.clone().unwrap_or_default())
+            .or_default();
+        for (package, entry) in &state.0 {
+            let now = format!("{:?}/{:?}", entry.stage, entry.state);
+            if known.get(package) != Some(&now) {
+                transitions.fetch_add(1, Ordering::Relaxed);
+                known.insert(package.clone(), now);
+            }
+        }
+    }
+}
+
+fn main() {
+    let nodes: usize = env("API_BENCH_NODES", 100);
+    let speed: f64 = env("API_BENCH_SPEED", 30.0);
+    let qps: f64 = env("API_BENCH_QPS", 20.0);
+    let burst: u32 = env("API_BENCH_BURST", 30);
+    println!(
+        "api_rollout: {nodes} nodes, sim serve at {speed}x, reconciler at --kube-qps {qps} --kube-burst {burst}"
+    );
+
+    // The same fleet in the in-process simulator: the virtual time to beat.
+    let nodewright: NodeWright = serde_yaml::from_str(FLEET).expect("the fleet parses");
+    let desired = Desired {
+        nodewrights: vec![nodewright],
+        commit: "bench".into(),
+        ..Default::default()
+    };
+    let projection = FleetProjection {
+        fleet: Fleet::gpu_nodes(nodes),
+        settings: Settings::default(),
+        limit: Duration::from_secs(24 * 3600),
+    };
+    let started = Instant::now();
+    let reference = projection
+        .simulate(&Desired::default(), &desired)
+        .expect("the in-process simulation runs");
+    let reference_secs = reference.json["durationSeconds"].as_u64().unwrap_or(0);
+    println!(
+        "in-process simulator: converged={} in {reference_secs} s of virtual time ({:.1} s wall)",
+        reference.json["converged"],
+        started.elapsed().as_secs_f64()
+    );
+
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let repo = tmp.path().join("fleet");
+    std::fs::create_dir_all(&repo).expect("the repository directory");
+    std::fs::write(repo.join("gpu.yaml"), FLEET).expect("the manifest is written");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "fleet"]);
+
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let world = Fleet::gpu_nodes(nodes)
+        .build("nodewright", 7)
+        .expect("the fleet builds");
+    let server = runtime
+        .block_on(SimServer::start(
+            world,
+            ServeOptions {
+                port: 0,
+                speed,
+                tick: Duration::from_millis(20),
+            },
+        ))
+        .expect("sim serve starts");
+    let kubeconfig = tmp.path().join("kubeconfig.yaml");
+    server
+        .write_kubeconfig(&kubeconfig)
+        .expect("the kubeconfig is written");
+    let transitions = Arc::new(AtomicU64::new(0));
+    let client = runtime
+        .block_on(server.client())
+        .expect("a client of sim serve");
+    runtime.spawn(count_transitions(Api::all(client), transitions.clone()));
+
+    let virtual_start = server.clock().now();
+    let started = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["run", "--repo"])
+        .arg(&repo)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--until-converged", "12h", "--no-progress"])
+        .args(["--kube-qps", &qps.to_string()])
+        .args(["--kube-burst", &burst.to_string()])
+        .output()
+        .expect("the nodewright binary runs");
+    let wall = started.elapsed();
+    let virtual_secs = server.clock().now().duration_since(virtual_start).as_secs();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!(
+        "through the API: exit {} after {:.1} s wall, {virtual_secs} s of virtual time ({:.2}× the in-process simulator's)",
+        output.status.code().unwrap_or(-1),
+        wall.as_secs_f64(),
+        virtual_secs as f64 / reference_secs.max(1) as f64
+    );
+    let summary: Vec<&str> = stderr
+        .lines()
+        .skip_while(|l| !l.starts_with("API requests:"))
+        .collect();
+    for line in &summary {
+        println!("{line}");
+    }
+    let writes: u64 = summary
+        .first()
+        .and_then(|l| l.split("), ").nth(1))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let transitions = transitions.load(Ordering::Relaxed);
+    println!(
+        "node-state transitions: {transitions} ({:.1} per node); writes per transition: {:.2}",
+        transitions as f64 / nodes.max(1) as f64,
+        writes as f64 / transitions.max(1) as f64
+    );
+    if !output.status.success() {
+        println!("the reconciler's last lines:");
+        for line in stderr.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
+            println!("  {line}");
+        }
+    }
+}
