@@ -111,6 +111,7 @@ mod tests {
             node_status: BTreeMap::new(),
             conditions: BTreeMap::new(),
             compartments: BTreeMap::new(),
+            pending_approvals: Vec::new(),
             nodes: BTreeMap::new(),
             nodes_omitted: 0,
         }
