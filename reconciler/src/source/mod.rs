@@ -3,6 +3,7 @@
 //! triggers (poll, filesystem events, webhooks) and commit-signature verification.
 
 pub mod annotation_edit;
+pub mod approval_commit;
 pub mod approvals;
 pub mod cadence;
 pub mod desired;
