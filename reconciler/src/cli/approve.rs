@@ -287,7 +287,8 @@ fn waiting_batch(
     document
         .pending_approvals
         .iter()
-        .find_map(|part| pending_batch(part, compartment))
+        .filter_map(|part| approval_commit::parse_pending(part))
+        .find_map(|(c, batch)| (c == compartment).then_some(batch))
         .ok_or_else(|| {
             let current = document
                 .compartments
@@ -300,17 +301,6 @@ fn waiting_batch(
                 documents.reference
             ))
         })
-}
-
-/// The batch of a pending-approval line (`compartment C: batch N waits for approval …`, the
-/// Display of [`nodewright_schema::approvals::Pending`]) when it is about `compartment`.
-fn pending_batch(part: &str, compartment: &str) -> Option<u32> {
-    let rest = part
-        .strip_prefix("compartment ")?
-        .strip_prefix(compartment)?
-        .strip_prefix(": batch ")?;
-    let (batch, _) = rest.split_once(' ')?;
-    batch.parse().ok()
 }
 
 /// Refuses when the manifest differs from the checked-out commit in the work tree or the
@@ -434,17 +424,4 @@ pub fn report(outcome: &Outcome, out: &mut impl Write) -> std::io::Result<()> {
         "  (then open a pull request from {} into {branch})",
         approval.branch()
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pending_line_names_its_compartment_and_batch() {
-        let part = "compartment production: batch 3 waits for approval (4 nodes complete, 0 failed); approve with gitops.nodewright.nvidia.com/approved-batches: production=3";
-        assert_eq!(pending_batch(part, "production"), Some(3));
-        assert_eq!(pending_batch(part, "prod"), None);
-        assert_eq!(pending_batch(part, "canary"), None);
-    }
 }

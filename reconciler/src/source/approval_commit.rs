@@ -48,6 +48,15 @@ impl Approval {
 /// Where approval branches live: one per NodeWright, compartment and batch.
 pub const BRANCH_PREFIX: &str = "nodewright/approve/";
 
+/// The compartment and batch of a pending-approval line (`compartment C: batch N waits for
+/// approval …`, the Display of [`approvals::Pending`], as the `AwaitingApproval` message and
+/// the status files' `pendingApprovals` carry it).
+pub fn parse_pending(part: &str) -> Option<(String, u32)> {
+    let (compartment, rest) = part.strip_prefix("compartment ")?.split_once(": batch ")?;
+    let (batch, _) = rest.split_once(' ')?;
+    Some((compartment.to_owned(), batch.parse().ok()?))
+}
+
 /// Why the approval edit cannot be made.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -210,4 +219,32 @@ pub fn prepare(
         value_before,
         value,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pending_line_names_its_compartment_and_batch() {
+        let pending = approvals::Pending {
+            compartment: "production".into(),
+            batch: 3,
+            complete: 4,
+            failed: 0,
+        };
+        assert_eq!(
+            parse_pending(&pending.to_string()),
+            Some(("production".to_owned(), 3))
+        );
+        assert_eq!(parse_pending("compartment production: batch x waits"), None);
+        assert_eq!(parse_pending("nothing pending"), None);
+        let approval = Approval {
+            nodewright: "driver".into(),
+            compartment: "__default__".into(),
+            batch: 2,
+        };
+        assert_eq!(approval.title(), "Approve driver __default__ batch 2");
+        assert_eq!(approval.branch(), "nodewright/approve/driver/__default__-2");
+    }
 }

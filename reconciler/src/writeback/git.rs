@@ -7,7 +7,7 @@ use std::process::Command;
 use gix::ObjectId;
 
 use super::render::{STATUS_DIR, StatusFile};
-use crate::source::repo::RemoteSpec;
+use crate::source::repo::{RemoteSpec, msg};
 
 /// Default status branch.
 pub const DEFAULT_STATUS_BRANCH: &str = "nodewright/status";
@@ -140,6 +140,59 @@ pub fn commit_files(
         .commit_as(sig, sig, reference.as_str(), message, tree, parent)
         .map_err(|e| err(e.to_string()))?;
     Ok(Some(id.detach()))
+}
+
+/// Commits `files` (path, content) on top of commit `parent` and points `branch` at the new
+/// commit whatever it pointed to before (an approval branch is remade from the tracked
+/// branch's head each time, never built on its own history).
+pub fn commit_branch_onto(
+    repo_path: &Path,
+    branch: &str,
+    parent: ObjectId,
+    files: &[(&str, &[u8])],
+    message: &str,
+    author: &Author,
+    time_seconds: i64,
+) -> Result<ObjectId, WritebackError> {
+    let err = |message: String| WritebackError::Git {
+        repo: repo_path.display().to_string(),
+        branch: branch.to_string(),
+        message,
+    };
+    let repo = gix::open(repo_path).map_err(|e| err(msg(e)))?;
+    let base_tree = repo
+        .find_commit(parent)
+        .map_err(|e| err(msg(e)))?
+        .tree_id()
+        .map_err(|e| err(msg(e)))?
+        .detach();
+    let mut editor = repo.edit_tree(base_tree).map_err(|e| err(msg(e)))?;
+    for (path, content) in files {
+        let blob = repo.write_blob(content).map_err(|e| err(msg(e)))?;
+        editor
+            .upsert(*path, gix::object::tree::EntryKind::Blob, blob.detach())
+            .map_err(|e| err(msg(e)))?;
+    }
+    let tree = editor.write().map_err(|e| err(msg(e)))?.detach();
+    let signature = gix::actor::Signature {
+        name: author.name.as_str().into(),
+        email: author.email.as_str().into(),
+        time: gix::date::Time::new(time_seconds, 0),
+    };
+    let mut buf = gix::date::parse::TimeBuf::default();
+    let sig = signature.to_ref(&mut buf);
+    let commit = repo
+        .new_commit_as(sig, sig, message, tree, [parent])
+        .map_err(|e| err(msg(e)))?
+        .id;
+    repo.reference(
+        format!("refs/heads/{branch}").as_str(),
+        commit,
+        gix::refs::transaction::PreviousValue::Any,
+        message,
+    )
+    .map_err(|e| err(msg(e)))?;
+    Ok(commit)
 }
 
 /// The subjects of the last `limit` commits of `branch`, newest first, with short ids
@@ -292,6 +345,17 @@ pub fn read_status_documents(
 /// (credential helpers, url rewrites) is ignored as it is for fetch; `GIT_SSL_CAINFO` pins
 /// the CA file; ssh runs the same command as fetch.
 pub fn push(repo_path: &Path, remote: &RemoteSpec, branch: &str) -> Result<bool, WritebackError> {
+    push_branch(repo_path, remote, branch, false)
+}
+
+/// [`push`], replacing the remote branch whatever it holds when `force` is set (an approval
+/// branch is remade on the tracked branch's newest head).
+pub fn push_branch(
+    repo_path: &Path,
+    remote: &RemoteSpec,
+    branch: &str,
+    force: bool,
+) -> Result<bool, WritebackError> {
     let url = remote.transport_url();
     let push_err = |message: String| WritebackError::Push {
         remote: remote.url.clone(),
@@ -350,7 +414,10 @@ pub fn push(repo_path: &Path, remote: &RemoteSpec, branch: &str) -> Result<bool,
         "push",
         "--porcelain",
         &url,
-        &format!("refs/heads/{branch}:refs/heads/{branch}"),
+        &format!(
+            "{}refs/heads/{branch}:refs/heads/{branch}",
+            if force { "+" } else { "" }
+        ),
     ]);
     let output = cmd.output().map_err(|e| {
         push_err(format!(

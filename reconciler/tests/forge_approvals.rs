@@ -1,0 +1,380 @@
+//! Approval pull requests (issue 30) against a local HTTP stub that records every request,
+//! with the approval branch pushed to a local bare repository: the exact REST calls to
+//! create, update and close on GitHub and GitLab, and adoption after a restart.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use nodewright_reconciler::forge::approvals::{ApprovalRequests, BranchTarget};
+use nodewright_reconciler::forge::{ForgeClient, ForgeConfig, ForgeKind, Token};
+use nodewright_reconciler::source::desired::ReadOptions;
+use nodewright_reconciler::source::repo::{GitRepo, RemoteSpec};
+use nodewright_reconciler::writeback::git::Author;
+use nodewright_schema::approvals::Pending;
+use nodewright_schema::keys::condition::{AWAITING_APPROVAL, READY};
+use nodewright_schema::{NodeWright, NodeWrightSpec, NodeWrightStatus};
+use serde_json::{Value, json};
+
+use common::{WorkRepo, git};
+
+/// One request as the stub saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: Method,
+    uri: String,
+    body: Option<Value>,
+}
+
+type Script = dyn Fn(&Seen) -> Value + Send + Sync;
+
+#[derive(Clone)]
+struct Stub {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    script: Arc<Script>,
+}
+
+async fn record(State(stub): State<Stub>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = to_bytes(body, 10 << 20).await.unwrap();
+    let seen = Seen {
+        method: parts.method,
+        uri: parts.uri.to_string(),
+        body: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap()),
+    };
+    let reply = (stub.script)(&seen);
+    stub.seen.lock().unwrap().push(seen);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(Body::from(reply.to_string()))
+        .unwrap()
+}
+
+async fn stub(
+    script: impl Fn(&Seen) -> Value + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let state = Stub {
+        seen: seen.clone(),
+        script: Arc::new(script),
+    };
+    let app = Router::new().fallback(record).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), seen)
+}
+
+/// The calls seen since the last look, as `METHOD uri` with their bodies.
+fn take(seen: &Mutex<Vec<Seen>>) -> Vec<(String, Option<Value>)> {
+    seen.lock()
+        .unwrap()
+        .drain(..)
+        .map(|s| (format!("{} {}", s.method, s.uri), s.body))
+        .collect()
+}
+
+const POLICY: &str = "apiVersion: nodewright.nvidia.com/v1alpha1
+kind: DeploymentPolicy
+metadata: {name: tiers}
+spec:
+  default: {budget: {count: 1}, strategy: {fixed: {initialBatch: 1}}}
+  compartments:
+    - {name: production, selector: {matchLabels: {tier: production}}, budget: {count: 2}, strategy: {fixed: {initialBatch: 2}}}
+";
+
+const DRIVER: &str = "apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata:
+  name: driver
+  annotations:
+    # production waits for reviews
+    gitops.nodewright.nvidia.com/approval-required: production
+spec:
+  deploymentPolicy: tiers
+  nodeSelectors: {matchLabels: {role: gpu}}
+  packages:
+    driver: {version: 1.0.0, image: example/driver}
+";
+
+/// A fleet repository, its bare remote, and the reconciler's mirror of that remote.
+fn remote_and_mirror(dir: &Path) -> (std::path::PathBuf, BranchTarget) {
+    let work = WorkRepo::init(&dir.join("work"));
+    work.write("fleet/policy.yaml", POLICY);
+    work.write("fleet/driver.yaml", DRIVER);
+    work.commit("fleet");
+    let bare = dir.join("origin.git");
+    work.clone_bare(&bare);
+    let remote = RemoteSpec::anonymous(format!("file://{}", bare.display()));
+    let (mirror, _) = GitRepo::sync_remote(&remote, &dir.join("cache")).unwrap();
+    let target = BranchTarget {
+        repo: mirror,
+        tracked: "main".into(),
+        options: ReadOptions::default(),
+        remote,
+        author: Author::default(),
+    };
+    (bare, target)
+}
+
+fn condition(type_: &str, status: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: "Test".into(),
+        message,
+        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::UNIX_EPOCH,
+        ),
+        observed_generation: None,
+    }
+}
+
+/// The driver NodeWright at generation 1 with production's `batch` waiting, `complete`
+/// nodes done; `None` waits for nothing.
+fn driver(waiting: Option<(u32, u32)>) -> NodeWright {
+    let mut nw = NodeWright::new("driver", NodeWrightSpec::default());
+    nw.metadata.generation = Some(1);
+    let awaiting = match waiting {
+        Some((batch, complete)) => condition(
+            AWAITING_APPROVAL,
+            "True",
+            Pending {
+                compartment: "production".into(),
+                batch,
+                complete,
+                failed: 0,
+            }
+            .to_string(),
+        ),
+        None => condition(AWAITING_APPROVAL, "False", String::new()),
+    };
+    nw.status = Some(NodeWrightStatus {
+        observed_generation: Some(1),
+        conditions: Some(vec![
+            condition(READY, "False", "2/6 nodes complete".into()),
+            awaiting,
+        ]),
+        ..NodeWrightStatus::default()
+    });
+    nw
+}
+
+fn client(kind: ForgeKind, url: &str, repository: &str) -> ForgeClient {
+    ForgeClient::new(ForgeConfig {
+        kind,
+        base_url: url.to_string(),
+        repository: repository.to_string(),
+        token: Token::new("t0ken"),
+    })
+    .unwrap()
+}
+
+const BRANCH: &str = "nodewright/approve/driver/production-2";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_approval_pull_request_is_opened_updated_and_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bare, target) = remote_and_mirror(dir.path());
+    let (url, seen) = stub(|s| match (s.method.as_str(), s.uri.as_str()) {
+        ("GET", _) => json!([]),
+        ("POST", "/repos/fleet/os/pulls") => {
+            json!({"number": 12, "body": s.body.as_ref().unwrap()["body"], "head": {"ref": BRANCH}})
+        }
+        _ => json!({"id": 1}),
+    })
+    .await;
+    let mut requests = ApprovalRequests::new(client(ForgeKind::GitHub, &url, "fleet/os"), target);
+
+    let outcome = requests.sync(&[driver(Some((2, 2)))], 1_700_000_000).await;
+    assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    assert_eq!(outcome.opened, [12]);
+    let calls = take(&seen);
+    let lines: Vec<&str> = calls.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /repos/fleet/os/pulls?state=open&per_page=100&page=1",
+            "GET /repos/fleet/os/pulls?head=fleet%3Anodewright%2Fapprove%2Fdriver%2Fproduction-2&state=open",
+            "POST /repos/fleet/os/pulls",
+        ]
+    );
+    let created = calls[2].1.as_ref().unwrap();
+    assert_eq!(created["title"], "Approve driver production batch 2");
+    assert_eq!(created["head"], BRANCH);
+    assert_eq!(created["base"], "main");
+    let body = created["body"].as_str().unwrap();
+    assert!(body.contains("**Batch results:** compartment production: batch 2 waits for approval (2 nodes complete, 0 failed)"), "{body}");
+    assert!(body.contains("**Ready:** 2/6 nodes complete"), "{body}");
+
+    // The branch on the remote is the approval edit on top of main: one line of one file.
+    assert_eq!(
+        git(&bare, &["log", "-1", "--format=%s|%P", BRANCH]),
+        format!(
+            "Approve driver production batch 2|{}",
+            git(&bare, &["rev-parse", "main"])
+        )
+    );
+    assert_eq!(
+        git(&bare, &["diff", "--numstat", "main", BRANCH]),
+        "1\t0\tfleet/driver.yaml"
+    );
+    let edited = git(&bare, &["show", &format!("{BRANCH}:fleet/driver.yaml")]);
+    assert!(edited.contains("    # production waits for reviews\n    gitops.nodewright.nvidia.com/approval-required: production\n    gitops.nodewright.nvidia.com/approved-batches: \"production=2\"\n"), "{edited}");
+
+    // Same results: nothing is sent.
+    let outcome = requests.sync(&[driver(Some((2, 2)))], 1_700_000_100).await;
+    assert!(outcome.errors.is_empty() && outcome.updated.is_empty());
+    assert!(take(&seen).is_empty());
+
+    // New results: the body is rewritten.
+    let outcome = requests.sync(&[driver(Some((2, 3)))], 1_700_000_200).await;
+    assert_eq!(outcome.updated, [12], "{:?}", outcome.errors);
+    let calls = take(&seen);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].0, "PATCH /repos/fleet/os/pulls/12");
+    let body = calls[0].1.as_ref().unwrap();
+    assert_eq!(
+        body.as_object().unwrap().len(),
+        1,
+        "only the body changes: {body}"
+    );
+    assert!(
+        body["body"]
+            .as_str()
+            .unwrap()
+            .contains("(3 nodes complete, 0 failed)")
+    );
+
+    // The batch was approved and started: a comment, then closed.
+    let outcome = requests.sync(&[driver(None)], 1_700_000_300).await;
+    assert_eq!(outcome.closed, [12], "{:?}", outcome.errors);
+    let calls = take(&seen);
+    let lines: Vec<&str> = calls.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        lines,
+        [
+            "POST /repos/fleet/os/issues/12/comments",
+            "PATCH /repos/fleet/os/pulls/12"
+        ]
+    );
+    assert!(
+        calls[0].1.as_ref().unwrap()["body"]
+            .as_str()
+            .unwrap()
+            .contains("no longer waits")
+    );
+    assert_eq!(calls[1].1.as_ref().unwrap(), &json!({"state": "closed"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_reconciler_adopts_its_open_pull_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_bare, target) = remote_and_mirror(dir.path());
+    // What the request should say, as the first reconciler wrote it.
+    let body = nodewright_reconciler::forge::approvals::wanted(&[driver(Some((2, 2)))])
+        .remove(0)
+        .body;
+    let (url, seen) = stub(move |s| match s.method.as_str() {
+        "GET" => json!([
+            {"number": 3, "body": "hand-made", "head": {"ref": "feature/driver-2"}},
+            {"number": 12, "body": body, "head": {"ref": BRANCH}},
+        ]),
+        _ => json!({}),
+    })
+    .await;
+    let mut requests = ApprovalRequests::new(client(ForgeKind::GitHub, &url, "fleet/os"), target);
+    let outcome = requests.sync(&[driver(Some((2, 2)))], 1_700_000_000).await;
+    assert!(
+        outcome.errors.is_empty() && outcome.opened.is_empty(),
+        "{outcome:?}"
+    );
+    let calls = take(&seen);
+    let lines: Vec<&str> = calls.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        lines,
+        ["GET /repos/fleet/os/pulls?state=open&per_page=100&page=1"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitlab_approval_merge_request_is_opened_updated_and_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bare, target) = remote_and_mirror(dir.path());
+    let (url, seen) = stub(|s| match (s.method.as_str(), s.uri.as_str()) {
+        ("GET", _) => json!([]),
+        ("POST", "/projects/group%2Ffleet/merge_requests") => json!({
+            "iid": 5,
+            "description": s.body.as_ref().unwrap()["description"],
+            "source_branch": BRANCH,
+        }),
+        _ => json!({"id": 1}),
+    })
+    .await;
+    let mut requests =
+        ApprovalRequests::new(client(ForgeKind::GitLab, &url, "group/fleet"), target);
+
+    let outcome = requests.sync(&[driver(Some((2, 2)))], 1_700_000_000).await;
+    assert_eq!(outcome.opened, [5], "{:?}", outcome.errors);
+    let calls = take(&seen);
+    let lines: Vec<&str> = calls.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /projects/group%2Ffleet/merge_requests?state=opened&per_page=100&page=1",
+            "GET /projects/group%2Ffleet/merge_requests?source_branch=nodewright%2Fapprove%2Fdriver%2Fproduction-2&state=opened",
+            "POST /projects/group%2Ffleet/merge_requests",
+        ]
+    );
+    let created = calls[2].1.as_ref().unwrap();
+    assert_eq!(created["title"], "Approve driver production batch 2");
+    assert_eq!(created["source_branch"], BRANCH);
+    assert_eq!(created["target_branch"], "main");
+    assert!(
+        created["description"]
+            .as_str()
+            .unwrap()
+            .contains("batch 2 waits for approval")
+    );
+    assert_eq!(
+        git(&bare, &["diff", "--numstat", "main", BRANCH]),
+        "1\t0\tfleet/driver.yaml"
+    );
+
+    let outcome = requests.sync(&[driver(Some((2, 3)))], 1_700_000_100).await;
+    assert_eq!(outcome.updated, [5], "{:?}", outcome.errors);
+    let calls = take(&seen);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].0, "PUT /projects/group%2Ffleet/merge_requests/5");
+    assert!(
+        calls[0].1.as_ref().unwrap()["description"]
+            .as_str()
+            .unwrap()
+            .contains("(3 nodes complete")
+    );
+
+    let outcome = requests.sync(&[], 1_700_000_200).await;
+    assert_eq!(outcome.closed, [5], "{:?}", outcome.errors);
+    let calls = take(&seen);
+    let lines: Vec<&str> = calls.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        lines,
+        [
+            "POST /projects/group%2Ffleet/merge_requests/5/notes",
+            "PUT /projects/group%2Ffleet/merge_requests/5",
+        ]
+    );
+    assert_eq!(
+        calls[1].1.as_ref().unwrap(),
+        &json!({"state_event": "close"})
+    );
+}
