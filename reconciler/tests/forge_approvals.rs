@@ -378,3 +378,13 @@ async fn gitlab_approval_merge_request_is_opened_updated_and_closed() {
         &json!({"state_event": "close"})
     );
 }
+
+#[test]
+fn approval_prs_without_a_forge_is_a_usage_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["run", "--repo", ".", "--approval-prs"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--forge"));
+}
