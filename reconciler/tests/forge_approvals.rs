@@ -158,12 +158,10 @@ fn driver(waiting: Option<(u32, u32)>) -> NodeWright {
         ),
         None => condition(AWAITING_APPROVAL, "False", String::new()),
     };
+    let mut ready = condition(READY, "False", "2/6 nodes complete".into());
+    ready.observed_generation = Some(1);
     nw.status = Some(NodeWrightStatus {
-        observed_generation: Some(1),
-        conditions: Some(vec![
-            condition(READY, "False", "2/6 nodes complete".into()),
-            awaiting,
-        ]),
+        conditions: Some(vec![ready, awaiting]),
         ..NodeWrightStatus::default()
     });
     nw
@@ -387,4 +385,70 @@ fn approval_prs_without_a_forge_is_a_usage_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--forge"));
+}
+
+/// `run` end to end: a gated batch of the simulated rollout starts waiting, and the forge
+/// receives the approval pull request while the branch lands on the remote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_approval_prs_opens_the_request_when_a_batch_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, seen) = stub(|s| match (s.method.as_str(), s.uri.as_str()) {
+        ("GET", _) => json!([]),
+        ("POST", "/repos/fleet/os/pulls") => {
+            json!({"number": 12, "body": s.body.as_ref().unwrap()["body"], "head": {"ref": BRANCH}})
+        }
+        _ => json!({"id": 1}),
+    })
+    .await;
+    let work = WorkRepo::init(&dir.path().join("work"));
+    work.write("fleet/policy.yaml", POLICY);
+    work.write("fleet/driver.yaml", DRIVER);
+    work.commit("fleet");
+    let bare = dir.path().join("origin.git");
+    work.clone_bare(&bare);
+    let fleet = dir.path().join("fleet-sim.yaml");
+    std::fs::write(
+        &fleet,
+        "cluster:\n  nodes:\n    - generate: {count: 4, namePrefix: p-, labels: {role: gpu, tier: production}}\npackages:\n  example/driver: {default: {duration: 5s}}\n",
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .arg("run")
+        .arg("--repo")
+        .arg(format!("file://{}", bare.display()))
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .arg("--sim-fleet")
+        .arg(&fleet)
+        .args(["--speed", "0", "--no-progress", "--no-status"])
+        .args(["--until-converged", "30m"])
+        .args(["--forge", "github", "--approval-prs"])
+        .env("NODEWRIGHT_FORGE_URL", &url)
+        .env("NODEWRIGHT_FORGE_REPOSITORY", "fleet/os")
+        .env("NODEWRIGHT_FORGE_TOKEN", "t0ken")
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("GITHUB_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The gated batch never starts, so the rollout cannot converge.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let created: Vec<Value> = take(&seen)
+        .into_iter()
+        .filter(|(line, _)| line == "POST /repos/fleet/os/pulls")
+        .filter_map(|(_, body)| body)
+        .collect();
+    assert_eq!(
+        created.len(),
+        1,
+        "one request for the waiting batch:\n{stderr}"
+    );
+    assert_eq!(created[0]["title"], "Approve driver production batch 2");
+    assert_eq!(created[0]["base"], "main");
+    assert_eq!(
+        git(&bare, &["log", "-1", "--format=%s", BRANCH]),
+        "Approve driver production batch 2"
+    );
 }

@@ -72,32 +72,30 @@ pub enum Step {
 
 /// The batches waiting for approval in `nodewrights` (their `AwaitingApproval` condition),
 /// each with the body its request should have: the batch's results and the Ready message.
-/// A NodeWright whose status still describes an older generation waits for nothing yet: its
-/// condition may be about the previous rollout.
+/// Conditions written by a pass over an older generation (the Ready condition's
+/// `observedGeneration`, written in the same pass) wait for nothing yet: they may be about the
+/// previous rollout. (`status.observedGeneration` is no guide: like upstream's it moves only
+/// when a rollout completes.)
 pub fn wanted(nodewrights: &[NodeWright]) -> Vec<Wanted> {
     let mut out = Vec::new();
     for nw in nodewrights {
         let Some(status) = &nw.status else { continue };
         let generation = nw.metadata.generation.unwrap_or(0);
-        if nw.metadata.generation.is_some()
-            && status
-                .observed_generation
-                .is_none_or(|seen| seen < generation)
+        let conditions = status.conditions.iter().flatten();
+        let ready = conditions.clone().find(|c| c.type_ == READY);
+        if ready
+            .and_then(|c| c.observed_generation)
+            .is_some_and(|seen| seen < generation)
         {
             continue;
         }
-        let conditions = status.conditions.iter().flatten();
         let Some(waiting) = conditions
             .clone()
             .find(|c| c.type_ == AWAITING_APPROVAL && c.status == "True")
         else {
             continue;
         };
-        let ready = conditions
-            .clone()
-            .find(|c| c.type_ == READY)
-            .map(|c| c.message.as_str())
-            .unwrap_or("");
+        let ready = ready.map(|c| c.message.as_str()).unwrap_or("");
         for part in pending_parts(&waiting.message) {
             let Some((compartment, batch)) = approval_commit::parse_pending(part) else {
                 continue;
@@ -485,7 +483,7 @@ mod tests {
     }
 
     #[test]
-    fn waiting_batches_come_from_the_condition_at_the_observed_generation() {
+    fn waiting_batches_come_from_conditions_written_at_the_current_generation() {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
         use nodewright_schema::{NodeWrightSpec, NodeWrightStatus};
         let condition = |type_: &str, status: &str, message: &str| Condition {
@@ -500,10 +498,11 @@ mod tests {
         };
         let mut nw = NodeWright::new("driver", NodeWrightSpec::default());
         nw.metadata.generation = Some(4);
+        let mut ready = condition(READY, "False", "2/6 nodes complete");
+        ready.observed_generation = Some(4);
         nw.status = Some(NodeWrightStatus {
-            observed_generation: Some(4),
             conditions: Some(vec![
-                condition(READY, "False", "2/6 nodes complete"),
+                ready,
                 condition(
                     AWAITING_APPROVAL,
                     "True",
