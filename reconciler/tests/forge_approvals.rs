@@ -108,9 +108,13 @@ spec:
 
 /// A fleet repository, its bare remote, and the reconciler's mirror of that remote.
 fn remote_and_mirror(dir: &Path) -> (std::path::PathBuf, BranchTarget) {
+    remote_and_mirror_with(dir, DRIVER)
+}
+
+fn remote_and_mirror_with(dir: &Path, driver: &str) -> (std::path::PathBuf, BranchTarget) {
     let work = WorkRepo::init(&dir.join("work"));
     work.write("fleet/policy.yaml", POLICY);
-    work.write("fleet/driver.yaml", DRIVER);
+    work.write("fleet/driver.yaml", driver);
     work.commit("fleet");
     let bare = dir.join("origin.git");
     work.clone_bare(&bare);
@@ -183,10 +187,20 @@ const BRANCH: &str = "nodewright/approve/driver/production-2";
 async fn github_approval_pull_request_is_opened_updated_and_closed() {
     let dir = tempfile::tempdir().unwrap();
     let (bare, target) = remote_and_mirror(dir.path());
-    let (url, seen) = stub(|s| match (s.method.as_str(), s.uri.as_str()) {
+    // The forge's open pull requests: the one created, until it is closed.
+    let pulls = Arc::new(Mutex::new(json!([])));
+    let forge_pulls = pulls.clone();
+    let (url, seen) = stub(move |s| match (s.method.as_str(), s.uri.as_str()) {
+        ("GET", uri) if uri.contains("state=open&per_page") => forge_pulls.lock().unwrap().clone(),
         ("GET", _) => json!([]),
         ("POST", "/repos/fleet/os/pulls") => {
-            json!({"number": 12, "body": s.body.as_ref().unwrap()["body"], "head": {"ref": BRANCH}})
+            let pull = json!({"number": 12, "body": s.body.as_ref().unwrap()["body"], "head": {"ref": BRANCH}});
+            *forge_pulls.lock().unwrap() = json!([pull.clone()]);
+            pull
+        }
+        ("PATCH", "/repos/fleet/os/pulls/12") if s.body.as_ref().unwrap()["state"] == "closed" => {
+            *forge_pulls.lock().unwrap() = json!([]);
+            json!({})
         }
         _ => json!({"id": 1}),
     })
@@ -261,17 +275,53 @@ async fn github_approval_pull_request_is_opened_updated_and_closed() {
     assert_eq!(
         lines,
         [
+            "GET /repos/fleet/os/pulls?state=open&per_page=100&page=1",
             "POST /repos/fleet/os/issues/12/comments",
             "PATCH /repos/fleet/os/pulls/12"
         ]
     );
     assert!(
-        calls[0].1.as_ref().unwrap()["body"]
+        calls[1].1.as_ref().unwrap()["body"]
             .as_str()
             .unwrap()
             .contains("no longer waits")
     );
-    assert_eq!(calls[1].1.as_ref().unwrap(), &json!({"state": "closed"}));
+    assert_eq!(calls[2].1.as_ref().unwrap(), &json!({"state": "closed"}));
+    assert_eq!(*pulls.lock().unwrap(), json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_pull_request_is_neither_commented_on_nor_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_bare, target) = remote_and_mirror(dir.path());
+    // Open when the reconciler starts, merged by a reviewer before the batch starts.
+    let body = nodewright_reconciler::forge::approvals::wanted(&[driver(Some((2, 2)))])
+        .remove(0)
+        .body;
+    let pulls = Arc::new(Mutex::new(
+        json!([{"number": 12, "body": body, "head": {"ref": BRANCH}}]),
+    ));
+    let forge_pulls = pulls.clone();
+    let (url, seen) = stub(move |_| forge_pulls.lock().unwrap().clone()).await;
+    let mut requests = ApprovalRequests::new(client(ForgeKind::GitHub, &url, "fleet/os"), target);
+    let outcome = requests.sync(&[driver(Some((2, 2)))], 1_700_000_000).await;
+    assert!(
+        outcome.errors.is_empty() && outcome.opened.is_empty(),
+        "{outcome:?}"
+    );
+    take(&seen);
+    *pulls.lock().unwrap() = json!([]);
+    let outcome = requests.sync(&[driver(None)], 1_700_000_100).await;
+    assert!(
+        outcome.errors.is_empty() && outcome.closed.is_empty(),
+        "{outcome:?}"
+    );
+    let calls = take(&seen);
+    let lines: Vec<&str> = calls.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        lines,
+        ["GET /repos/fleet/os/pulls?state=open&per_page=100&page=1"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -308,13 +358,23 @@ async fn a_restarted_reconciler_adopts_its_open_pull_request() {
 async fn gitlab_approval_merge_request_is_opened_updated_and_closed() {
     let dir = tempfile::tempdir().unwrap();
     let (bare, target) = remote_and_mirror(dir.path());
-    let (url, seen) = stub(|s| match (s.method.as_str(), s.uri.as_str()) {
+    // The project's open merge requests: the one created.
+    let opened = Arc::new(Mutex::new(json!([])));
+    let forge_opened = opened.clone();
+    let (url, seen) = stub(move |s| match (s.method.as_str(), s.uri.as_str()) {
+        ("GET", uri) if uri.contains("state=opened&per_page") => {
+            forge_opened.lock().unwrap().clone()
+        }
         ("GET", _) => json!([]),
-        ("POST", "/projects/group%2Ffleet/merge_requests") => json!({
-            "iid": 5,
-            "description": s.body.as_ref().unwrap()["description"],
-            "source_branch": BRANCH,
-        }),
+        ("POST", "/projects/group%2Ffleet/merge_requests") => {
+            let request = json!({
+                "iid": 5,
+                "description": s.body.as_ref().unwrap()["description"],
+                "source_branch": BRANCH,
+            });
+            *forge_opened.lock().unwrap() = json!([request.clone()]);
+            request
+        }
         _ => json!({"id": 1}),
     })
     .await;
@@ -367,14 +427,38 @@ async fn gitlab_approval_merge_request_is_opened_updated_and_closed() {
     assert_eq!(
         lines,
         [
+            "GET /projects/group%2Ffleet/merge_requests?state=opened&per_page=100&page=1",
             "POST /projects/group%2Ffleet/merge_requests/5/notes",
             "PUT /projects/group%2Ffleet/merge_requests/5",
         ]
     );
     assert_eq!(
-        calls[1].1.as_ref().unwrap(),
+        calls[2].1.as_ref().unwrap(),
         &json!({"state_event": "close"})
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_already_on_the_tracked_branch_is_not_proposed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    // Merged, not yet applied: the batch still waits in the cluster.
+    let approved = DRIVER.replace(
+        "approval-required: production\n",
+        "approval-required: production\n    gitops.nodewright.nvidia.com/approved-batches: production=2\n",
+    );
+    let (bare, target) = remote_and_mirror_with(dir.path(), &approved);
+    let (url, seen) = stub(|_| json!([])).await;
+    let mut requests = ApprovalRequests::new(client(ForgeKind::GitHub, &url, "fleet/os"), target);
+    let outcome = requests.sync(&[driver(Some((2, 2)))], 1_700_000_000).await;
+    assert!(
+        outcome.errors.is_empty() && outcome.opened.is_empty(),
+        "{outcome:?}"
+    );
+    assert!(
+        take(&seen).iter().all(|(line, _)| line.starts_with("GET ")),
+        "nothing is created"
+    );
+    assert_eq!(git(&bare, &["branch", "--list", "nodewright/*"]), "");
 }
 
 #[test]

@@ -214,8 +214,9 @@ pub struct BranchTarget {
 
 impl BranchTarget {
     /// Commits the approval edit on top of the tracked branch's head as `approval`'s branch
-    /// (replacing an older one) and force-pushes it.
-    pub fn publish(&self, approval: &Approval, time_seconds: i64) -> Result<(), Error> {
+    /// (replacing an older one) and force-pushes it. `false`: the tracked branch approves the
+    /// batch already, nothing was pushed.
+    pub fn publish(&self, approval: &Approval, time_seconds: i64) -> Result<bool, Error> {
         let branch = approval.branch();
         let fail = |message: String| Error::Branch {
             branch: branch.clone(),
@@ -238,10 +239,7 @@ impl BranchTarget {
                 other => fail(other.to_string()),
             })?;
         if prepared.is_noop() {
-            return Err(fail(format!(
-                "{} on {} already approves it",
-                prepared.file, self.tracked
-            )));
+            return Ok(false);
         }
         commit_branch_onto(
             self.repo.path(),
@@ -255,7 +253,7 @@ impl BranchTarget {
         .map_err(|e| fail(e.to_string()))?;
         push_branch(self.repo.path(), &self.remote, &branch, true)
             .map_err(|e| fail(e.to_string()))?;
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -312,19 +310,39 @@ impl<F: Forge + Sync> ApprovalRequests<F> {
             return outcome;
         };
         let current: Vec<OpenRequest> = open.values().cloned().collect();
+        // Requests still open on the forge, read once before the first close: one merged (the
+        // approval) or closed by a reviewer since is not ours to comment on and close.
+        let mut still_open: Option<Vec<u64>> = None;
         for step in plan(&wanted(nodewrights), &current) {
             match step {
                 Step::Close {
                     number,
                     branch,
                     comment,
-                } => match self.forge.close_request(number, &comment).await {
-                    Ok(()) => {
-                        open.remove(&branch);
-                        outcome.closed.push(number);
+                } => {
+                    if still_open.is_none() {
+                        match self.forge.open_approval_requests(BRANCH_PREFIX).await {
+                            Ok(found) => {
+                                still_open = Some(found.iter().map(|r| r.number).collect());
+                            }
+                            Err(e) => {
+                                outcome.errors.push(e.into());
+                                continue;
+                            }
+                        }
                     }
-                    Err(e) => outcome.errors.push(e.into()),
-                },
+                    if still_open.as_ref().is_some_and(|n| !n.contains(&number)) {
+                        open.remove(&branch);
+                        continue;
+                    }
+                    match self.forge.close_request(number, &comment).await {
+                        Ok(()) => {
+                            open.remove(&branch);
+                            outcome.closed.push(number);
+                        }
+                        Err(e) => outcome.errors.push(e.into()),
+                    }
+                }
                 Step::Update {
                     number,
                     branch,
@@ -364,9 +382,15 @@ impl<F: Forge + Sync> ApprovalRequests<F> {
                                     message: format!("the push task failed: {e}"),
                                 })
                             });
-                    if let Err(e) = published {
-                        outcome.errors.push(e);
-                        continue;
+                    match published {
+                        Ok(true) => {}
+                        // The tracked branch approves the batch already (an approval merged,
+                        // not yet applied): nothing to propose.
+                        Ok(false) => continue,
+                        Err(e) => {
+                            outcome.errors.push(e);
+                            continue;
+                        }
                     }
                     match self
                         .forge
