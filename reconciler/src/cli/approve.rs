@@ -396,7 +396,7 @@ pub fn report(outcome: &Outcome, out: &mut impl Write) -> std::io::Result<()> {
     let was = prepared
         .value_before
         .as_deref()
-        .map_or("not set".to_owned(), |v| format!("was {v:?}"));
+        .map_or("was not set".to_owned(), |v| format!("was {v:?}"));
     writeln!(
         out,
         "{}:{}: {APPROVED_BATCHES}: {:?} ({was})",

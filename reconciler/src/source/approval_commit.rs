@@ -64,7 +64,10 @@ pub enum Error {
     #[error(transparent)]
     Repo(#[from] RepoError),
     /// No manifest under the root declares the NodeWright.
-    #[error("no manifest under {root:?} of commit {commit} declares NodeWright {name:?}")]
+    #[error(
+        "no manifest {} of commit {commit} declares NodeWright {name:?}",
+        if root.is_empty() { "in the repository".to_owned() } else { format!("under {root:?}") }
+    )]
     NotDeclared {
         /// The NodeWright asked for.
         name: String,
