@@ -204,3 +204,27 @@ fn the_batch_waiting_is_read_from_the_status_branch_else_batch_is_required() {
         "Approve driver production batch 3"
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn a_manifest_that_is_a_symbolic_link_is_not_replaced_by_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = WorkRepo::init(&tmp.path().join("fleet"));
+    repo.write("fleet/policy.yaml", POLICY);
+    repo.write("shared/driver.yaml", DRIVER);
+    repo.symlink("fleet/driver.yaml", "../shared/driver.yaml");
+    repo.commit("fleet");
+    git(&repo.dir, &["config", "user.name", "Ada Approver"]);
+    git(&repo.dir, &["config", "user.email", "ada@example.invalid"]);
+    let out = approve(
+        &repo.dir,
+        &["driver", "--compartment", "production", "--batch", "2"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("fleet/driver.yaml is a symbolic link"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(git(&repo.dir, &["rev-list", "--count", "HEAD"]), "1");
+}

@@ -84,6 +84,13 @@ pub enum Error {
         /// What stands in the way.
         source: annotation_edit::Error,
     },
+    /// The manifest is a symbolic link in the commit: committing the edit under its name would
+    /// replace the link with a file.
+    #[error("{file} is a symbolic link; set the annotation in the file it points to")]
+    Symlink {
+        /// The link.
+        file: String,
+    },
     /// The commit would be invalid with the edit (or already is).
     #[error("the commit with the approval would be invalid ({} error(s))", problems.len())]
     Invalid {
@@ -151,6 +158,19 @@ pub fn prepare(
             root: options.root.clone(),
         })?;
     let file = declared.source.file.clone();
+    let is_link = git.with_repo(|repo| {
+        let entry = repo
+            .find_commit(commit)
+            .ok()?
+            .tree()
+            .ok()?
+            .lookup_entry_by_path(&file)
+            .ok()??;
+        Some(entry.mode().is_link())
+    });
+    if is_link == Some(true) {
+        return Err(Error::Symlink { file });
+    }
     let value_before = declared
         .object
         .metadata
