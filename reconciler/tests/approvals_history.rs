@@ -6,19 +6,10 @@ mod common;
 
 use std::path::Path;
 
-use common::{WorkRepo, git};
+use common::{TIERS_POLICY, WorkRepo, git};
 use nodewright_reconciler::source::approvals::from_git;
 use nodewright_reconciler::source::desired::{ReadOptions, load_commit};
 use nodewright_reconciler::source::repo::GitRepo;
-
-const POLICY: &str = "apiVersion: nodewright.nvidia.com/v1alpha1
-kind: DeploymentPolicy
-metadata: {name: tiers}
-spec:
-  default: {budget: {count: 1}, strategy: {fixed: {initialBatch: 1}}}
-  compartments:
-    - {name: production, selector: {matchLabels: {tier: production}}, budget: {count: 2}, strategy: {fixed: {initialBatch: 2}}}
-";
 
 /// The driver manifest at `version`, with `approved` as its approved-batches value when given.
 fn driver(version: &str, approved: Option<&str>) -> String {
@@ -43,7 +34,7 @@ metadata:
 
 fn repo_with(dir: &Path, history: &[String]) -> WorkRepo {
     let repo = WorkRepo::init(dir);
-    repo.write("fleet/policy.yaml", POLICY);
+    repo.write("fleet/policy.yaml", TIERS_POLICY);
     for (i, content) in history.iter().enumerate() {
         repo.write("fleet/driver.yaml", content);
         repo.commit(&format!("step {i}"));

@@ -7,17 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{WorkRepo, git};
-
-const POLICY: &str = "apiVersion: nodewright.nvidia.com/v1alpha1
-kind: DeploymentPolicy
-metadata: {name: tiers}
-spec:
-  default: {budget: {count: 1}, strategy: {fixed: {initialBatch: 1}}}
-  compartments:
-    - {name: canary, selector: {matchLabels: {tier: canary}}, budget: {count: 1}, strategy: {fixed: {initialBatch: 1}}}
-    - {name: production, selector: {matchLabels: {tier: production}}, budget: {count: 2}, strategy: {fixed: {initialBatch: 2}}}
-";
+use common::{TIERS_POLICY, WorkRepo, git};
 
 /// A commented, oddly spaced two-document file; the NodeWright is the second document.
 const DRIVER: &str = "# GPU driver rollout (platform team)
@@ -42,7 +32,7 @@ spec:
 
 fn fleet(dir: &Path) -> WorkRepo {
     let repo = WorkRepo::init(dir);
-    repo.write("fleet/policy.yaml", POLICY);
+    repo.write("fleet/policy.yaml", TIERS_POLICY);
     repo.write("fleet/driver.yaml", DRIVER);
     repo.commit("fleet");
     git(dir, &["config", "user.name", "Ada Approver"]);
@@ -210,7 +200,7 @@ fn the_batch_waiting_is_read_from_the_status_branch_else_batch_is_required() {
 fn a_manifest_that_is_a_symbolic_link_is_not_replaced_by_a_file() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = WorkRepo::init(&tmp.path().join("fleet"));
-    repo.write("fleet/policy.yaml", POLICY);
+    repo.write("fleet/policy.yaml", TIERS_POLICY);
     repo.write("shared/driver.yaml", DRIVER);
     repo.symlink("fleet/driver.yaml", "../shared/driver.yaml");
     repo.commit("fleet");

@@ -24,7 +24,7 @@ use nodewright_schema::keys::condition::{AWAITING_APPROVAL, READY};
 use nodewright_schema::{NodeWright, NodeWrightSpec, NodeWrightStatus};
 use serde_json::{Value, json};
 
-use common::{WorkRepo, git};
+use common::{TIERS_POLICY, WorkRepo, git};
 
 /// One request as the stub saw it.
 #[derive(Clone, Debug)]
@@ -83,15 +83,6 @@ fn take(seen: &Mutex<Vec<Seen>>) -> Vec<(String, Option<Value>)> {
         .collect()
 }
 
-const POLICY: &str = "apiVersion: nodewright.nvidia.com/v1alpha1
-kind: DeploymentPolicy
-metadata: {name: tiers}
-spec:
-  default: {budget: {count: 1}, strategy: {fixed: {initialBatch: 1}}}
-  compartments:
-    - {name: production, selector: {matchLabels: {tier: production}}, budget: {count: 2}, strategy: {fixed: {initialBatch: 2}}}
-";
-
 const DRIVER: &str = "apiVersion: nodewright.nvidia.com/v1alpha1
 kind: NodeWright
 metadata:
@@ -113,7 +104,7 @@ fn remote_and_mirror(dir: &Path) -> (std::path::PathBuf, BranchTarget) {
 
 fn remote_and_mirror_with(dir: &Path, driver: &str) -> (std::path::PathBuf, BranchTarget) {
     let work = WorkRepo::init(&dir.join("work"));
-    work.write("fleet/policy.yaml", POLICY);
+    work.write("fleet/policy.yaml", TIERS_POLICY);
     work.write("fleet/driver.yaml", driver);
     work.commit("fleet");
     let bare = dir.join("origin.git");
@@ -485,7 +476,7 @@ async fn run_with_approval_prs_opens_the_request_when_a_batch_waits() {
     })
     .await;
     let work = WorkRepo::init(&dir.path().join("work"));
-    work.write("fleet/policy.yaml", POLICY);
+    work.write("fleet/policy.yaml", TIERS_POLICY);
     work.write("fleet/driver.yaml", DRIVER);
     work.commit("fleet");
     let bare = dir.path().join("origin.git");

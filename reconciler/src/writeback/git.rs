@@ -46,6 +46,17 @@ pub struct Author {
     pub email: String,
 }
 
+impl Author {
+    /// This author at `time_seconds` (UTC), as commits record it.
+    fn signature(&self, time_seconds: i64) -> gix::actor::Signature {
+        gix::actor::Signature {
+            name: self.name.as_str().into(),
+            email: self.email.as_str().into(),
+            time: gix::date::Time::new(time_seconds, 0),
+        }
+    }
+}
+
 impl Default for Author {
     fn default() -> Self {
         Author {
@@ -115,25 +126,11 @@ pub fn commit_files(
             .detach(),
         None => repo.empty_tree().id,
     };
-    let mut editor = repo.edit_tree(base_tree).map_err(|e| err(e.to_string()))?;
-    for path in remove {
-        editor.remove(*path).map_err(|e| err(e.to_string()))?;
-    }
-    for (path, content) in files {
-        let blob = repo.write_blob(content).map_err(|e| err(e.to_string()))?;
-        editor
-            .upsert(*path, gix::object::tree::EntryKind::Blob, blob.detach())
-            .map_err(|e| err(e.to_string()))?;
-    }
-    let tree = editor.write().map_err(|e| err(e.to_string()))?.detach();
+    let tree = edited_tree(&repo, base_tree, files, remove).map_err(err)?;
     if parent.is_some() && tree == base_tree {
         return Ok(None);
     }
-    let signature = gix::actor::Signature {
-        name: author.name.as_str().into(),
-        email: author.email.as_str().into(),
-        time: gix::date::Time::new(time_seconds, 0),
-    };
+    let signature = author.signature(time_seconds);
     let mut buf = gix::date::parse::TimeBuf::default();
     let sig = signature.to_ref(&mut buf);
     let id = repo
@@ -166,19 +163,8 @@ pub fn commit_branch_onto(
         .tree_id()
         .map_err(|e| err(msg(e)))?
         .detach();
-    let mut editor = repo.edit_tree(base_tree).map_err(|e| err(msg(e)))?;
-    for (path, content) in files {
-        let blob = repo.write_blob(content).map_err(|e| err(msg(e)))?;
-        editor
-            .upsert(*path, gix::object::tree::EntryKind::Blob, blob.detach())
-            .map_err(|e| err(msg(e)))?;
-    }
-    let tree = editor.write().map_err(|e| err(msg(e)))?.detach();
-    let signature = gix::actor::Signature {
-        name: author.name.as_str().into(),
-        email: author.email.as_str().into(),
-        time: gix::date::Time::new(time_seconds, 0),
-    };
+    let tree = edited_tree(&repo, base_tree, files, &[]).map_err(err)?;
+    let signature = author.signature(time_seconds);
     let mut buf = gix::date::parse::TimeBuf::default();
     let sig = signature.to_ref(&mut buf);
     let commit = repo
@@ -193,6 +179,27 @@ pub fn commit_branch_onto(
     )
     .map_err(|e| err(msg(e)))?;
     Ok(commit)
+}
+
+/// `base_tree` without the `remove` paths and with `files` (path, content) written; the new
+/// tree's id (its objects are stored).
+fn edited_tree(
+    repo: &gix::Repository,
+    base_tree: ObjectId,
+    files: &[(&str, &[u8])],
+    remove: &[&str],
+) -> Result<ObjectId, String> {
+    let mut editor = repo.edit_tree(base_tree).map_err(msg)?;
+    for path in remove {
+        editor.remove(*path).map_err(msg)?;
+    }
+    for (path, content) in files {
+        let blob = repo.write_blob(content).map_err(msg)?;
+        editor
+            .upsert(*path, gix::object::tree::EntryKind::Blob, blob.detach())
+            .map_err(msg)?;
+    }
+    Ok(editor.write().map_err(msg)?.detach())
 }
 
 /// The subjects of the last `limit` commits of `branch`, newest first, with short ids
