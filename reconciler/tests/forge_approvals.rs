@@ -4,15 +4,10 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use axum::Router;
-use axum::body::{Body, to_bytes};
-use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
-use axum::response::Response;
+use axum::http::StatusCode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use nodewright_reconciler::forge::approvals::{ApprovalRequests, BranchTarget};
 use nodewright_reconciler::forge::{ForgeClient, ForgeConfig, ForgeKind, Token};
@@ -24,54 +19,14 @@ use nodewright_schema::keys::condition::{AWAITING_APPROVAL, READY};
 use nodewright_schema::{NodeWright, NodeWrightSpec, NodeWrightStatus};
 use serde_json::{Value, json};
 
+use common::forge_stub::{self, Seen};
 use common::{TIERS_POLICY, WorkRepo, git};
 
-/// One request as the stub saw it.
-#[derive(Clone, Debug)]
-struct Seen {
-    method: Method,
-    uri: String,
-    body: Option<Value>,
-}
-
-type Script = dyn Fn(&Seen) -> Value + Send + Sync;
-
-#[derive(Clone)]
-struct Stub {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    script: Arc<Script>,
-}
-
-async fn record(State(stub): State<Stub>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let bytes = to_bytes(body, 10 << 20).await.unwrap();
-    let seen = Seen {
-        method: parts.method,
-        uri: parts.uri.to_string(),
-        body: (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap()),
-    };
-    let reply = (stub.script)(&seen);
-    stub.seen.lock().unwrap().push(seen);
-    Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/json")
-        .body(Body::from(reply.to_string()))
-        .unwrap()
-}
-
+/// A stub answering 200 with the JSON `script` gives.
 async fn stub(
     script: impl Fn(&Seen) -> Value + Send + Sync + 'static,
 ) -> (String, Arc<Mutex<Vec<Seen>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let state = Stub {
-        seen: seen.clone(),
-        script: Arc::new(script),
-    };
-    let app = Router::new().fallback(record).with_state(state);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), seen)
+    forge_stub::stub(move |seen| (StatusCode::OK, vec![], script(seen))).await
 }
 
 /// The calls seen since the last look, as `METHOD uri` with their bodies.

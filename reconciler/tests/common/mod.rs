@@ -1,6 +1,8 @@
 //! Test fixtures: real repositories in temp dirs, set up with the git CLI (tests only).
 #![allow(dead_code)]
 
+pub mod forge_stub;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
