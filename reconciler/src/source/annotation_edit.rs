@@ -830,4 +830,56 @@ spec:
             Err(Error::NoMetadata { line: 1 })
         );
     }
+
+    /// Every document of the example fleet: the edit changes exactly the annotation, whatever
+    /// else the manifests hold.
+    #[test]
+    fn the_example_fleet_round_trips_except_for_the_annotation() {
+        let fleet = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet");
+        let mut edited_documents = 0;
+        for name in [
+            "gpu-driver.yaml",
+            "gpu-tuning.yaml",
+            "policies/gpu-rollout.yaml",
+        ] {
+            let text = std::fs::read_to_string(fleet.join(name)).unwrap();
+            let documents: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+                .map(|d| serde::Deserialize::deserialize(d).unwrap())
+                .collect();
+            for index in 0..documents.len() {
+                // The first content line of document `index`.
+                let line = text
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, l)| l.starts_with("kind:"))
+                    .nth(index)
+                    .map(|(i, _)| i + 1)
+                    .unwrap();
+                let out = set_annotation(&text, line, KEY, "production=2").unwrap();
+                let after: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&out.text)
+                    .map(|d| serde::Deserialize::deserialize(d).unwrap())
+                    .collect();
+                let mut expected = documents.clone();
+                let metadata = expected[index]["metadata"].as_mapping_mut().unwrap();
+                let annotations = metadata
+                    .entry("annotations".into())
+                    .or_insert_with(|| serde_yaml::Mapping::new().into());
+                if annotations.is_null() {
+                    *annotations = serde_yaml::Mapping::new().into();
+                }
+                annotations
+                    .as_mapping_mut()
+                    .unwrap()
+                    .insert(KEY.into(), "production=2".into());
+                assert_eq!(after, expected, "{name} document {index}:\n{}", out.text);
+                let (removed, added) = changed(&text, &out.text);
+                assert!(
+                    removed.len() <= 1 && added.len() <= 2,
+                    "{name}: {removed:?} {added:?}"
+                );
+                edited_documents += 1;
+            }
+        }
+        assert!(edited_documents >= 3);
+    }
 }
