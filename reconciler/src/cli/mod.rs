@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod approve;
 pub mod crds;
 pub mod demo;
 pub mod diff;
@@ -97,6 +98,9 @@ pub enum Command {
     /// Operational verbs (kubectl-plugin equivalents).
     #[command(flatten)]
     Verb(verbs::VerbCommand),
+    /// Commit the approval of a gated batch (a minimal edit of the NodeWright's manifest).
+    #[command(long_about = approve::LONG_ABOUT, after_long_help = approve::EXAMPLES)]
+    Approve(approve::Args),
     /// Run scenario files against the simulated cluster; exit 0 only when all pass.
     #[command(long_about = simulate::LONG_ABOUT, after_long_help = simulate::EXAMPLES)]
     Simulate(simulate::Args),
@@ -187,6 +191,7 @@ pub fn run(invocation: Invocation) -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Run(args) => run::run(*args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Approve(args) => approve::run(args),
     }
 }
 

@@ -17,6 +17,7 @@ use crate::controller::Controller;
 use crate::controller::daemon::{LifecycleMode, Pacer, SimClock, WallClock, run_loop};
 use crate::controller::source::{GitSource, RepoLocation, SourceChange};
 use crate::controller::status::{StatusTarget, StatusWrite, StatusWriter};
+use crate::forge::approvals::{ApprovalRequests, BranchTarget};
 use crate::metrics::{Metrics, MetricsServer};
 use crate::settings::Settings;
 use crate::source::cadence::FetchCadence;
@@ -159,6 +160,14 @@ pub struct Args {
     /// forge's CI environment or NODEWRIGHT_FORGE_TOKEN(_FILE)/_REPOSITORY/_URL.
     #[arg(long, value_name = "FORGE")]
     pub forge: Option<crate::forge::ForgeKind>,
+    /// With --forge: when a batch of a gated compartment starts waiting for approval, push
+    /// the approval commit (as `nodewright approve` makes it) to the branch
+    /// nodewright/approve/<nodewright>/<compartment>-<batch> of the remote --repo and open one
+    /// pull/merge request into --branch, titled `Approve <nodewright> <compartment> batch
+    /// <N>`, with the batch's results; it is updated as results change and closed when the
+    /// batch no longer waits. Merging it is the approval.
+    #[arg(long, requires = "forge")]
+    pub approval_prs: bool,
     /// Serve Prometheus metrics and health probes on this address (e.g. 0.0.0.0:8080).
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -399,6 +408,29 @@ async fn serve(args: Args) -> Result<(), String> {
             .map_err(|e| format!("--forge {kind}: {e}"))?;
         let client =
             crate::forge::ForgeClient::new(config).map_err(|e| format!("--forge {kind}: {e}"))?;
+        let mut approval_requests = if args.approval_prs {
+            let remote = source.remote().cloned().ok_or_else(|| {
+                format!(
+                    "--approval-prs: --repo {} is a local path; approval branches are pushed to a remote the forge serves, so give --repo as its URL (https, ssh or file://)",
+                    args.repo
+                )
+            })?;
+            Some(ApprovalRequests::new(
+                client.clone(),
+                BranchTarget {
+                    repo: source.repo().clone(),
+                    tracked: args.branch.clone(),
+                    options: ReadOptions {
+                        root: args.path.clone(),
+                        ..ReadOptions::default()
+                    },
+                    remote,
+                    author: Author::default(),
+                },
+            ))
+        } else {
+            None
+        };
         let mut reporter = crate::forge::StatusReporter::new(client);
         let mut rx = statuses_rx;
         reporter_task = Some(tokio::spawn(async move {
@@ -409,6 +441,18 @@ async fn serve(args: Args) -> Result<(), String> {
                 let outcome = reporter.report(&nodewrights).await;
                 if !outcome.errors.is_empty() {
                     tracing::warn!(errors = ?outcome.errors, "posting commit statuses failed; retrying on the next change");
+                }
+                if let Some(requests) = approval_requests.as_mut() {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+                    let synced = requests.sync(&nodewrights, now).await;
+                    for number in &synced.opened {
+                        tracing::info!(number, "opened an approval request");
+                    }
+                    for e in &synced.errors {
+                        tracing::warn!(error = %e, "approval request not in step; retrying on the next change");
+                    }
                 }
                 if closed {
                     break;

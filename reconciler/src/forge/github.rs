@@ -1,16 +1,20 @@
-//! GitHub REST API v3: commit statuses (`POST /repos/{owner}/{repo}/statuses/{sha}`) and issue
+//! GitHub REST API v3: commit statuses (`POST /repos/{owner}/{repo}/statuses/{sha}`), issue
 //! comments on pull requests (`/repos/{owner}/{repo}/issues/{number}/comments`, edited through
-//! `PATCH /repos/{owner}/{repo}/issues/comments/{id}`).
+//! `PATCH /repos/{owner}/{repo}/issues/comments/{id}`), and approval pull requests
+//! (`/repos/{owner}/{repo}/pulls`, found by `head=owner:branch`, edited and closed with
+//! `PATCH /repos/{owner}/{repo}/pulls/{number}`).
 
 use reqwest::Method;
 use reqwest::header::AUTHORIZATION;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::approvals::OpenRequest;
+use super::gitlab::encode_segment;
 use super::http::Api;
 use super::{
     CommentOutcome, CommitState, CommitStatus, DIFF_COMMENT_MARKER, Forge, ForgeConfig, ForgeError,
-    ForgeKind, cut_chars, marked_body,
+    ForgeKind, cut_body, cut_chars, marked_body,
 };
 
 /// GitHub's limit on a comment body (characters; bytes are a safe bound).
@@ -28,6 +32,30 @@ pub struct GitHub {
     api: Api,
     /// `owner/name`.
     repository: String,
+}
+
+#[derive(Deserialize)]
+struct Pull {
+    number: u64,
+    #[serde(default)]
+    body: Option<String>,
+    head: PullHead,
+}
+
+#[derive(Deserialize)]
+struct PullHead {
+    #[serde(rename = "ref")]
+    branch: String,
+}
+
+impl From<Pull> for OpenRequest {
+    fn from(p: Pull) -> Self {
+        OpenRequest {
+            number: p.number,
+            branch: p.head.branch,
+            body: p.body.unwrap_or_default(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -150,5 +178,81 @@ impl Forge for GitHub {
                 Ok(CommentOutcome::Created { id: reply.body.id })
             }
         }
+    }
+
+    async fn open_approval_requests(&self, prefix: &str) -> Result<Vec<OpenRequest>, ForgeError> {
+        let mut out = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let path = format!(
+                "/repos/{}/pulls?state=open&per_page={PER_PAGE}&page={page}",
+                self.repository
+            );
+            let reply = self.api.send::<Vec<Pull>>(Method::GET, &path, None).await?;
+            let full = reply.body.len() >= PER_PAGE;
+            out.extend(
+                reply
+                    .body
+                    .into_iter()
+                    .filter(|p| p.head.branch.starts_with(prefix))
+                    .map(OpenRequest::from),
+            );
+            if !full {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn find_open_request(&self, branch: &str) -> Result<Option<OpenRequest>, ForgeError> {
+        let owner = self.repository.split('/').next().unwrap_or_default();
+        let path = format!(
+            "/repos/{}/pulls?head={}&state=open",
+            self.repository,
+            encode_segment(&format!("{owner}:{branch}"))
+        );
+        let reply = self.api.send::<Vec<Pull>>(Method::GET, &path, None).await?;
+        Ok(reply.body.into_iter().next().map(OpenRequest::from))
+    }
+
+    async fn create_request(
+        &self,
+        branch: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let path = format!("/repos/{}/pulls", self.repository);
+        let payload = json!({
+            "title": title,
+            "head": branch,
+            "base": base,
+            "body": cut_body(body, MAX_COMMENT_BYTES),
+        });
+        let reply = self
+            .api
+            .send::<Pull>(Method::POST, &path, Some(&payload))
+            .await?;
+        Ok(reply.body.number)
+    }
+
+    async fn update_request(&self, number: u64, body: &str) -> Result<(), ForgeError> {
+        let path = format!("/repos/{}/pulls/{number}", self.repository);
+        let payload = json!({ "body": cut_body(body, MAX_COMMENT_BYTES) });
+        self.api
+            .send::<serde_json::Value>(Method::PATCH, &path, Some(&payload))
+            .await?;
+        Ok(())
+    }
+
+    async fn close_request(&self, number: u64, comment: &str) -> Result<(), ForgeError> {
+        let path = format!("/repos/{}/issues/{number}/comments", self.repository);
+        self.api
+            .send::<serde_json::Value>(Method::POST, &path, Some(&json!({ "body": comment })))
+            .await?;
+        let path = format!("/repos/{}/pulls/{number}", self.repository);
+        self.api
+            .send::<serde_json::Value>(Method::PATCH, &path, Some(&json!({ "state": "closed" })))
+            .await?;
+        Ok(())
     }
 }

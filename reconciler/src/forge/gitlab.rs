@@ -1,5 +1,7 @@
-//! GitLab REST API v4: external commit statuses (`POST /projects/:id/statuses/:sha`) and
-//! merge-request notes (`/projects/:id/merge_requests/:iid/notes`, edited with `PUT`).
+//! GitLab REST API v4: external commit statuses (`POST /projects/:id/statuses/:sha`),
+//! merge-request notes (`/projects/:id/merge_requests/:iid/notes`, edited with `PUT`), and
+//! approval merge requests (`/projects/:id/merge_requests`, found by `source_branch`, edited
+//! and closed with `PUT /projects/:id/merge_requests/:iid`).
 //!
 //! GitLab refuses to post a status in the state it already has ("Cannot transition status via
 //! :run from :running"); that answer means the commit already shows the state asked for, so it
@@ -10,11 +12,12 @@ use reqwest::header::HeaderName;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::approvals::OpenRequest;
 use super::github::check_sha;
 use super::http::Api;
 use super::{
     CommentOutcome, CommitState, CommitStatus, DIFF_COMMENT_MARKER, Forge, ForgeConfig, ForgeError,
-    ForgeKind, cut_chars, marked_body,
+    ForgeKind, cut_body, cut_chars, marked_body,
 };
 
 /// GitLab's note limit is 1,000,000 characters; bytes are a safe bound.
@@ -32,6 +35,24 @@ pub struct GitLab {
     api: Api,
     /// The project id or full path, percent-encoded for use as one path segment.
     project: String,
+}
+
+#[derive(Deserialize)]
+struct MergeRequest {
+    iid: u64,
+    #[serde(default)]
+    description: Option<String>,
+    source_branch: String,
+}
+
+impl From<MergeRequest> for OpenRequest {
+    fn from(m: MergeRequest) -> Self {
+        OpenRequest {
+            number: m.iid,
+            branch: m.source_branch,
+            body: m.description.unwrap_or_default(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -102,7 +123,7 @@ impl GitLab {
 
 /// Percent-encodes everything but RFC 3986 unreserved characters, so `group/project` becomes
 /// the single path segment `group%2Fproject` GitLab expects.
-fn encode_segment(s: &str) -> String {
+pub(crate) fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
@@ -174,6 +195,88 @@ impl Forge for GitLab {
                 Ok(CommentOutcome::Created { id: reply.body.id })
             }
         }
+    }
+
+    async fn open_approval_requests(&self, prefix: &str) -> Result<Vec<OpenRequest>, ForgeError> {
+        let mut out = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let path = format!(
+                "/projects/{}/merge_requests?state=opened&per_page={PER_PAGE}&page={page}",
+                self.project
+            );
+            let reply = self
+                .api
+                .send::<Vec<MergeRequest>>(Method::GET, &path, None)
+                .await?;
+            let full = reply.body.len() >= PER_PAGE;
+            out.extend(
+                reply
+                    .body
+                    .into_iter()
+                    .filter(|m| m.source_branch.starts_with(prefix))
+                    .map(OpenRequest::from),
+            );
+            if !full {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn find_open_request(&self, branch: &str) -> Result<Option<OpenRequest>, ForgeError> {
+        let path = format!(
+            "/projects/{}/merge_requests?source_branch={}&state=opened",
+            self.project,
+            encode_segment(branch)
+        );
+        let reply = self
+            .api
+            .send::<Vec<MergeRequest>>(Method::GET, &path, None)
+            .await?;
+        Ok(reply.body.into_iter().next().map(OpenRequest::from))
+    }
+
+    async fn create_request(
+        &self,
+        branch: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let path = format!("/projects/{}/merge_requests", self.project);
+        let payload = json!({
+            "source_branch": branch,
+            "target_branch": base,
+            "title": title,
+            "description": cut_body(body, MAX_NOTE_BYTES),
+            "remove_source_branch": true,
+        });
+        let reply = self
+            .api
+            .send::<MergeRequest>(Method::POST, &path, Some(&payload))
+            .await?;
+        Ok(reply.body.iid)
+    }
+
+    async fn update_request(&self, number: u64, body: &str) -> Result<(), ForgeError> {
+        let path = format!("/projects/{}/merge_requests/{number}", self.project);
+        let payload = json!({ "description": cut_body(body, MAX_NOTE_BYTES) });
+        self.api
+            .send::<serde_json::Value>(Method::PUT, &path, Some(&payload))
+            .await?;
+        Ok(())
+    }
+
+    async fn close_request(&self, number: u64, comment: &str) -> Result<(), ForgeError> {
+        let path = format!("/projects/{}/merge_requests/{number}/notes", self.project);
+        self.api
+            .send::<serde_json::Value>(Method::POST, &path, Some(&json!({ "body": comment })))
+            .await?;
+        let path = format!("/projects/{}/merge_requests/{number}", self.project);
+        self.api
+            .send::<serde_json::Value>(Method::PUT, &path, Some(&json!({ "state_event": "close" })))
+            .await?;
+        Ok(())
     }
 }
 

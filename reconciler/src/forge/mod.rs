@@ -8,6 +8,7 @@
 //! The token is read from a file or an environment variable and never appears in logs, errors
 //! or `Debug` output.
 
+pub mod approvals;
 mod github;
 mod gitlab;
 mod http;
@@ -386,6 +387,42 @@ pub trait Forge {
         number: u64,
         body: &str,
     ) -> impl Future<Output = Result<CommentOutcome, ForgeError>> + Send;
+
+    /// The open pull requests (merge requests) whose source branch starts with `prefix`.
+    fn open_approval_requests(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<approvals::OpenRequest>, ForgeError>> + Send;
+
+    /// The open pull request (merge request) from `branch`, if any.
+    fn find_open_request(
+        &self,
+        branch: &str,
+    ) -> impl Future<Output = Result<Option<approvals::OpenRequest>, ForgeError>> + Send;
+
+    /// Opens a pull request (merge request) from `branch` into `base`; returns its number
+    /// (GitLab: iid).
+    fn create_request(
+        &self,
+        branch: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> impl Future<Output = Result<u64, ForgeError>> + Send;
+
+    /// Replaces the body (description) of request `number`.
+    fn update_request(
+        &self,
+        number: u64,
+        body: &str,
+    ) -> impl Future<Output = Result<(), ForgeError>> + Send;
+
+    /// Comments `comment` on request `number`, then closes it.
+    fn close_request(
+        &self,
+        number: u64,
+        comment: &str,
+    ) -> impl Future<Output = Result<(), ForgeError>> + Send;
 }
 
 /// A GitHub or GitLab client chosen at run time.
@@ -426,6 +463,53 @@ impl Forge for ForgeClient {
         match self {
             ForgeClient::GitHub(f) => f.upsert_comment(number, body).await,
             ForgeClient::GitLab(f) => f.upsert_comment(number, body).await,
+        }
+    }
+
+    async fn open_approval_requests(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<approvals::OpenRequest>, ForgeError> {
+        match self {
+            ForgeClient::GitHub(f) => f.open_approval_requests(prefix).await,
+            ForgeClient::GitLab(f) => f.open_approval_requests(prefix).await,
+        }
+    }
+
+    async fn find_open_request(
+        &self,
+        branch: &str,
+    ) -> Result<Option<approvals::OpenRequest>, ForgeError> {
+        match self {
+            ForgeClient::GitHub(f) => f.find_open_request(branch).await,
+            ForgeClient::GitLab(f) => f.find_open_request(branch).await,
+        }
+    }
+
+    async fn create_request(
+        &self,
+        branch: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        match self {
+            ForgeClient::GitHub(f) => f.create_request(branch, base, title, body).await,
+            ForgeClient::GitLab(f) => f.create_request(branch, base, title, body).await,
+        }
+    }
+
+    async fn update_request(&self, number: u64, body: &str) -> Result<(), ForgeError> {
+        match self {
+            ForgeClient::GitHub(f) => f.update_request(number, body).await,
+            ForgeClient::GitLab(f) => f.update_request(number, body).await,
+        }
+    }
+
+    async fn close_request(&self, number: u64, comment: &str) -> Result<(), ForgeError> {
+        match self {
+            ForgeClient::GitHub(f) => f.close_request(number, comment).await,
+            ForgeClient::GitLab(f) => f.close_request(number, comment).await,
         }
     }
 }
@@ -511,19 +595,33 @@ pub async fn post_diff_comment(
 /// `body` with the marker on its first line (unless already present), cut to `limit` bytes on a
 /// character boundary with a visible note when it is too long for the forge.
 pub(crate) fn marked_body(body: &str, limit: usize) -> String {
-    let mut out = if body.contains(DIFF_COMMENT_MARKER) {
+    let out = if body.contains(DIFF_COMMENT_MARKER) {
         body.to_string()
     } else {
         format!("{DIFF_COMMENT_MARKER}\n{body}")
     };
+    const NOTE: &str = "\n\n… (truncated: the diff is longer than the forge allows in one comment; run `nodewright diff` locally for all of it)\n";
+    cut_with_note(out, limit, NOTE)
+}
+
+/// `body` cut to `limit` bytes on a character boundary with a visible note when it is too long
+/// for the forge (a pull request's description).
+pub(crate) fn cut_body(body: &str, limit: usize) -> String {
+    cut_with_note(
+        body.to_string(),
+        limit,
+        "\n\n… (truncated: longer than the forge allows)\n",
+    )
+}
+
+fn cut_with_note(mut out: String, limit: usize, note: &str) -> String {
     if out.len() > limit {
-        const NOTE: &str = "\n\n… (truncated: the diff is longer than the forge allows in one comment; run `nodewright diff` locally for all of it)\n";
-        let mut cut = limit.saturating_sub(NOTE.len());
+        let mut cut = limit.saturating_sub(note.len());
         while !out.is_char_boundary(cut) {
             cut -= 1;
         }
         out.truncate(cut);
-        out.push_str(NOTE);
+        out.push_str(note);
     }
     out
 }

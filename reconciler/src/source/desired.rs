@@ -195,7 +195,7 @@ pub fn digest(desired: &Desired) -> String {
     format!("sha256:{hex}")
 }
 
-fn file_problem(v: &FileViolation) -> Problem {
+pub(crate) fn file_problem(v: &FileViolation) -> Problem {
     let (file, rule) = match v {
         FileViolation::SymlinkEscape { path, .. } => (Some(path.clone()), "symlink-escape"),
         FileViolation::SymlinkUnresolved { path, .. } => (Some(path.clone()), "symlink-unresolved"),

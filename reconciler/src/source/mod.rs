@@ -2,6 +2,8 @@
 //! manifest files of a commit, commit-atomic validation with a last-good tracker, change
 //! triggers (poll, filesystem events, webhooks) and commit-signature verification.
 
+pub mod annotation_edit;
+pub mod approval_commit;
 pub mod approvals;
 pub mod cadence;
 pub mod desired;

@@ -7,7 +7,7 @@ use std::process::Command;
 use gix::ObjectId;
 
 use super::render::{STATUS_DIR, StatusFile};
-use crate::source::repo::RemoteSpec;
+use crate::source::repo::{RemoteSpec, msg};
 
 /// Default status branch.
 pub const DEFAULT_STATUS_BRANCH: &str = "nodewright/status";
@@ -44,6 +44,17 @@ pub struct Author {
     pub name: String,
     /// Email.
     pub email: String,
+}
+
+impl Author {
+    /// This author at `time_seconds` (UTC), as commits record it.
+    fn signature(&self, time_seconds: i64) -> gix::actor::Signature {
+        gix::actor::Signature {
+            name: self.name.as_str().into(),
+            email: self.email.as_str().into(),
+            time: gix::date::Time::new(time_seconds, 0),
+        }
+    }
 }
 
 impl Default for Author {
@@ -115,31 +126,80 @@ pub fn commit_files(
             .detach(),
         None => repo.empty_tree().id,
     };
-    let mut editor = repo.edit_tree(base_tree).map_err(|e| err(e.to_string()))?;
-    for path in remove {
-        editor.remove(*path).map_err(|e| err(e.to_string()))?;
-    }
-    for (path, content) in files {
-        let blob = repo.write_blob(content).map_err(|e| err(e.to_string()))?;
-        editor
-            .upsert(*path, gix::object::tree::EntryKind::Blob, blob.detach())
-            .map_err(|e| err(e.to_string()))?;
-    }
-    let tree = editor.write().map_err(|e| err(e.to_string()))?.detach();
+    let tree = edited_tree(&repo, base_tree, files, remove).map_err(err)?;
     if parent.is_some() && tree == base_tree {
         return Ok(None);
     }
-    let signature = gix::actor::Signature {
-        name: author.name.as_str().into(),
-        email: author.email.as_str().into(),
-        time: gix::date::Time::new(time_seconds, 0),
-    };
+    let signature = author.signature(time_seconds);
     let mut buf = gix::date::parse::TimeBuf::default();
     let sig = signature.to_ref(&mut buf);
     let id = repo
         .commit_as(sig, sig, reference.as_str(), message, tree, parent)
         .map_err(|e| err(e.to_string()))?;
     Ok(Some(id.detach()))
+}
+
+/// Commits `files` (path, content) on top of commit `parent` and points `branch` at the new
+/// commit whatever it pointed to before (an approval branch is remade from the tracked
+/// branch's head each time, never built on its own history).
+pub fn commit_branch_onto(
+    repo_path: &Path,
+    branch: &str,
+    parent: ObjectId,
+    files: &[(&str, &[u8])],
+    message: &str,
+    author: &Author,
+    time_seconds: i64,
+) -> Result<ObjectId, WritebackError> {
+    let err = |message: String| WritebackError::Git {
+        repo: repo_path.display().to_string(),
+        branch: branch.to_string(),
+        message,
+    };
+    let repo = gix::open(repo_path).map_err(|e| err(msg(e)))?;
+    let base_tree = repo
+        .find_commit(parent)
+        .map_err(|e| err(msg(e)))?
+        .tree_id()
+        .map_err(|e| err(msg(e)))?
+        .detach();
+    let tree = edited_tree(&repo, base_tree, files, &[]).map_err(err)?;
+    let signature = author.signature(time_seconds);
+    let mut buf = gix::date::parse::TimeBuf::default();
+    let sig = signature.to_ref(&mut buf);
+    let commit = repo
+        .new_commit_as(sig, sig, message, tree, [parent])
+        .map_err(|e| err(msg(e)))?
+        .id;
+    repo.reference(
+        format!("refs/heads/{branch}").as_str(),
+        commit,
+        gix::refs::transaction::PreviousValue::Any,
+        message,
+    )
+    .map_err(|e| err(msg(e)))?;
+    Ok(commit)
+}
+
+/// `base_tree` without the `remove` paths and with `files` (path, content) written; the new
+/// tree's id (its objects are stored).
+fn edited_tree(
+    repo: &gix::Repository,
+    base_tree: ObjectId,
+    files: &[(&str, &[u8])],
+    remove: &[&str],
+) -> Result<ObjectId, String> {
+    let mut editor = repo.edit_tree(base_tree).map_err(msg)?;
+    for path in remove {
+        editor.remove(*path).map_err(msg)?;
+    }
+    for (path, content) in files {
+        let blob = repo.write_blob(content).map_err(msg)?;
+        editor
+            .upsert(*path, gix::object::tree::EntryKind::Blob, blob.detach())
+            .map_err(msg)?;
+    }
+    Ok(editor.write().map_err(msg)?.detach())
 }
 
 /// The subjects of the last `limit` commits of `branch`, newest first, with short ids
@@ -292,6 +352,17 @@ pub fn read_status_documents(
 /// (credential helpers, url rewrites) is ignored as it is for fetch; `GIT_SSL_CAINFO` pins
 /// the CA file; ssh runs the same command as fetch.
 pub fn push(repo_path: &Path, remote: &RemoteSpec, branch: &str) -> Result<bool, WritebackError> {
+    push_branch(repo_path, remote, branch, false)
+}
+
+/// [`push`], replacing the remote branch whatever it holds when `force` is set (an approval
+/// branch is remade on the tracked branch's newest head).
+pub fn push_branch(
+    repo_path: &Path,
+    remote: &RemoteSpec,
+    branch: &str,
+    force: bool,
+) -> Result<bool, WritebackError> {
     let url = remote.transport_url();
     let push_err = |message: String| WritebackError::Push {
         remote: remote.url.clone(),
@@ -350,7 +421,10 @@ pub fn push(repo_path: &Path, remote: &RemoteSpec, branch: &str) -> Result<bool,
         "push",
         "--porcelain",
         &url,
-        &format!("refs/heads/{branch}:refs/heads/{branch}"),
+        &format!(
+            "{}refs/heads/{branch}:refs/heads/{branch}",
+            if force { "+" } else { "" }
+        ),
     ]);
     let output = cmd.output().map_err(|e| {
         push_err(format!(

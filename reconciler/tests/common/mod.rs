@@ -1,6 +1,8 @@
 //! Test fixtures: real repositories in temp dirs, set up with the git CLI (tests only).
 #![allow(dead_code)]
 
+pub mod forge_stub;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -102,3 +104,15 @@ pub fn nodewright(name: &str, packages: &str) -> String {
         "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: {name}\nspec:\n  nodeSelectors:\n    matchLabels:\n      role: gpu\n  packages:\n{packages}"
     )
 }
+
+/// A DeploymentPolicy `tiers` with compartments `canary` (batches of 1) and `production`
+/// (first batch 2), for approval gates.
+pub const TIERS_POLICY: &str = "apiVersion: nodewright.nvidia.com/v1alpha1
+kind: DeploymentPolicy
+metadata: {name: tiers}
+spec:
+  default: {budget: {count: 1}, strategy: {fixed: {initialBatch: 1}}}
+  compartments:
+    - {name: canary, selector: {matchLabels: {tier: canary}}, budget: {count: 1}, strategy: {fixed: {initialBatch: 1}}}
+    - {name: production, selector: {matchLabels: {tier: production}}, budget: {count: 2}, strategy: {fixed: {initialBatch: 2}}}
+";
