@@ -64,7 +64,12 @@ fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 fn git(dir: &std::path::Path, args: &[&str]) {
     let status = Command::new("git")
-        .args(["-c", "user.name=bench", "-c", "user.email=bench@example.com"])
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.com",
+        ])
         .args(args)
         .current_dir(dir)
         .status()
@@ -196,15 +201,30 @@ fn main() {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
+    // Node writes: the reconciler's `patch nodes` line (node-state annotations, cordons).
+    let node_writes: u64 = summary
+        .iter()
+        .find(|l| l.trim_end().contains(" patch nodes ("))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     let transitions = transitions.load(Ordering::Relaxed);
     println!(
-        "node-state transitions: {transitions} ({:.1} per node); writes per transition: {:.2}",
+        "node-state transitions: {transitions} ({:.1} per node); node writes per transition: {:.2}; all writes per transition: {:.2}",
         transitions as f64 / nodes.max(1) as f64,
+        node_writes as f64 / transitions.max(1) as f64,
         writes as f64 / transitions.max(1) as f64
     );
     if !output.status.success() {
         println!("the reconciler's last lines:");
-        for line in stderr.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev() {
+        for line in stderr
+            .lines()
+            .rev()
+            .take(10)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
             println!("  {line}");
         }
     }

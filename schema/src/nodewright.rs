@@ -475,6 +475,19 @@ impl NodeWright {
                 && s.observed_generation == self.metadata.generation
         })
     }
+    /// The generation the last pass worked on: the `Ready` condition's `observedGeneration`,
+    /// written every pass. (`status.observedGeneration` moves only when a rollout completes,
+    /// §1.9, so it lags throughout a rollout.)
+    pub fn worked_generation(&self) -> Option<i64> {
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == crate::keys::condition::READY)?
+            .observed_generation
+    }
+
     /// Whether the pause annotation is exactly `"true"`.
     pub fn is_paused(&self) -> bool {
         annotation_is_true(self, crate::keys::PAUSE)

@@ -761,8 +761,17 @@ fn disruption_budget_message(e: &kube::Error) -> Option<String> {
 impl Cluster for KubeCluster {
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
         // The reflector replaces a node's `Arc` when it changes, so an unchanged node reaches the
-        // engine as the same allocation as last pass (see `Snapshot::nodes`).
-        let nodes: Vec<Arc<Node>> = self.nodes.state();
+        // engine as the same allocation as last pass (see `Snapshot::nodes`). Its store has no
+        // order: sorted by name, a node keeps its place from pass to pass, as in the simulator,
+        // so the engine's cross-pass caches find it where they left it.
+        let mut nodes: Vec<Arc<Node>> = self.nodes.state();
+        nodes.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut jobs = self.jobs.state();
+        jobs.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut nodewrights = self.nodewrights.state();
+        nodewrights.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut policies = self.policies.state();
+        policies.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let under_drain: BTreeSet<String> = nodes
             .iter()
             .filter(|n| {
@@ -794,20 +803,10 @@ impl Cluster for KubeCluster {
         }
         Ok(Snapshot {
             now: self.options.clock.now(),
-            nodewrights: self
-                .nodewrights
-                .state()
-                .iter()
-                .map(|o| (**o).clone())
-                .collect(),
-            policies: self
-                .policies
-                .state()
-                .iter()
-                .map(|o| (**o).clone())
-                .collect(),
+            nodewrights: nodewrights.iter().map(|o| (**o).clone()).collect(),
+            policies: policies.iter().map(|o| (**o).clone()).collect(),
             nodes,
-            jobs: self.jobs.state(),
+            jobs,
             pods: pods.into_values().collect(),
             config_maps: config_maps.into_values().collect(),
             // Approvals come from Git, not the cluster: the controller adds them.

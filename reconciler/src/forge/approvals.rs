@@ -83,10 +83,7 @@ pub fn wanted(nodewrights: &[NodeWright]) -> Vec<Wanted> {
         let generation = nw.metadata.generation.unwrap_or(0);
         let conditions = status.conditions.iter().flatten();
         let ready = conditions.clone().find(|c| c.type_ == READY);
-        if ready
-            .and_then(|c| c.observed_generation)
-            .is_some_and(|seen| seen < generation)
-        {
+        if nw.worked_generation().is_some_and(|seen| seen < generation) {
             continue;
         }
         let Some(waiting) = conditions

@@ -253,10 +253,9 @@ impl CommitStatus {
     pub fn for_nodewright(nw: &NodeWright) -> Self {
         let name = nw.metadata.name.clone().unwrap_or_default();
         let status = nw.status.clone().unwrap_or_default();
+        // A status from a pass over an older spec says nothing about this commit yet.
         if let Some(generation) = nw.metadata.generation
-            && status
-                .observed_generation
-                .is_none_or(|seen| seen < generation)
+            && nw.worked_generation().is_none_or(|seen| seen < generation)
         {
             return CommitStatus {
                 state: CommitState::Pending,
@@ -770,15 +769,34 @@ mod tests {
     fn a_status_about_an_older_generation_is_pending() {
         let mut n = nw(Status::Complete, "4/4", &[]);
         n.metadata.generation = Some(3);
-        n.status.as_mut().unwrap().observed_generation = Some(2);
+        let worked = |n: &mut NodeWright, generation: i64| {
+            n.status.as_mut().unwrap().conditions = Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                    type_: nodewright_schema::keys::condition::READY.into(),
+                    status: "True".into(),
+                    reason: "NodesConverged".into(),
+                    message: String::new(),
+                    last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        jiff::Timestamp::UNIX_EPOCH,
+                    ),
+                    observed_generation: Some(generation),
+                },
+            ]);
+        };
+        worked(&mut n, 2);
         let s = CommitStatus::for_nodewright(&n);
         assert_eq!(s.state, CommitState::Pending);
         assert_eq!(
             s.description,
             "tuning: waiting for generation 3 to be observed"
         );
-        n.status.as_mut().unwrap().observed_generation = Some(3);
-        assert_eq!(CommitStatus::for_nodewright(&n).state, CommitState::Success);
+        // A pass over generation 3 that has not completed the rollout: its progress shows,
+        // although `status.observedGeneration` moves only on completion.
+        worked(&mut n, 3);
+        n.status.as_mut().unwrap().status = Some(Status::InProgress);
+        n.status.as_mut().unwrap().complete_nodes = Some("1/4".into());
+        let s = CommitStatus::for_nodewright(&n);
+        assert_eq!(s.description, "tuning: 1/4 nodes complete");
     }
 
     #[test]
