@@ -11,7 +11,7 @@
 //! ("billion laughs"), which is counted while the value is built and refused once over budget.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -71,9 +71,9 @@ struct DocumentText {
     text: String,
     /// 1-based file line of `text`'s first line.
     first_line: usize,
-    /// What the locator reads of each line, computed on the first lookup and kept: a document
-    /// with thousands of violations is indexed once, not once per violation.
-    lines: std::sync::OnceLock<Vec<Option<LineInfo>>>,
+    /// The document's block structure, computed on the first lookup and kept: a document with
+    /// thousands of violations is indexed once, not once per violation.
+    outline: std::sync::OnceLock<Outline>,
 }
 
 impl DocumentText {
@@ -81,12 +81,12 @@ impl DocumentText {
         DocumentText {
             text,
             first_line,
-            lines: std::sync::OnceLock::new(),
+            outline: std::sync::OnceLock::new(),
         }
     }
 
-    fn lines(&self) -> &[Option<LineInfo>] {
-        self.lines.get_or_init(|| index_lines(&self.text))
+    fn outline(&self) -> &Outline {
+        self.outline.get_or_init(|| Outline::new(&self.text))
     }
 }
 
@@ -117,7 +117,7 @@ impl<T> Sourced<T> {
     /// The file line of a field: the line of the deepest part of `path` found in the
     /// document's text, else the document's line.
     pub fn line_of(&self, path: &FieldPath) -> usize {
-        locate_in(&self.text.text, self.text.lines(), path.segments())
+        locate_in(&self.text.text, self.text.outline(), path.segments())
             .map(|l| self.text.first_line + l)
             .unwrap_or(self.source.line)
     }
@@ -1011,53 +1011,169 @@ fn key_matches(rest: &str, key: &str) -> bool {
         .is_some_and(|a| a.is_empty() || a.starts_with([' ', '\t']))
 }
 
+/// Scopes with more member lines than this get a key index on their first lookup; smaller ones
+/// are scanned, which costs less than building a map.
+const KEYED_SCOPE_LINES: usize = 32;
+
+/// The block structure of one document, built in linear time (plus a sort-free stack pass):
+/// where each line's children end and at which column they sit, so following a field path
+/// visits the scopes on the path, not every line of the document. A scope that is searched for
+/// a key and is large (a NodeWright with thousands of packages) gets a map from key to line the
+/// first time, so locating every one of its members costs what reading it once does.
+#[derive(Debug)]
+struct Outline {
+    lines: Vec<Option<LineInfo>>,
+    /// For each line: the first later line at or left of its key column that is not a list
+    /// item at that column, i.e. where the line's children end (`lines.len()` when they run to
+    /// the end). Children nest: a child's scope ends no later than its parent's.
+    ends: Vec<usize>,
+    /// For each line: the smallest key column among its children (`None` without children).
+    child_col: Vec<Option<usize>>,
+    /// The smallest key column of the whole document.
+    root_col: Option<usize>,
+    /// Key → first member line, per scope `(lo, hi, column)`, for scopes searched so far.
+    keys: std::sync::Mutex<HashMap<(usize, usize, usize), Arc<HashMap<Box<str>, usize>>>>,
+}
+
+impl Outline {
+    fn new(text: &str) -> Self {
+        let lines = index_lines(text);
+        let n = lines.len();
+        // A line j closes line i's scope when j is left of i's key column, or at it without a
+        // list marker: with rank = 2 × indent + dash, that is rank(j) ≤ 2 × key_col(i). The
+        // stack holds the lines to the right whose rank no nearer line undercuts, nearest on
+        // top, so ranks increase towards the top and the nearest closing line is found by
+        // binary search.
+        let rank = |l: &LineInfo| 2 * l.indent + usize::from(l.dash);
+        let mut ends = vec![n; n];
+        let mut stack: Vec<(usize, usize)> = Vec::new();
+        for i in (0..n).rev() {
+            let Some(l) = &lines[i] else { continue };
+            let closing = stack.partition_point(|&(r, _)| r <= 2 * l.key_col);
+            if closing > 0 {
+                ends[i] = stack[closing - 1].1;
+            }
+            let r = rank(l);
+            while stack.last().is_some_and(|&(top, _)| top >= r) {
+                stack.pop();
+            }
+            stack.push((r, i));
+        }
+        // The smallest key column under each line, from its direct children (each line is
+        // one line's direct child at most, so this is linear).
+        let mut child_col: Vec<Option<usize>> = vec![None; n];
+        let subtree_col = |child_col: &[Option<usize>], j: usize| {
+            lines[j]
+                .as_ref()
+                .map(|l| child_col[j].map_or(l.key_col, |c| c.min(l.key_col)))
+        };
+        let direct_min = |child_col: &[Option<usize>], lo: usize, hi: usize| {
+            let mut min: Option<usize> = None;
+            let mut j = lo;
+            while j < hi {
+                if let Some(c) = subtree_col(child_col, j) {
+                    min = Some(min.map_or(c, |m| m.min(c)));
+                    j = ends[j].max(j + 1);
+                } else {
+                    j += 1;
+                }
+            }
+            min
+        };
+        for i in (0..n).rev() {
+            if lines[i].is_some() {
+                child_col[i] = direct_min(&child_col, i + 1, ends[i]);
+            }
+        }
+        let root_col = direct_min(&child_col, 0, n);
+        Outline {
+            lines,
+            ends,
+            child_col,
+            root_col,
+            keys: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The first line of `lo..hi` at key column `col` whose key is `key`.
+    fn find_key(
+        &self,
+        text: &str,
+        (lo, hi, col): (usize, usize, usize),
+        key: &str,
+    ) -> Option<usize> {
+        let members =
+            || (lo..hi).filter(move |&i| self.lines[i].as_ref().is_some_and(|l| l.key_col == col));
+        if hi - lo <= KEYED_SCOPE_LINES {
+            return members().find(|&i| {
+                self.lines[i]
+                    .as_ref()
+                    .is_some_and(|l| key_matches(&text[l.rest.clone()], key))
+            });
+        }
+        let map = {
+            // A panic while another lookup held the lock leaves a complete map or none.
+            let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            keys.entry((lo, hi, col))
+                .or_insert_with(|| {
+                    let mut map = HashMap::new();
+                    for i in members() {
+                        if let Some(l) = &self.lines[i] {
+                            for k in keys_of(&text[l.rest.clone()]) {
+                                map.entry(k.into()).or_insert(i);
+                            }
+                        }
+                    }
+                    Arc::new(map)
+                })
+                .clone()
+        };
+        map.get(key).copied()
+    }
+}
+
+/// Every key `rest` can be read as by [`key_matches`]: the text before each `:` that ends the
+/// line or precedes a blank, and, when the line starts with a quote, the text between it and
+/// the same quote right before such a `:`.
+fn keys_of(rest: &str) -> impl Iterator<Item = &str> {
+    let quote = rest.chars().next().filter(|c| matches!(c, '"' | '\''));
+    rest.match_indices(':')
+        .map(|(p, _)| p)
+        .filter(move |&p| rest[p + 1..].is_empty() || rest[p + 1..].starts_with([' ', '\t']))
+        .flat_map(move |p| {
+            let quoted =
+                quote.and_then(|q| (p >= 2 && rest[..p].ends_with(q)).then(|| &rest[1..p - 1]));
+            std::iter::once(&rest[..p]).chain(quoted)
+        })
+}
+
 /// The 0-based line (within `text`) of the deepest segment of `path` found by following block
 /// YAML indentation; `None` when not even the first segment is found (e.g. flow style).
 #[cfg(test)]
 fn locate(text: &str, path: &[Segment]) -> Option<usize> {
-    locate_in(text, &index_lines(text), path)
+    locate_in(text, &Outline::new(text), path)
 }
 
-/// [`locate`] over an index of `text`'s lines ([`index_lines`]).
-fn locate_in(text: &str, lines: &[Option<LineInfo>], path: &[Segment]) -> Option<usize> {
-    // Current scope: lines [lo, hi) whose members sit at column `col` (None = the smallest
-    // column found in the scope).
+/// [`locate`] over `text`'s [`Outline`].
+fn locate_in(text: &str, outline: &Outline, path: &[Segment]) -> Option<usize> {
+    let lines = &outline.lines;
+    // Current scope: lines [lo, hi) whose members sit at column `col`.
     let (mut lo, mut hi) = (0usize, lines.len());
-    let mut col: Option<usize> = None;
+    let mut col: Option<usize> = outline.root_col;
     let mut found: Option<usize> = None;
     for seg in path {
-        let member_col = match col {
-            Some(c) => c,
-            None => match (lo..hi)
-                .filter_map(|i| lines[i].as_ref())
-                .map(|l| l.key_col)
-                .min()
-            {
-                Some(c) => c,
-                None => break,
-            },
-        };
+        let Some(member_col) = col else { break };
         match seg {
             Segment::Key(key) => {
-                let hit = (lo..hi).find(|&i| {
-                    lines[i].as_ref().is_some_and(|l| {
-                        l.key_col == member_col && key_matches(&text[l.rest.clone()], key)
-                    })
-                });
-                let Some(i) = hit else { break };
+                let Some(i) = outline.find_key(text, (lo, hi, member_col), key) else {
+                    break;
+                };
                 found = Some(i);
                 // Children: following lines indented deeper than the key, or list items at
                 // the key's own column.
-                let end = (i + 1..hi)
-                    .find(|&j| {
-                        lines[j].as_ref().is_some_and(|l| {
-                            l.indent < member_col || (l.indent == member_col && !l.dash)
-                        })
-                    })
-                    .unwrap_or(hi);
                 lo = i + 1;
-                hi = end;
-                col = None;
+                hi = outline.ends[i].min(hi);
+                col = outline.child_col[i];
             }
             Segment::Index(n) => {
                 let item_indent = match (lo..hi)
@@ -1263,6 +1379,131 @@ fn duplicates<T>(items: &[Sourced<T>], kind: &str, out: &mut Vec<Located<Violati
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The locator as a scan of every line of each scope, the reference the outline must
+    /// agree with.
+    fn locate_by_scanning(
+        text: &str,
+        lines: &[Option<LineInfo>],
+        path: &[Segment],
+    ) -> Option<usize> {
+        // Current scope: lines [lo, hi) whose members sit at column `col` (None = the smallest
+        // column found in the scope).
+        let (mut lo, mut hi) = (0usize, lines.len());
+        let mut col: Option<usize> = None;
+        let mut found: Option<usize> = None;
+        for seg in path {
+            let member_col = match col {
+                Some(c) => c,
+                None => match (lo..hi)
+                    .filter_map(|i| lines[i].as_ref())
+                    .map(|l| l.key_col)
+                    .min()
+                {
+                    Some(c) => c,
+                    None => break,
+                },
+            };
+            match seg {
+                Segment::Key(key) => {
+                    let hit = (lo..hi).find(|&i| {
+                        lines[i].as_ref().is_some_and(|l| {
+                            l.key_col == member_col && key_matches(&text[l.rest.clone()], key)
+                        })
+                    });
+                    let Some(i) = hit else { break };
+                    found = Some(i);
+                    // Children: following lines indented deeper than the key, or list items at
+                    // the key's own column.
+                    let end = (i + 1..hi)
+                        .find(|&j| {
+                            lines[j].as_ref().is_some_and(|l| {
+                                l.indent < member_col || (l.indent == member_col && !l.dash)
+                            })
+                        })
+                        .unwrap_or(hi);
+                    lo = i + 1;
+                    hi = end;
+                    col = None;
+                }
+                Segment::Index(n) => {
+                    let item_indent = match (lo..hi)
+                        .filter_map(|i| lines[i].as_ref())
+                        .filter(|l| l.dash)
+                        .map(|l| l.indent)
+                        .min()
+                    {
+                        Some(c) => c,
+                        None => break,
+                    };
+                    let items: Vec<usize> = (lo..hi)
+                        .filter(|&i| {
+                            lines[i]
+                                .as_ref()
+                                .is_some_and(|l| l.dash && l.indent == item_indent)
+                        })
+                        .collect();
+                    let Some(&i) = items.get(*n) else { break };
+                    found = Some(i);
+                    let end = items.get(n + 1).copied().unwrap_or(hi);
+                    let item_key_col = lines[i].as_ref().map(|l| l.key_col).unwrap_or(item_indent);
+                    // The item's first key sits on the dash line itself; the scope includes it.
+                    lo = i;
+                    hi = end;
+                    col = Some(item_key_col);
+                }
+            }
+        }
+        found
+    }
+
+    fn yaml_line() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just("a"),
+            Just("b"),
+            Just("\"a\""),
+            Just("'b'"),
+            Just("a: b"),
+            Just("\"a:\" b")
+        ];
+        let value = prop_oneof![Just(""), Just(" 1"), Just(" x: y"), Just(" |")];
+        prop_oneof![
+            4 => (0usize..8, any::<bool>(), key, value).prop_map(|(indent, dash, k, v)| {
+                format!("{}{}{k}:{v}", " ".repeat(indent), if dash { "- " } else { "" })
+            }),
+            1 => (0usize..8).prop_map(|indent| format!("{}- x", " ".repeat(indent))),
+            1 => (0usize..8).prop_map(|indent| format!("{}plain text", " ".repeat(indent))),
+            1 => Just(String::new()),
+            1 => Just("# comment".to_owned()),
+        ]
+    }
+
+    fn segment() -> impl Strategy<Value = Segment> {
+        prop_oneof![
+            3 => prop_oneof![Just("a"), Just("b"), Just("a: b"), Just("a:")]
+                .prop_map(|k| Segment::Key(k.to_owned())),
+            1 => (0usize..3).prop_map(Segment::Index),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_outline_finds_the_line_a_scan_of_every_line_finds(
+            lines in proptest::collection::vec(yaml_line(), 0..120),
+            paths in proptest::collection::vec(proptest::collection::vec(segment(), 1..5), 1..8),
+        ) {
+            let text = lines.join("\n");
+            let outline = Outline::new(&text);
+            for path in &paths {
+                proptest::prop_assert_eq!(
+                    locate_in(&text, &outline, path),
+                    locate_by_scanning(&text, &index_lines(&text), path),
+                    "path {:?} in\n{}", path, text
+                );
+            }
+        }
+    }
 
     fn load_one(text: &str) -> Loaded {
         load(
@@ -1457,10 +1698,10 @@ mod tests {
     fn a_document_is_indexed_once_however_many_fields_are_located() {
         let text = "spec:\n  packages:\n    a:\n      version: 1\n    'b':\n      version: 2\n";
         let doc = DocumentText::new(text.to_owned(), 10);
-        let first = doc.lines().as_ptr();
+        let first: *const Outline = doc.outline();
         let path = FieldPath::of(&["spec", "packages", "b", "version"]);
-        assert_eq!(locate_in(text, doc.lines(), path.segments()), Some(5));
-        assert_eq!(doc.lines().as_ptr(), first, "the index is kept");
+        assert_eq!(locate_in(text, doc.outline(), path.segments()), Some(5));
+        assert!(std::ptr::eq(doc.outline(), first), "the index is kept");
     }
 
     #[cfg(unix)]
