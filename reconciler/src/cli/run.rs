@@ -133,6 +133,9 @@ pub struct Args {
     /// How to reach a remote repository.
     #[command(flatten)]
     pub git: GitAccess,
+    /// What reading each commit may cost.
+    #[command(flatten)]
+    pub budgets: crate::source::budget::BudgetArgs,
     /// How often remotes are fetched (jittered).
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub poll_interval: Duration,
@@ -329,9 +332,8 @@ async fn serve(args: Args) -> Result<(), String> {
     let settings = load_settings(args.settings.as_ref())?;
     let location = args.git.location(&args.repo);
     let options = ReadOptions {
-        root: args.path.clone(),
         signatures: signature_policy(&args)?,
-        ..ReadOptions::default()
+        ..args.budgets.read_options(&args.path)
     };
     let until = args.until_converged;
     let mut source = GitSource::open(&location, &args.branch, &args.status_branch, options)

@@ -11,6 +11,7 @@ use nodewright_schema::{DeploymentPolicy, NodeWright};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::budget::Budget;
 use super::manifests::{self, Limits, LoadError, LoadErrorKind, Loaded, Previous};
 use super::repo::{GitRepo, RepoError};
 use super::signature::{SignatureError, SignaturePolicy};
@@ -104,10 +105,18 @@ pub fn load_commit(
     options: &ReadOptions,
 ) -> Result<(Loaded, Vec<FileViolation>), RepoError> {
     let files = read_commit_files(git, commit, &options.root, &options.tree)?;
-    let loaded = manifests::load(
+    let mut loaded = manifests::load(
         files.files.into_iter().map(|f| (f.path, f.bytes)),
         &options.load,
     );
+    // Files the walk refused by a budget are missing from the set.
+    loaded.incomplete = loaded
+        .incomplete
+        .or(files.violations.iter().find_map(|v| match v {
+            FileViolation::OverBudget { budget, .. } => Some(*budget),
+            FileViolation::TooLarge { .. } => Some(Budget::FileBytes),
+            _ => None,
+        }));
     Ok((loaded, files.violations))
 }
 
@@ -192,7 +201,6 @@ fn file_problem(v: &FileViolation) -> Problem {
         FileViolation::SymlinkEscape { path, .. } => (Some(path.clone()), "symlink-escape"),
         FileViolation::SymlinkUnresolved { path, .. } => (Some(path.clone()), "symlink-unresolved"),
         FileViolation::TooLarge { path, .. } => (Some(path.clone()), "file-too-large"),
-        FileViolation::TooManyFiles { .. } => (None, "too-many-files"),
         FileViolation::OverBudget { .. } => (None, "commit-over-budget"),
         FileViolation::NonUtf8Path { .. } => (None, "non-utf8-path"),
     };
@@ -212,8 +220,8 @@ fn load_problem(e: &LoadError) -> Problem {
         LoadErrorKind::NotUtf8 { .. } => "not-utf8",
         LoadErrorKind::Io { .. } => "io",
         LoadErrorKind::Yaml { .. } => "yaml",
-        LoadErrorKind::TooComplex { .. } => "yaml-too-complex",
-        LoadErrorKind::TooManyDocuments { .. } => "too-many-documents",
+        LoadErrorKind::TooComplex { .. } | LoadErrorKind::TooManyRepetitions => "yaml-too-complex",
+        LoadErrorKind::OverBudget { .. } => "over-budget",
         LoadErrorKind::Unsupported { .. } => "unsupported-kind",
     };
     Problem {

@@ -2,6 +2,7 @@
 //! manifest files of a commit, commit-atomic validation with a last-good tracker, change
 //! triggers (poll, filesystem events, webhooks) and commit-signature verification.
 
+pub mod budget;
 pub mod cadence;
 pub mod desired;
 pub mod manifests;

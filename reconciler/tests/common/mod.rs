@@ -102,3 +102,30 @@ pub fn nodewright(name: &str, packages: &str) -> String {
         "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: {name}\nspec:\n  nodeSelectors:\n    matchLabels:\n      role: gpu\n  packages:\n{packages}"
     )
 }
+
+/// `git mktree` from `entries` (`mode type id\tname` lines); returns the tree id.
+pub fn mktree(dir: &Path, entries: &[String]) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("git")
+        .args(["mktree", "--missing"])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(entries.join("\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A commit of `tree` (made with the git CLI, as an author of a hostile commit would).
+pub fn commit_tree(dir: &Path, tree: &str) -> gix::ObjectId {
+    let id = git(dir, &["commit-tree", tree, "-m", "hostile"]);
+    id.parse().unwrap()
+}
