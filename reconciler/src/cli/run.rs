@@ -328,6 +328,14 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
+/// What the forge is told: each NodeWright's rollout on its commit, and the newest refused
+/// commit.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ForgeFeedback {
+    nodewrights: Vec<nodewright_schema::NodeWright>,
+    rejected: Option<crate::writeback::source::Rejection>,
+}
+
 async fn serve(args: Args) -> Result<(), String> {
     let settings = load_settings(args.settings.as_ref())?;
     let location = args.git.location(&args.repo);
@@ -393,8 +401,7 @@ async fn serve(args: Args) -> Result<(), String> {
                 .await;
         });
     }
-    let (statuses_tx, statuses_rx) =
-        tokio::sync::watch::channel(Vec::<nodewright_schema::NodeWright>::new());
+    let (statuses_tx, statuses_rx) = tokio::sync::watch::channel(ForgeFeedback::default());
     let mut reporter_task = None;
     if let Some(kind) = args.forge {
         let config = crate::forge::ForgeConfig::from_env(kind)
@@ -407,10 +414,20 @@ async fn serve(args: Args) -> Result<(), String> {
             loop {
                 // When the loop ends the sender is dropped: post the last state, then stop.
                 let closed = rx.changed().await.is_err();
-                let nodewrights = rx.borrow_and_update().clone();
-                let outcome = reporter.report(&nodewrights).await;
-                if !outcome.errors.is_empty() {
-                    tracing::warn!(errors = ?outcome.errors, "posting commit statuses failed; retrying on the next change");
+                let feedback = rx.borrow_and_update().clone();
+                if let Some(rejection) = &feedback.rejected
+                    && let Err(e) = reporter.report_rejection(rejection).await
+                {
+                    tracing::warn!(
+                        "posting the failed status of commit {} failed ({e}); retrying on the next change",
+                        rejection.commit
+                    );
+                }
+                let outcome = reporter.report(&feedback.nodewrights).await;
+                for e in &outcome.errors {
+                    tracing::warn!(
+                        "posting a commit status failed ({e}); retrying on the next change"
+                    );
                 }
                 if closed {
                     break;
@@ -430,6 +447,8 @@ async fn serve(args: Args) -> Result<(), String> {
     let mut leading_said = true;
     // The commit this run put in force, once it has.
     let mut in_force: Option<String> = None;
+    // The newest commit refused, for its failed status on the forge.
+    let mut rejected: Option<crate::writeback::source::Rejection> = None;
     let observe = move |it: &crate::controller::daemon::Iteration<'_>| {
         if lifecycle == LifecycleMode::SelfManaged {
             for (nw, manager) in foreign_status_writers(&it.snapshot.nodewrights) {
@@ -454,18 +473,25 @@ async fn serve(args: Args) -> Result<(), String> {
         }
         match it.change {
             // The report itself is logged once by the loop (controller::daemon).
-            SourceChange::Rejected { .. } => {
+            SourceChange::Rejected { rejection, .. } => {
                 metrics.commit_seen();
                 metrics.commit_rejected();
+                rejected = Some(rejection.clone());
             }
             SourceChange::Applied { commit, .. } => {
                 metrics.commit_seen();
                 metrics.commit_applied(commit);
                 in_force = Some(commit.clone());
             }
-            SourceChange::AppliedAncestor { commit, report, .. } => {
+            SourceChange::AppliedAncestor {
+                commit,
+                report,
+                rejection,
+                ..
+            } => {
                 metrics.commit_seen();
                 metrics.commit_rejected();
+                rejected = Some(rejection.clone());
                 metrics.commit_applied(commit);
                 progress.println(report);
                 in_force = Some(commit.clone());
@@ -491,9 +517,11 @@ async fn serve(args: Args) -> Result<(), String> {
         }
         // Only the leader speaks for the fleet on the forge.
         statuses_tx.send_if_modified(|current| {
-            let changed = it.leading && *current != it.snapshot.nodewrights;
+            let changed = it.leading
+                && (current.nodewrights != it.snapshot.nodewrights || current.rejected != rejected);
             if changed {
-                current.clone_from(&it.snapshot.nodewrights);
+                current.nodewrights.clone_from(&it.snapshot.nodewrights);
+                current.rejected.clone_from(&rejected);
             }
             changed
         });
