@@ -68,12 +68,18 @@ fn longest_run(text: &str, c: char) -> usize {
 }
 
 /// An inline Markdown code span of `text`, on one line: a fence longer than any backtick run
-/// inside, padded so a backtick at either end stays text. Inside code nothing is markup, no
-/// `@` mentions anyone and no `<!--` opens a comment.
+/// inside, padded with a space (which renderers drop) where a backtick or space at an end, or
+/// nothing at all, would otherwise change the span. Inside code nothing is markup, no `@`
+/// mentions anyone and no `<!--` opens a comment.
 pub fn code_span(text: &str) -> String {
     let text = terminal(text);
     let fence = "`".repeat(longest_run(&text, '`') + 1);
-    format!("{fence} {text} {fence}")
+    let pad = text.is_empty()
+        || text.starts_with('`')
+        || text.ends_with('`')
+        || (text.starts_with(' ') && text.ends_with(' '));
+    let pad = if pad { " " } else { "" };
+    format!("{fence}{pad}{text}{pad}{fence}")
 }
 
 /// A code span for a table cell: [`code_span`] with `|` escaped, which GitHub and GitLab
@@ -108,6 +114,21 @@ pub fn html(text: &str) -> String {
     out
 }
 
+/// `text` as a Mermaid label (a gantt `section` or task name): letters, digits and `-._/`
+/// kept, anything else (`:`, `;`, `#`, line breaks, backticks) as `_`, so a name cannot end
+/// the line, start a directive or close the diagram's fence.
+pub fn mermaid_label(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_alphanumeric() || matches!(c, '-' | '.' | '_' | '/' | ' ') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,10 +146,13 @@ mod tests {
 
     #[test]
     fn markdown_code_cannot_be_closed_from_inside() {
-        assert_eq!(code_span("a`b"), "`` a`b ``");
-        assert_eq!(code_span("x\n# heading"), "` x\\n# heading `");
-        assert_eq!(cell_code("a|b"), "` a\\|b `");
+        assert_eq!(code_span("a`b"), "``a`b``");
+        assert_eq!(code_span("a`"), "`` a` ``");
+        assert_eq!(code_span("x\n# heading"), "`x\\n# heading`");
+        assert_eq!(code_span(" a "), "`  a  `");
+        assert_eq!(cell_code("a|b"), "`a\\|b`");
         assert_eq!(fenced("diff", "```\n"), "````diff\n```\n````\n");
+        assert_eq!(mermaid_label("gpu:x\n```%%{init}"), "gpu_x_______init_");
         assert_eq!(html("</summary><!-- @x"), "&lt;/summary&gt;&lt;!-- @x");
     }
 }

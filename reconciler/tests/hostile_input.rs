@@ -198,3 +198,31 @@ fn a_folder_over_its_total_size_stops_and_says_which_flag_raises_it() {
         "./b.yaml:1: more than 1000 bytes of manifest files: the rest was not read and rules across objects were not applied (--max-total-bytes raises this limit)\n"
     );
 }
+
+#[test]
+fn a_file_or_object_name_cannot_forge_a_result_line() {
+    // See: issue 24 — names with newlines and ESC forged result lines in text output.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = "a\nfake.yaml:1: NodeWright-ok: all good\u{1b}[0m.yaml";
+    std::fs::write(
+        tmp.path().join(file),
+        "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: \"bad\\e[2J\\nname\"\nspec:\n  packages:\n    tuning:\n      version: 1.0.0\n      image: example/tuning\n",
+    )
+    .unwrap();
+    let out = nodewright(tmp.path(), &["validate", "."]);
+    assert_eq!(out.status.code(), Some(3));
+    let stdout = text(&out.stdout);
+    assert!(!stdout.is_empty());
+    assert!(
+        !stdout.chars().any(|c| c.is_control() && c != '\n'),
+        "{stdout:?}"
+    );
+    for line in stdout.lines() {
+        assert!(
+            line.starts_with(
+                "./a\\nfake.yaml:1: NodeWright-ok: all good\\e[0m.yaml:4: NodeWright/bad\\e[2J\\nname: "
+            ),
+            "one line per finding, names escaped: {line:?}"
+        );
+    }
+}

@@ -14,6 +14,7 @@ use crate::source::desired::load_commit;
 use crate::source::manifests::{self, Limits, LoadError, LoadErrorKind, Loaded, Located, Notice};
 use crate::source::repo::{GitRepo, RepoError};
 use crate::source::tree::{FileViolation, root_name};
+use crate::text::terminal;
 use nodewright_schema::validate::{Severity, Violation};
 
 /// Long help.
@@ -217,12 +218,14 @@ fn print_text(report: &Report, quiet: bool) -> std::io::Result<()> {
     }
     lines.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     let mut out = std::io::stdout().lock();
+    // One line per finding, whatever a file or object name holds.
     for (_, _, line) in &lines {
-        match line {
-            Line::Error(e) => writeln!(out, "{e}")?,
-            Line::Violation(v) => writeln!(out, "{v}")?,
-            Line::Notice(n) => writeln!(out, "{n}")?,
-        }
+        let text = match line {
+            Line::Error(e) => e.to_string(),
+            Line::Violation(v) => v.to_string(),
+            Line::Notice(n) => n.to_string(),
+        };
+        writeln!(out, "{}", terminal(&text))?;
     }
     out.flush()?;
     let errors = report.loaded.errors.len()

@@ -18,6 +18,7 @@ use crate::cluster::sim::SimAdapter;
 use crate::controller::Controller;
 use crate::settings::Settings;
 use crate::sim::util::since;
+use crate::text::{mermaid_label, terminal};
 
 /// Projects rollouts on a simulated fleet.
 pub struct FleetProjection {
@@ -274,10 +275,11 @@ fn render(
         let interrupts: usize = batches.iter().map(|b| b.interrupts).sum();
         let reboots: usize = batches.iter().map(|b| b.reboots).sum();
         text.push_str(&format!(
-            "{nw}: {nodes} node(s) in {} batch(es), {interrupts} interrupt Job(s), {reboots} reboot(s)\n",
+            "{}: {nodes} node(s) in {} batch(es), {interrupts} interrupt Job(s), {reboots} reboot(s)\n",
+            terminal(nw),
             batches.len()
         ));
-        markdown.push_str(&format!("    section {nw}\n"));
+        markdown.push_str(&format!("    section {}\n", mermaid_label(nw)));
         let mut json_batches = Vec::new();
         for (i, b) in batches.iter().enumerate() {
             let names = if b.nodes.len() > 6 {
@@ -291,10 +293,11 @@ fn render(
                 b.nodes.join(", ")
             };
             text.push_str(&format!(
-                "  batch {:>2}  +{:<8} → +{:<8}  {names}\n",
+                "  batch {:>2}  +{:<8} → +{:<8}  {}\n",
                 i + 1,
                 short(b.start),
-                short(b.end)
+                short(b.end),
+                terminal(&names)
             ));
             let end = b.end.as_secs().max(b.start.as_secs() + 1);
             markdown.push_str(&format!(

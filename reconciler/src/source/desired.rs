@@ -18,6 +18,7 @@ use super::signature::{SignatureError, SignaturePolicy};
 use super::tree::{FileViolation, TreeLimits, read_commit_files};
 use crate::cluster::Desired;
 use crate::diff::Problem;
+use crate::text::terminal;
 
 /// A validated desired state.
 #[derive(Clone, Debug, PartialEq)]
@@ -332,10 +333,16 @@ pub fn rejection_report(commit: &str, errors: &[Problem]) -> String {
     out
 }
 
-/// One indented `file:line: message` line per error, for reports.
+/// One indented `file:line: message` line per error, for reports: one line each, whatever a
+/// path or message from the commit holds.
 pub fn violation_lines(errors: &[Problem]) -> String {
     errors
         .iter()
-        .map(|p| format!("  {}: {}\n", p.location(), p.message))
+        .map(|p| {
+            format!(
+                "  {}\n",
+                terminal(&format!("{}: {}", p.location(), p.message))
+            )
+        })
         .collect()
 }
