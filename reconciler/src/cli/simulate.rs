@@ -72,6 +72,15 @@ pub fn run_to(args: &Args, hooks: &Hooks, out: &mut dyn Write, err: &mut dyn Wri
     if let Some(repo) = &args.repo {
         return project(args, repo, out, err);
     }
+    if args.budgets != crate::source::budget::BudgetArgs::default() {
+        // Scenario files are the project's own acceptance corpus, read within the defaults;
+        // a budget flag would change nothing there, so it is refused rather than ignored.
+        let _ = writeln!(
+            err,
+            "error: the --max-… budget flags apply to reading a repository: use them with --repo"
+        );
+        return exit::USAGE;
+    }
     let files = match scenario_files(&args.paths) {
         Ok(files) => files,
         Err(e) => {
