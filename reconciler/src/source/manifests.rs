@@ -1244,6 +1244,32 @@ fn keys_of(rest: &str) -> impl Iterator<Item = &str> {
         })
 }
 
+/// The `n`th item of the block list in lines `lo..hi` (the dash lines at the smallest dash
+/// indent), and the scope of its members: from its dash line (its first key sits there) to
+/// the next item, at the column of that first key.
+fn list_item(
+    lines: &[Option<LineInfo>],
+    (lo, hi): (usize, usize),
+    n: usize,
+) -> Option<(usize, Scope)> {
+    let item_indent = (lo..hi)
+        .filter_map(|i| lines[i].as_ref())
+        .filter(|l| l.dash)
+        .map(|l| l.indent)
+        .min()?;
+    let items: Vec<usize> = (lo..hi)
+        .filter(|&i| {
+            lines[i]
+                .as_ref()
+                .is_some_and(|l| l.dash && l.indent == item_indent)
+        })
+        .collect();
+    let i = *items.get(n)?;
+    let end = items.get(n + 1).copied().unwrap_or(hi);
+    let item_key_col = lines[i].as_ref().map_or(item_indent, |l| l.key_col);
+    Some((i, (i, end, item_key_col)))
+}
+
 /// The 0-based line (within `text`) of the deepest segment of `path` found by following block
 /// YAML indentation; `None` when not even the first segment is found (e.g. flow style).
 #[cfg(test)]
@@ -1273,30 +1299,12 @@ fn locate_in(text: &str, outline: &Outline, path: &[Segment]) -> Option<usize> {
                 col = outline.child_col[i];
             }
             Segment::Index(n) => {
-                let item_indent = match (lo..hi)
-                    .filter_map(|i| lines[i].as_ref())
-                    .filter(|l| l.dash)
-                    .map(|l| l.indent)
-                    .min()
-                {
-                    Some(c) => c,
-                    None => break,
+                let Some((i, scope)) = list_item(lines, (lo, hi), *n) else {
+                    break;
                 };
-                let items: Vec<usize> = (lo..hi)
-                    .filter(|&i| {
-                        lines[i]
-                            .as_ref()
-                            .is_some_and(|l| l.dash && l.indent == item_indent)
-                    })
-                    .collect();
-                let Some(&i) = items.get(*n) else { break };
                 found = Some(i);
-                let end = items.get(n + 1).copied().unwrap_or(hi);
-                let item_key_col = lines[i].as_ref().map(|l| l.key_col).unwrap_or(item_indent);
-                // The item's first key sits on the dash line itself; the scope includes it.
-                lo = i;
-                hi = end;
-                col = Some(item_key_col);
+                (lo, hi) = (scope.0, scope.1);
+                col = Some(scope.2);
             }
         }
     }
@@ -1528,30 +1536,12 @@ mod tests {
                     col = None;
                 }
                 Segment::Index(n) => {
-                    let item_indent = match (lo..hi)
-                        .filter_map(|i| lines[i].as_ref())
-                        .filter(|l| l.dash)
-                        .map(|l| l.indent)
-                        .min()
-                    {
-                        Some(c) => c,
-                        None => break,
+                    let Some((i, scope)) = list_item(lines, (lo, hi), *n) else {
+                        break;
                     };
-                    let items: Vec<usize> = (lo..hi)
-                        .filter(|&i| {
-                            lines[i]
-                                .as_ref()
-                                .is_some_and(|l| l.dash && l.indent == item_indent)
-                        })
-                        .collect();
-                    let Some(&i) = items.get(*n) else { break };
                     found = Some(i);
-                    let end = items.get(n + 1).copied().unwrap_or(hi);
-                    let item_key_col = lines[i].as_ref().map(|l| l.key_col).unwrap_or(item_indent);
-                    // The item's first key sits on the dash line itself; the scope includes it.
-                    lo = i;
-                    hi = end;
-                    col = Some(item_key_col);
+                    (lo, hi) = (scope.0, scope.1);
+                    col = Some(scope.2);
                 }
             }
         }
