@@ -14,5 +14,6 @@ pub mod settings;
 pub mod sim;
 pub mod snapshot;
 pub mod source;
+pub mod text;
 pub mod verbs;
 pub mod writeback;

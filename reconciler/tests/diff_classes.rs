@@ -6,6 +6,7 @@ use common::WorkRepo;
 use nodewright_reconciler::cli::diff::{Args, compute};
 use nodewright_reconciler::diff::classify::ObjectChange;
 use nodewright_reconciler::diff::{ChangeClass, DesiredDiff, Format, render};
+use nodewright_reconciler::source::budget::BudgetArgs;
 use serde_json::{Value, json};
 
 fn diff_fixture() -> (tempfile::TempDir, DesiredDiff) {
@@ -30,7 +31,7 @@ fn diff_fixture() -> (tempfile::TempDir, DesiredDiff) {
         cache_dir: None,
         token_file: None,
         token_env: None,
-        max_file_bytes: 1 << 20,
+        budgets: BudgetArgs::default(),
         simulate: false,
         fleet: None,
         nodes: 8,
@@ -315,7 +316,7 @@ fn identical_commits_change_nothing() {
         cache_dir: None,
         token_file: None,
         token_env: None,
-        max_file_bytes: 1 << 20,
+        budgets: BudgetArgs::default(),
         simulate: false,
         fleet: None,
         nodes: 8,

@@ -125,7 +125,7 @@ fn markdown_shows_every_class_and_refuses_the_downgrade() {
         "unchanged key listed: {config}"
     );
     let install = row(&md, "kernel", "install");
-    assert!(install.contains("| reboot |"), "{install}");
+    assert!(install.contains("| `reboot` |"), "{install}");
     let downgrade = row(&md, "agent", "downgrade");
     assert!(
         downgrade.contains("❌") && downgrade.contains("3.0.0 → 2.9.0"),

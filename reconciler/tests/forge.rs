@@ -11,6 +11,7 @@ use nodewright_reconciler::forge::{
     CommentOutcome, CommitState, CommitStatus, DIFF_COMMENT_MARKER, Forge, ForgeClient,
     ForgeConfig, ForgeError, ForgeKind, GitHub, GitLab, StatusReporter, Token, post_diff_comment,
 };
+use nodewright_reconciler::writeback::source::{Rejection, Violation};
 use nodewright_schema::{NodeWright, NodeWrightSpec, NodeWrightStatus, Status, keys};
 use serde_json::{Value, json};
 
@@ -507,4 +508,86 @@ packages:
             "{context}: {states:?}"
         );
     }
+}
+
+fn rejection() -> Rejection {
+    let violation = |at: &str, message: &str| Violation {
+        at: at.to_owned(),
+        rule: "package-name".to_owned(),
+        message: message.to_owned(),
+    };
+    Rejection {
+        commit: SHA.to_owned(),
+        violations: vec![
+            violation(
+                "fleet/gpu.yaml:12",
+                "package name [Driver] is not valid\n# forged line",
+            ),
+            violation("fleet/gpu.yaml:20", "version string is invalid"),
+        ],
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_commit_gets_one_failed_github_status_naming_its_first_violation() {
+    // See: issue 24 — a rejected commit was invisible on the forge.
+    let (url, seen) = stub(|_| (StatusCode::CREATED, vec![], json!({"id": 1}))).await;
+    let gh = ForgeClient::new(config(ForgeKind::GitHub, &url, "fleet/os")).unwrap();
+    let mut reporter = StatusReporter::new(gh);
+    assert!(reporter.report_rejection(&rejection()).await.unwrap());
+    assert!(
+        !reporter.report_rejection(&rejection()).await.unwrap(),
+        "posted once per commit"
+    );
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].method, Method::POST);
+    assert_eq!(seen[0].uri, format!("/repos/fleet/os/statuses/{SHA}"));
+    assert_eq!(
+        seen[0].body.as_ref().unwrap(),
+        &json!({
+            "state": "failure",
+            "context": "nodewright",
+            "description": "2 violations, not applied: fleet/gpu.yaml:12: package name [Driver] is not valid\\n# forged line",
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_rejected_commit_gets_a_failed_gitlab_status_and_a_failed_post_is_retried() {
+    let calls = Arc::new(Mutex::new(0));
+    let counter = calls.clone();
+    let (url, seen) = stub(move |_| {
+        let mut n = counter.lock().unwrap();
+        *n += 1;
+        if *n == 1 {
+            (
+                StatusCode::BAD_GATEWAY,
+                vec![],
+                json!({"message": "try later"}),
+            )
+        } else {
+            (StatusCode::CREATED, vec![], json!({"id": 3}))
+        }
+    })
+    .await;
+    let gl = ForgeClient::new(config(ForgeKind::GitLab, &url, "42")).unwrap();
+    let mut reporter = StatusReporter::new(gl);
+    let err = reporter.report_rejection(&rejection()).await.unwrap_err();
+    assert!(err.to_string().contains("HTTP 502: try later"), "{err}");
+    assert!(reporter.report_rejection(&rejection()).await.unwrap());
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].method, Method::POST);
+    assert_eq!(seen[1].uri, format!("/projects/42/statuses/{SHA}"));
+    assert_eq!(
+        seen[1].body.as_ref().unwrap(),
+        &json!({
+            "state": "failed",
+            "name": "nodewright",
+            "description": "2 violations, not applied: fleet/gpu.yaml:12: package name [Driver] is not valid\\n# forged line",
+        })
+    );
 }

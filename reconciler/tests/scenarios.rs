@@ -75,3 +75,13 @@ fn simulate_exits_zero_when_every_scenario_passes_and_two_on_a_missing_path() {
     let (code, text) = simulate(&["/no/such/scenarios"]);
     assert_eq!(code, 2, "{text}");
 }
+
+#[test]
+fn budget_flags_without_a_repository_are_refused_not_ignored() {
+    let (code, text) = simulate(&[corpus().to_str().unwrap(), "--max-files", "3"]);
+    assert_eq!(code, 2, "{text}");
+    assert_eq!(
+        text,
+        "error: the --max-… budget flags apply to reading a repository: use them with --repo\n"
+    );
+}

@@ -85,7 +85,7 @@ fn an_invalid_commit_is_rejected_and_the_last_good_state_stays() {
     let bad = work.commit("half valid");
     push(&work, &bare);
     match src.refresh().unwrap() {
-        SourceChange::Rejected { commit, report } => {
+        SourceChange::Rejected { commit, report, .. } => {
             assert_eq!(commit, bad);
             assert!(report.contains("  fleet/bad.yaml:"), "{report}");
             assert!(report.contains("  fleet/broken.yaml:"), "{report}");
@@ -649,7 +649,7 @@ fn a_fresh_start_with_no_valid_commit_in_reach_applies_nothing_and_says_why() {
     };
     let mut src = GitSource::open(&location, "main", "nodewright/status", options).unwrap();
     match src.refresh().unwrap() {
-        SourceChange::Rejected { commit, report } => {
+        SourceChange::Rejected { commit, report, .. } => {
             assert_eq!(commit, head);
             assert!(report.contains("nothing is applied"), "{report}");
         }

@@ -2,9 +2,8 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::{WorkRepo, git};
+use common::{WorkRepo, commit_tree, git, mktree};
+use nodewright_reconciler::source::budget::Budget;
 use nodewright_reconciler::source::repo::{GitRepo, RemoteSpec, RepoError};
 use nodewright_reconciler::source::tree::{FileViolation, TreeLimits, read_commit_files};
 
@@ -238,33 +237,6 @@ fn a_linked_work_tree_reports_the_shared_git_dir() {
     assert_eq!(repo.resolve("main").unwrap(), oid(&first));
 }
 
-/// `git mktree` from `entries` (`mode type id\tname` lines); returns the tree id.
-fn mktree(dir: &Path, entries: &[String]) -> String {
-    use std::io::Write;
-    let mut child = std::process::Command::new("git")
-        .args(["mktree", "--missing"])
-        .current_dir(dir)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(entries.join("\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-/// A commit of `tree` (made with the git CLI, as an attacker would).
-fn commit_tree(dir: &Path, tree: &str) -> gix::ObjectId {
-    let id = git(dir, &["commit-tree", tree, "-m", "hostile"]);
-    id.parse().unwrap()
-}
-
 #[test]
 fn one_blob_named_by_thousands_of_paths_is_refused_from_object_headers() {
     // See: issue 24 — 9,991 entries naming one 1 MB blob needed ~10 GB.
@@ -291,7 +263,7 @@ fn one_blob_named_by_thousands_of_paths_is_refused_from_object_headers() {
         files.violations
     );
     assert!(
-        message.contains("bytes of manifest files") && message.contains("max_total_bytes"),
+        message.contains("bytes of manifest files") && message.contains("--max-total-bytes"),
         "names the budget: {message}"
     );
 }
@@ -316,7 +288,13 @@ fn a_nested_tree_bomb_stops_at_the_entry_budget() {
     let files = read_commit_files(&repo, commit, "", &TreeLimits::default()).unwrap();
     assert!(files.files.is_empty());
     assert!(
-        matches!(files.violations[..], [FileViolation::TooManyFiles { .. }]),
+        matches!(
+            files.violations[..],
+            [FileViolation::OverBudget {
+                budget: Budget::Files,
+                ..
+            }]
+        ),
         "{:?}",
         files.violations
     );
@@ -327,7 +305,7 @@ fn a_nested_tree_bomb_stops_at_the_entry_budget() {
     let files = read_commit_files(&repo, commit, "", &no_manifests).unwrap();
     let message = files.violations[0].to_string();
     assert!(
-        message.contains("tree entries") && message.contains("max_entries"),
+        message.contains("tree entries") && message.contains("--max-tree-entries"),
         "{message}"
     );
 }

@@ -416,6 +416,16 @@ impl NodeState {
             .filter_map(move |(k, e)| k[name.len()..].strip_prefix('|').map(|v| (v, e)))
     }
 
+    /// A state holding only the entries of package `name` (every version), under the keys
+    /// they have here: what a decision about one package reads, without copying the others.
+    pub fn of_package(&self, name: &str) -> NodeState {
+        NodeState(
+            self.keyed_entries_of(name)
+                .map(|(version, e)| (entry_key(name, version), e.clone()))
+                .collect(),
+        )
+    }
+
     /// Inserts or replaces the entry for the package.
     pub fn upsert(&mut self, entry: PackageStatus) {
         self.0.insert(entry_key(&entry.name, &entry.version), entry);
@@ -474,6 +484,13 @@ mod tests {
         assert_eq!(versions("a~z"), ["1"]);
         assert!(versions("a-").is_empty());
         assert!(versions("c").is_empty());
+        let only_a = state.of_package("a");
+        assert_eq!(
+            only_a.0.keys().collect::<Vec<_>>(),
+            ["a|1", "a|2"],
+            "one package's entries under their keys, none of a-b, a~z or aa"
+        );
+        assert_eq!(only_a.get("a", "2"), state.get("a", "2"));
         assert_eq!(state.get("a", "2").unwrap().name, "a");
         assert_eq!(state.get("a-b", "1").unwrap().name, "a-b");
         assert!(state.get("a", "3").is_none());

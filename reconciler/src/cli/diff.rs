@@ -7,10 +7,10 @@ use std::process::ExitCode;
 
 use super::exit;
 use crate::diff::{Format, diff_desired, render};
-use crate::source::desired::{ReadOptions, evaluate_commit};
-use crate::source::manifests::{Limits, Previous};
+use crate::source::budget::BudgetArgs;
+use crate::source::desired::evaluate_commit;
+use crate::source::manifests::Previous;
 use crate::source::repo::{Credentials, GitRepo, RemoteSpec, RepoError, SecretSource};
-use crate::source::tree::TreeLimits;
 
 /// Long help.
 pub const LONG_ABOUT: &str = "\
@@ -68,9 +68,9 @@ pub struct Args {
     /// For an https remote: read an access token from this environment variable.
     #[arg(long, value_name = "VAR")]
     pub token_env: Option<String>,
-    /// Largest manifest file accepted, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_file_bytes)]
-    pub max_file_bytes: usize,
+    /// What reading each commit may cost.
+    #[command(flatten)]
+    pub budgets: BudgetArgs,
     /// Project the rollout on a simulated fleet: batches, interrupts, reboots, duration (a
     /// Mermaid gantt in Markdown).
     #[arg(long)]
@@ -123,18 +123,7 @@ pub fn compute(args: &Args) -> Result<crate::diff::DesiredDiff, RepoError> {
     let status_branch = crate::source::DEFAULT_STATUS_BRANCH;
     let base = git.resolve_desired(&args.base, status_branch)?;
     let head = git.resolve_desired(&args.head, status_branch)?;
-    let options = ReadOptions {
-        root: args.root.clone(),
-        tree: TreeLimits {
-            max_file_bytes: args.max_file_bytes as u64,
-            ..TreeLimits::default()
-        },
-        load: Limits {
-            max_file_bytes: args.max_file_bytes,
-            ..Limits::default()
-        },
-        signatures: None,
-    };
+    let options = args.budgets.read_options(&args.root);
     let base_eval = evaluate_commit(&git, base, &options, None)?;
     let previous = Previous::from_objects(
         base_eval.objects.nodewrights.iter().cloned(),

@@ -134,6 +134,9 @@ pub struct Args {
     /// How to reach a remote repository.
     #[command(flatten)]
     pub git: GitAccess,
+    /// What reading each commit may cost.
+    #[command(flatten)]
+    pub budgets: crate::source::budget::BudgetArgs,
     /// How often remotes are fetched (jittered).
     #[arg(long, default_value = "30s", value_parser = super::parse_duration)]
     pub poll_interval: Duration,
@@ -334,13 +337,20 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
+/// What the forge is told: each NodeWright's rollout on its commit, and the newest refused
+/// commit.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ForgeFeedback {
+    nodewrights: Vec<nodewright_schema::NodeWright>,
+    rejected: Option<crate::writeback::source::Rejection>,
+}
+
 async fn serve(args: Args) -> Result<(), String> {
     let settings = load_settings(args.settings.as_ref())?;
     let location = args.git.location(&args.repo);
     let options = ReadOptions {
-        root: args.path.clone(),
         signatures: signature_policy(&args)?,
-        ..ReadOptions::default()
+        ..args.budgets.read_options(&args.path)
     };
     let until = args.until_converged;
     let mut source = GitSource::open(&location, &args.branch, &args.status_branch, options)
@@ -400,8 +410,7 @@ async fn serve(args: Args) -> Result<(), String> {
                 .await;
         });
     }
-    let (statuses_tx, statuses_rx) =
-        tokio::sync::watch::channel(Vec::<nodewright_schema::NodeWright>::new());
+    let (statuses_tx, statuses_rx) = tokio::sync::watch::channel(ForgeFeedback::default());
     let mut reporter_task = None;
     if let Some(kind) = args.forge {
         let config = crate::forge::ForgeConfig::from_env(kind)
@@ -437,16 +446,26 @@ async fn serve(args: Args) -> Result<(), String> {
             loop {
                 // When the loop ends the sender is dropped: post the last state, then stop.
                 let closed = rx.changed().await.is_err();
-                let nodewrights = rx.borrow_and_update().clone();
-                let outcome = reporter.report(&nodewrights).await;
-                if !outcome.errors.is_empty() {
-                    tracing::warn!(errors = ?outcome.errors, "posting commit statuses failed; retrying on the next change");
+                let feedback = rx.borrow_and_update().clone();
+                if let Some(rejection) = &feedback.rejected
+                    && let Err(e) = reporter.report_rejection(rejection).await
+                {
+                    tracing::warn!(
+                        "posting the failed status of commit {} failed ({e}); retrying on the next change",
+                        rejection.commit
+                    );
+                }
+                let outcome = reporter.report(&feedback.nodewrights).await;
+                for e in &outcome.errors {
+                    tracing::warn!(
+                        "posting a commit status failed ({e}); retrying on the next change"
+                    );
                 }
                 if let Some(requests) = approval_requests.as_mut() {
                     let now = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-                    let synced = requests.sync(&nodewrights, now).await;
+                    let synced = requests.sync(&feedback.nodewrights, now).await;
                     for number in &synced.opened {
                         tracing::info!(number, "opened an approval request");
                     }
@@ -475,6 +494,8 @@ async fn serve(args: Args) -> Result<(), String> {
     let fleet_nodes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let fleet_nodes_seen = fleet_nodes.clone();
     let api_metrics = metrics.clone();
+    // The newest commit refused, for its failed status on the forge.
+    let mut rejected: Option<crate::writeback::source::Rejection> = None;
     let observe = move |it: &crate::controller::daemon::Iteration<'_>| {
         fleet_nodes_seen.store(
             it.snapshot.nodes.len(),
@@ -513,18 +534,25 @@ async fn serve(args: Args) -> Result<(), String> {
         }
         match it.change {
             // The report itself is logged once by the loop (controller::daemon).
-            SourceChange::Rejected { .. } => {
+            SourceChange::Rejected { rejection, .. } => {
                 metrics.commit_seen();
                 metrics.commit_rejected();
+                rejected = Some(rejection.clone());
             }
             SourceChange::Applied { commit, .. } => {
                 metrics.commit_seen();
                 metrics.commit_applied(commit);
                 in_force = Some(commit.clone());
             }
-            SourceChange::AppliedAncestor { commit, report, .. } => {
+            SourceChange::AppliedAncestor {
+                commit,
+                report,
+                rejection,
+                ..
+            } => {
                 metrics.commit_seen();
                 metrics.commit_rejected();
+                rejected = Some(rejection.clone());
                 metrics.commit_applied(commit);
                 progress.println(report);
                 in_force = Some(commit.clone());
@@ -550,9 +578,11 @@ async fn serve(args: Args) -> Result<(), String> {
         }
         // Only the leader speaks for the fleet on the forge.
         statuses_tx.send_if_modified(|current| {
-            let changed = it.leading && *current != it.snapshot.nodewrights;
+            let changed = it.leading
+                && (current.nodewrights != it.snapshot.nodewrights || current.rejected != rejected);
             if changed {
-                current.clone_from(&it.snapshot.nodewrights);
+                current.nodewrights.clone_from(&it.snapshot.nodewrights);
+                current.rejected.clone_from(&rejected);
             }
             changed
         });

@@ -42,6 +42,9 @@ pub struct Args {
     /// Root path inside the repository (with --repo).
     #[arg(long = "path", value_name = "P", default_value = "")]
     pub root: String,
+    /// What reading the commit may cost (with --repo).
+    #[command(flatten)]
+    pub budgets: crate::source::budget::BudgetArgs,
     /// The fleet: a scenario file's `cluster:` and `packages:` blocks (with --repo).
     #[arg(long, value_name = "FILE")]
     pub fleet: Option<PathBuf>,
@@ -68,6 +71,15 @@ pub fn run(args: Args) -> ExitCode {
 pub fn run_to(args: &Args, hooks: &Hooks, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     if let Some(repo) = &args.repo {
         return project(args, repo, out, err);
+    }
+    if args.budgets != crate::source::budget::BudgetArgs::default() {
+        // Scenario files are the project's own acceptance corpus, read within the defaults;
+        // a budget flag would change nothing there, so it is refused rather than ignored.
+        let _ = writeln!(
+            err,
+            "error: the --max-… budget flags apply to reading a repository: use them with --repo"
+        );
+        return exit::USAGE;
     }
     let files = match scenario_files(&args.paths) {
         Ok(files) => files,
@@ -108,20 +120,12 @@ pub fn run_to(args: &Args, hooks: &Hooks, out: &mut dyn Write, err: &mut dyn Wri
 fn project(args: &Args, repo: &std::path::Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     use crate::diff::RolloutSimulator;
     use crate::diff::projection::FleetProjection;
-    use crate::source::desired::{ReadOptions, evaluate_commit};
+    use crate::source::desired::evaluate_commit;
     use crate::source::repo::GitRepo;
 
     let evaluation = GitRepo::open(repo).and_then(|git| {
         let commit = git.resolve_desired(&args.rev, crate::source::DEFAULT_STATUS_BRANCH)?;
-        evaluate_commit(
-            &git,
-            commit,
-            &ReadOptions {
-                root: args.root.clone(),
-                ..ReadOptions::default()
-            },
-            None,
-        )
+        evaluate_commit(&git, commit, &args.budgets.read_options(&args.root), None)
     });
     let evaluation = match evaluation {
         Ok(e) => e,

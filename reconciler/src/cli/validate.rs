@@ -9,10 +9,12 @@ use clap::ValueEnum;
 use serde::Serialize;
 
 use super::exit;
-use crate::source::desired::{ReadOptions, load_commit};
+use crate::source::budget::BudgetArgs;
+use crate::source::desired::load_commit;
 use crate::source::manifests::{self, Limits, LoadError, LoadErrorKind, Loaded, Located, Notice};
 use crate::source::repo::{GitRepo, RepoError};
-use crate::source::tree::{FileViolation, TreeLimits};
+use crate::source::tree::{FileViolation, root_name};
+use crate::text::terminal;
 use nodewright_schema::validate::{Severity, Violation};
 
 /// Long help.
@@ -67,9 +69,9 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Largest manifest file accepted, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_file_bytes)]
-    pub max_file_bytes: usize,
+    /// What reading may cost.
+    #[command(flatten)]
+    pub budgets: BudgetArgs,
     /// Do not print notes (ignored documents, legacy conversions).
     #[arg(long, short)]
     pub quiet: bool,
@@ -105,24 +107,20 @@ pub fn check_commit(
     repo: &std::path::Path,
     rev: &str,
     root: &str,
-    limits: &Limits,
+    budgets: &BudgetArgs,
 ) -> Result<Report, RepoError> {
     let git = GitRepo::open(repo)?;
     let commit = git.resolve_desired(rev, crate::source::DEFAULT_STATUS_BRANCH)?;
-    let options = ReadOptions {
-        root: root.to_owned(),
-        tree: TreeLimits {
-            max_file_bytes: limits.max_file_bytes as u64,
-            ..TreeLimits::default()
-        },
-        load: *limits,
-        signatures: None,
-    };
+    let options = budgets.read_options(root);
     let (mut loaded, refused) = load_commit(&git, commit, &options)?;
+    // A budget of the whole walk, or a path that cannot be named, is the commit's tree's,
+    // not a file's: it is reported at the commit and root (line 0 means no line).
+    let tree = format!("commit {}, {}", &commit.to_string()[..12], root_name(root));
     for v in refused {
-        let (file, reason) = match &v {
+        let (file, line, reason) = match &v {
             FileViolation::TooLarge { path, size, limit } => (
                 path.clone(),
+                1,
                 LoadErrorKind::TooLarge {
                     size: usize::try_from(*size).unwrap_or(usize::MAX),
                     limit: usize::try_from(*limit).unwrap_or(usize::MAX),
@@ -131,28 +129,28 @@ pub fn check_commit(
             FileViolation::SymlinkEscape { path, .. }
             | FileViolation::SymlinkUnresolved { path, .. } => (
                 path.clone(),
+                1,
                 LoadErrorKind::Io {
                     message: v.to_string(),
                 },
             ),
-            FileViolation::TooManyFiles { root, .. } | FileViolation::OverBudget { root, .. } => (
-                root.clone(),
-                LoadErrorKind::Io {
-                    message: v.to_string(),
+            FileViolation::OverBudget { budget, limit, .. } => (
+                tree.clone(),
+                0,
+                LoadErrorKind::OverBudget {
+                    budget: *budget,
+                    limit: *limit,
                 },
             ),
-            FileViolation::NonUtf8Path { parent } => (
-                parent.clone(),
+            FileViolation::NonUtf8Path { .. } => (
+                tree.clone(),
+                0,
                 LoadErrorKind::Io {
                     message: v.to_string(),
                 },
             ),
         };
-        loaded.errors.push(LoadError {
-            file,
-            line: 1,
-            reason,
-        });
+        loaded.errors.push(LoadError { file, line, reason });
     }
     let violations = manifests::validate_set(&loaded, None);
     Ok(Report { loaded, violations })
@@ -160,12 +158,8 @@ pub fn check_commit(
 
 /// Runs the command.
 pub fn run(args: Args) -> ExitCode {
-    let limits = Limits {
-        max_file_bytes: args.max_file_bytes,
-        ..Limits::default()
-    };
     let report = match (&args.repo, &args.rev) {
-        (Some(repo), Some(rev)) => match check_commit(repo, rev, &args.root, &limits) {
+        (Some(repo), Some(rev)) => match check_commit(repo, rev, &args.root, &args.budgets) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -177,7 +171,7 @@ pub fn run(args: Args) -> ExitCode {
                 });
             }
         },
-        _ => match check(&args.paths, &limits) {
+        _ => match check(&args.paths, &args.budgets.load()) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -224,12 +218,14 @@ fn print_text(report: &Report, quiet: bool) -> std::io::Result<()> {
     }
     lines.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     let mut out = std::io::stdout().lock();
+    // One line per finding, whatever a file or object name holds.
     for (_, _, line) in &lines {
-        match line {
-            Line::Error(e) => writeln!(out, "{e}")?,
-            Line::Violation(v) => writeln!(out, "{v}")?,
-            Line::Notice(n) => writeln!(out, "{n}")?,
-        }
+        let text = match line {
+            Line::Error(e) => e.to_string(),
+            Line::Violation(v) => v.to_string(),
+            Line::Notice(n) => n.to_string(),
+        };
+        writeln!(out, "{}", terminal(&text))?;
     }
     out.flush()?;
     let errors = report.loaded.errors.len()

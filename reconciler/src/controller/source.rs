@@ -66,6 +66,8 @@ pub enum SourceChange {
         rejected: String,
         /// The human report (both commits, file:line of each violation of the head).
         report: String,
+        /// The invalid head and its violations, for the status branch and the forge.
+        rejection: Rejection,
     },
     /// The new head is invalid; the last valid state stays (the report names every violation).
     Rejected {
@@ -73,6 +75,8 @@ pub enum SourceChange {
         commit: String,
         /// The human report (commit, file:line of each violation).
         report: String,
+        /// The commit and its violations, for the status branch and the forge.
+        rejection: Rejection,
     },
 }
 
@@ -234,7 +238,12 @@ impl GitSource {
             }
             TrackerOutcome::Rejected { commit, errors } => {
                 let report = rejection_report(&commit, &errors);
-                SourceChange::Rejected { commit, report }
+                let rejection = Rejection::new(&commit, &errors);
+                SourceChange::Rejected {
+                    commit,
+                    report,
+                    rejection,
+                }
             }
         })
     }
@@ -269,6 +278,7 @@ impl GitSource {
                 violation_lines(&errors)
             );
             return Ok(SourceChange::Rejected {
+                rejection: Rejection::new(&rejected, &errors),
                 commit: rejected,
                 report,
             });
@@ -293,6 +303,7 @@ impl GitSource {
         Ok(SourceChange::AppliedAncestor {
             commit,
             digest,
+            rejection: Rejection::new(&rejected, &errors),
             rejected,
             report,
         })

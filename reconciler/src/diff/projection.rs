@@ -13,11 +13,12 @@ use serde_json::json;
 
 use super::classify::{RolloutSimulator, SimulatedTimeline};
 use crate::cli::fleet::Fleet;
+use crate::cluster::Desired;
 use crate::cluster::sim::SimAdapter;
-use crate::cluster::{Cluster, Desired};
 use crate::controller::Controller;
 use crate::settings::Settings;
 use crate::sim::util::since;
+use crate::text::{mermaid_label, terminal};
 
 /// Projects rollouts on a simulated fleet.
 pub struct FleetProjection {
@@ -43,8 +44,8 @@ enum Phase {
 
 /// The NodeWrights that hold the rollout for an approval, when nothing else moves: every
 /// NodeWright is complete or waits for an approval with no node in progress.
-fn awaiting_approval(
-    nodewrights: &[nodewright_schema::NodeWright],
+fn awaiting_approval<'a>(
+    nodewrights: impl IntoIterator<Item = &'a nodewright_schema::NodeWright>,
 ) -> Option<Vec<(String, String)>> {
     let mut waiting = Vec::new();
     for nw in nodewrights {
@@ -117,11 +118,15 @@ impl FleetProjection {
         Fleet::parse(&yaml).unwrap_or_else(|_| Fleet::plain(count))
     }
 
+    /// Rolls `desired` out until it converges or the limit passes, handing the history each
+    /// pass wrote to `activity` and forgetting it (and the Events) in the world, so a long
+    /// rollout keeps a summary, not a log.
     fn drive(
         &self,
         runtime: &tokio::runtime::Runtime,
         controller: &mut Controller<SimAdapter>,
         desired: &Desired,
+        mut activity: Option<&mut Activity>,
     ) -> Result<Phase, String> {
         runtime.block_on(async {
             controller
@@ -129,22 +134,32 @@ impl FleetProjection {
                 .await
                 .map_err(|e| e.to_string())?;
             let start = controller.cluster().world().now();
+            if let Some(activity) = activity.as_deref_mut() {
+                activity.started = Some(start);
+            }
             loop {
                 let report = controller.pass().await.map_err(|e| e.to_string())?;
-                let snapshot = controller
-                    .cluster()
-                    .snapshot()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let converged = snapshot
-                    .nodewrights
-                    .iter()
+                // Read from the world itself: a snapshot would copy every changed Job and pod
+                // only to look at the NodeWrights' status.
+                let mut world = controller.cluster().world();
+                let history = world.take_history();
+                world.take_events();
+                if let Some(activity) = activity.as_deref_mut() {
+                    for entry in history {
+                        activity.record(since(start, entry.at), &entry.line);
+                    }
+                }
+                let converged = world
+                    .nodewrights()
+                    .values()
                     .all(|nw| nw.status.as_ref().and_then(|s| s.status) == Some(Status::Complete));
+                let waiting = awaiting_approval(world.nodewrights().values());
+                drop(world);
                 if converged && !report.wrote() {
                     return Ok(Phase::Converged);
                 }
                 if !report.wrote()
-                    && let Some(waiting) = awaiting_approval(&snapshot.nodewrights)
+                    && let Some(waiting) = waiting
                 {
                     return Ok(Phase::AwaitsApproval(waiting));
                 }
@@ -165,33 +180,34 @@ impl RolloutSimulator for FleetProjection {
             .build()
             .map_err(|e| format!("cannot start the simulator runtime: {e}"))?;
         let world = self.fleet.build(&self.settings.namespace, 7)?;
+        // A finished Job's outcome is on its node once the Job is marked; a projection keeps
+        // no finished Job past that, so its memory follows the Jobs running, not every Job of
+        // the rollout (in a cluster the TTL controller removes them later, which changes
+        // nothing the timeline shows).
+        let mut settings = self.settings.clone();
+        settings.job_ttl_succeeded = nodewright_schema::duration::GoDuration::new("0s");
         let mut controller = Controller::new(
             SimAdapter::new(world),
             crate::engine::reconcile_cached,
-            self.settings.clone(),
+            settings,
         );
         // A base rollout held for an approval is where the cluster stands: the head starts there.
         if !base.nodewrights.is_empty()
-            && self.drive(&runtime, &mut controller, base)? == Phase::TimedOut
+            && self.drive(&runtime, &mut controller, base, None)? == Phase::TimedOut
         {
             return Err(format!(
                 "the base state did not converge within {} of simulated time",
                 format_go_duration(self.limit)
             ));
         }
-        let (t0, h0) = {
-            let world = controller.cluster().world();
-            (world.now(), world.history().entries().len())
-        };
-        let phase = self.drive(&runtime, &mut controller, head)?;
+        let mut activity = Activity::default();
+        let phase = self.drive(&runtime, &mut controller, head, Some(&mut activity))?;
         let world = controller.cluster().world();
-        let entries: Vec<(Duration, String)> = world.history().entries()[h0..]
-            .iter()
-            .map(|e| (since(t0, e.at), e.line.clone()))
-            .collect();
-        let total = since(t0, world.now());
+        let total = activity
+            .started
+            .map_or(Duration::ZERO, |t0| since(t0, world.now()));
         Ok(render(
-            &timeline(&entries),
+            &activity.batches(),
             total,
             &phase,
             world.nodes().len(),
@@ -199,58 +215,74 @@ impl RolloutSimulator for FleetProjection {
     }
 }
 
-/// Groups history lines into batches per NodeWright.
-fn timeline(entries: &[(Duration, String)]) -> BTreeMap<String, Vec<Batch>> {
-    // Per NodeWright and node: first and last activity, interrupt Jobs.
-    let mut spans: BTreeMap<(String, String), (Duration, Duration, usize)> = BTreeMap::new();
-    let mut reboots: BTreeMap<String, Vec<Duration>> = BTreeMap::new();
-    for (at, line) in entries {
+/// What a projection keeps of the simulator's history: per NodeWright and node the first and
+/// last activity and the interrupt Jobs started, and the reboot times per node. It grows with
+/// the nodes worked on, not with the packages or the lines of history.
+#[derive(Debug, Default)]
+struct Activity {
+    /// When the head state was applied.
+    started: Option<Timestamp>,
+    spans: BTreeMap<(String, String), (Duration, Duration, usize)>,
+    reboots: BTreeMap<String, Vec<Duration>>,
+}
+
+impl Activity {
+    /// Takes one history line written `at` after the head state was applied.
+    fn record(&mut self, at: Duration, line: &str) {
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
             (Some(kind @ ("job" | "job-ok" | "job-fail")), Some(address)) => {
                 let parts: Vec<&str> = address.split('/').collect();
                 if let [nw, _pkg, stage, node] = parts[..] {
-                    let span = spans
+                    let span = self
+                        .spans
                         .entry((nw.to_string(), node.to_string()))
-                        .or_insert((*at, *at, 0));
-                    span.1 = span.1.max(*at);
+                        .or_insert((at, at, 0));
+                    span.1 = span.1.max(at);
                     if kind == "job" && (stage == "interrupt" || stage == "uninstall-interrupt") {
                         span.2 += 1;
                     }
                 }
             }
-            (Some("reboot"), Some(node)) => reboots.entry(node.to_string()).or_default().push(*at),
+            (Some("reboot"), Some(node)) => {
+                self.reboots.entry(node.to_string()).or_default().push(at);
+            }
             _ => {}
         }
     }
-    let mut out: BTreeMap<String, Vec<Batch>> = BTreeMap::new();
-    for ((nw, node), (start, end, interrupts)) in spans {
-        let batches = out.entry(nw).or_default();
-        // A reboot belongs to the NodeWright whose work on the node spans it.
-        let reboots_here = reboots
-            .get(&node)
-            .map(|times| times.iter().filter(|t| **t >= start && **t <= end).count())
-            .unwrap_or(0);
-        match batches.iter_mut().find(|b| b.start == start) {
-            Some(b) => {
-                b.end = b.end.max(end);
-                b.nodes.push(node);
-                b.interrupts += interrupts;
-                b.reboots += reboots_here;
+
+    /// Batches per NodeWright: nodes whose work started together.
+    fn batches(self) -> BTreeMap<String, Vec<Batch>> {
+        let mut out: BTreeMap<String, Vec<Batch>> = BTreeMap::new();
+        for ((nw, node), (start, end, interrupts)) in self.spans {
+            let batches = out.entry(nw).or_default();
+            // A reboot belongs to the NodeWright whose work on the node spans it.
+            let reboots_here = self
+                .reboots
+                .get(&node)
+                .map(|times| times.iter().filter(|t| **t >= start && **t <= end).count())
+                .unwrap_or(0);
+            match batches.iter_mut().find(|b| b.start == start) {
+                Some(b) => {
+                    b.end = b.end.max(end);
+                    b.nodes.push(node);
+                    b.interrupts += interrupts;
+                    b.reboots += reboots_here;
+                }
+                None => batches.push(Batch {
+                    start,
+                    end,
+                    nodes: vec![node],
+                    interrupts,
+                    reboots: reboots_here,
+                }),
             }
-            None => batches.push(Batch {
-                start,
-                end,
-                nodes: vec![node],
-                interrupts,
-                reboots: reboots_here,
-            }),
         }
+        for batches in out.values_mut() {
+            batches.sort_by_key(|b| b.start);
+        }
+        out
     }
-    for batches in out.values_mut() {
-        batches.sort_by_key(|b| b.start);
-    }
-    out
 }
 
 fn short(d: Duration) -> String {
@@ -297,10 +329,11 @@ fn render(
         let interrupts: usize = batches.iter().map(|b| b.interrupts).sum();
         let reboots: usize = batches.iter().map(|b| b.reboots).sum();
         text.push_str(&format!(
-            "{nw}: {nodes} node(s) in {} batch(es), {interrupts} interrupt Job(s), {reboots} reboot(s)\n",
+            "{}: {nodes} node(s) in {} batch(es), {interrupts} interrupt Job(s), {reboots} reboot(s)\n",
+            terminal(nw),
             batches.len()
         ));
-        markdown.push_str(&format!("    section {nw}\n"));
+        markdown.push_str(&format!("    section {}\n", mermaid_label(nw)));
         let mut json_batches = Vec::new();
         for (i, b) in batches.iter().enumerate() {
             let names = if b.nodes.len() > 6 {
@@ -314,10 +347,11 @@ fn render(
                 b.nodes.join(", ")
             };
             text.push_str(&format!(
-                "  batch {:>2}  +{:<8} → +{:<8}  {names}\n",
+                "  batch {:>2}  +{:<8} → +{:<8}  {}\n",
                 i + 1,
                 short(b.start),
-                short(b.end)
+                short(b.end),
+                terminal(&names)
             ));
             let end = b.end.as_secs().max(b.start.as_secs() + 1);
             markdown.push_str(&format!(

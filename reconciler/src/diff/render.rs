@@ -8,6 +8,7 @@ use serde::Serialize;
 use similar::TextDiff;
 
 use super::classify::{DesiredDiff, ObjectChange, Problem, Summary};
+use crate::text::{cell_code, code_span, fenced, html, terminal, terminal_lines};
 
 /// Output format of `nodewright diff`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -123,73 +124,101 @@ fn problem_line(p: &Problem) -> String {
     )
 }
 
+/// Appends one terminal line: everything in it that came from the repository is escaped, so
+/// it stays one line whatever a name or value holds.
+fn line(out: &mut String, text: &str) {
+    out.push_str(&terminal(text));
+    out.push('\n');
+}
+
+fn version_text(p: &super::classify::PackageChange) -> String {
+    match (&p.before_version, &p.after_version) {
+        (Some(b), Some(h)) if b != h => format!("{b} → {h}"),
+        (Some(v), _) | (None, Some(v)) => v.clone(),
+        (None, None) => String::new(),
+    }
+}
+
 fn text(diff: &DesiredDiff) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", verdict(diff));
-    let _ = writeln!(out, "base {}  head {}", diff.base, diff.head);
+    line(&mut out, &verdict(diff));
+    line(&mut out, &format!("base {}  head {}", diff.base, diff.head));
     if !diff.problems.is_empty() {
-        let _ = writeln!(out, "\nProblems in head:");
+        out.push('\n');
+        line(&mut out, "Problems in head:");
         for p in &diff.problems {
-            let _ = writeln!(out, "  {}", problem_line(p));
+            line(&mut out, &format!("  {}", problem_line(p)));
         }
     }
     for nw in &diff.nodewrights {
-        let _ = writeln!(out, "\nNodeWright {} ({})", nw.name, change_word(nw.change));
+        out.push('\n');
+        line(
+            &mut out,
+            &format!("NodeWright {} ({})", nw.name, change_word(nw.change)),
+        );
         for f in &nw.fields {
-            let _ = writeln!(
-                out,
-                "  {}: {} → {}: {}",
-                f.field,
-                compact(&f.before),
-                compact(&f.after),
-                f.effect
+            line(
+                &mut out,
+                &format!(
+                    "  {}: {} → {}: {}",
+                    f.field,
+                    compact(&f.before),
+                    compact(&f.after),
+                    f.effect
+                ),
             );
         }
         for p in &nw.packages {
-            let version = match (&p.before_version, &p.after_version) {
-                (Some(b), Some(h)) if b != h => format!("{b} → {h}"),
-                (Some(v), _) | (None, Some(v)) => v.clone(),
-                (None, None) => String::new(),
-            };
+            let version = version_text(p);
             for c in &p.classes {
                 let mark = if c.is_error() { "ERROR " } else { "" };
-                let _ = writeln!(
-                    out,
-                    "  {mark}{} {version} [{}] {}",
-                    p.package,
-                    c.label(),
-                    c.describe()
+                line(
+                    &mut out,
+                    &format!(
+                        "  {mark}{} {version} [{}] {}",
+                        p.package,
+                        c.label(),
+                        c.describe()
+                    ),
                 );
             }
         }
-        for line in &nw.pace {
-            let _ = writeln!(out, "  {line}");
+        for pace in &nw.pace {
+            line(&mut out, &format!("  {pace}"));
         }
     }
     for pol in &diff.policies {
-        let _ = writeln!(
-            out,
-            "\nDeploymentPolicy {} ({})",
-            pol.name,
-            change_word(pol.change)
+        out.push('\n');
+        line(
+            &mut out,
+            &format!(
+                "DeploymentPolicy {} ({})",
+                pol.name,
+                change_word(pol.change)
+            ),
         );
         for part in &pol.parts {
-            let _ = writeln!(out, "  {part}");
+            line(&mut out, &format!("  {part}"));
         }
         if !pol.used_by.is_empty() {
-            let _ = writeln!(out, "  used by: {}", pol.used_by.join(", "));
+            line(&mut out, &format!("  used by: {}", pol.used_by.join(", ")));
         }
     }
     if let Some(t) = &diff.timeline {
-        let _ = writeln!(out, "\nSimulated rollout:\n{}", t.text);
+        out.push('\n');
+        line(&mut out, "Simulated rollout:");
+        out.push_str(&terminal_lines(&t.text));
+        out.push('\n');
     }
     if let Some(e) = &diff.timeline_error {
-        let _ = writeln!(out, "\nSimulation failed: {e}");
+        out.push('\n');
+        line(&mut out, &format!("Simulation failed: {e}"));
     }
     if !diff.base_problems.is_empty() {
-        let _ = writeln!(out, "\nProblems already in base (context):");
+        out.push('\n');
+        line(&mut out, "Problems already in base (context):");
         for p in &diff.base_problems {
-            let _ = writeln!(out, "  {}", problem_line(p));
+            line(&mut out, &format!("  {}", problem_line(p)));
         }
     }
     out
@@ -203,20 +232,19 @@ fn compact(v: &serde_json::Value) -> String {
     }
 }
 
-/// Escape text for a Markdown table cell.
-fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
-}
-
+/// The Markdown for a pull request. Every string that comes from the repository (names,
+/// versions, values, paths, messages quoting them, the manifests) is in code — a code span
+/// ([`code_span`], [`cell_code`] in tables), `<code>` with HTML escaped in a `<summary>`, or
+/// a fenced block longer than any backtick run inside — so nothing in it is read as markup.
 fn markdown(diff: &DesiredDiff) -> String {
     let mut out = String::new();
     let icon = if diff.has_errors() { "❌" } else { "✅" };
     let _ = writeln!(out, "{icon} **NodeWright dry run:** {}\n", verdict(diff));
     let _ = writeln!(
         out,
-        "<sub>base `{}` → head `{}`</sub>\n",
-        short(&diff.base),
-        short(&diff.head)
+        "<sub>base {} → head {}</sub>\n",
+        code_span(short(&diff.base)),
+        code_span(short(&diff.head))
     );
 
     if !diff.problems.is_empty() {
@@ -228,11 +256,11 @@ fn markdown(diff: &DesiredDiff) -> String {
         for p in &diff.problems {
             let _ = writeln!(
                 out,
-                "| `{}` | {} | `{}` | {} |",
-                cell(&p.location()),
+                "| {} | {} | {} | {} |",
+                cell_code(&p.location()),
                 p.severity,
-                p.rule,
-                cell(&p.message)
+                cell_code(&p.rule),
+                cell_code(&p.message)
             );
         }
         out.push('\n');
@@ -241,8 +269,8 @@ fn markdown(diff: &DesiredDiff) -> String {
     for nw in &diff.nodewrights {
         let _ = writeln!(
             out,
-            "### NodeWright `{}` — {}\n",
-            nw.name,
+            "### NodeWright {} — {}\n",
+            code_span(&nw.name),
             change_word(nw.change)
         );
         if !nw.fields.is_empty() {
@@ -253,11 +281,12 @@ fn markdown(diff: &DesiredDiff) -> String {
             for f in &nw.fields {
                 let _ = writeln!(
                     out,
-                    "| `{}` | `{}` | `{}` | {} |",
-                    f.field,
-                    cell(&compact(&f.before)),
-                    cell(&compact(&f.after)),
-                    cell(&f.effect)
+                    "| {} | {} | {} | {} |",
+                    cell_code(&f.field),
+                    cell_code(&compact(&f.before)),
+                    cell_code(&compact(&f.after)),
+                    // The field's effect is the renderer's own words.
+                    f.effect.replace('|', "\\|")
                 );
             }
             out.push('\n');
@@ -268,11 +297,7 @@ fn markdown(diff: &DesiredDiff) -> String {
                 "| Package | Version | Change | Interrupt | What happens |\n|---|---|---|---|---|"
             );
             for p in &nw.packages {
-                let version = match (&p.before_version, &p.after_version) {
-                    (Some(b), Some(h)) if b != h => format!("{b} → {h}"),
-                    (Some(v), _) | (None, Some(v)) => v.clone(),
-                    (None, None) => String::new(),
-                };
+                let version = version_text(p);
                 for c in &p.classes {
                     let label = if c.is_error() {
                         format!("❌ **{}**", c.label())
@@ -286,25 +311,25 @@ fn markdown(diff: &DesiredDiff) -> String {
                         .collect();
                     let _ = writeln!(
                         out,
-                        "| `{}` | {} | {} | {} | {} |",
-                        p.package,
-                        cell(&version),
+                        "| {} | {} | {} | {} | {} |",
+                        cell_code(&p.package),
+                        cell_code(&version),
                         label,
                         if cost.is_empty() {
                             "—".to_owned()
                         } else {
-                            cell(&cost.join(", "))
+                            cell_code(&cost.join(", "))
                         },
-                        cell(&c.describe())
+                        cell_code(&c.describe())
                     );
                 }
             }
             out.push('\n');
         }
         if let Some((head, compartments)) = nw.pace.split_first() {
-            let _ = writeln!(out, "{head}\n");
-            for line in compartments {
-                let _ = writeln!(out, "- {line}");
+            let _ = writeln!(out, "{}\n", code_span(head));
+            for pace in compartments {
+                let _ = writeln!(out, "- {}", code_span(pace));
             }
             out.push('\n');
         }
@@ -316,8 +341,9 @@ fn markdown(diff: &DesiredDiff) -> String {
         );
         let _ = writeln!(
             out,
-            "<details><summary>Manifest diff: NodeWright <code>{}</code></summary>\n\n```diff\n{}```\n\n</details>\n",
-            nw.name, diff_text
+            "<details><summary>Manifest diff: NodeWright <code>{}</code></summary>\n\n{}\n</details>\n",
+            html(&nw.name),
+            fenced("diff", &diff_text)
         );
     }
 
@@ -330,11 +356,11 @@ fn markdown(diff: &DesiredDiff) -> String {
         for p in &diff.policies {
             let _ = writeln!(
                 out,
-                "| `{}` | {} | {} | {} |",
-                p.name,
+                "| {} | {} | {} | {} |",
+                cell_code(&p.name),
                 change_word(p.change),
-                cell(&p.parts.join(", ")),
-                cell(&p.used_by.join(", "))
+                cell_code(&p.parts.join(", ")),
+                cell_code(&p.used_by.join(", "))
             );
         }
         out.push('\n');
@@ -347,8 +373,9 @@ fn markdown(diff: &DesiredDiff) -> String {
             );
             let _ = writeln!(
                 out,
-                "<details><summary>Manifest diff: DeploymentPolicy <code>{}</code></summary>\n\n```diff\n{}```\n\n</details>\n",
-                p.name, diff_text
+                "<details><summary>Manifest diff: DeploymentPolicy <code>{}</code></summary>\n\n{}\n</details>\n",
+                html(&p.name),
+                fenced("diff", &diff_text)
             );
         }
     }
@@ -360,7 +387,7 @@ fn markdown(diff: &DesiredDiff) -> String {
         let _ = writeln!(
             out,
             "### Simulated rollout\n\nSimulation failed: {}\n",
-            cell(e)
+            code_span(e)
         );
     }
     if !diff.base_problems.is_empty() {
@@ -370,7 +397,12 @@ fn markdown(diff: &DesiredDiff) -> String {
             diff.base_problems.len()
         );
         for p in &diff.base_problems {
-            let _ = writeln!(out, "- `{}` {}", p.location(), cell(&p.message));
+            let _ = writeln!(
+                out,
+                "- {} {}",
+                code_span(&p.location()),
+                code_span(&p.message)
+            );
         }
         let _ = writeln!(out, "\n</details>");
     }
@@ -473,4 +505,165 @@ fn json(diff: &DesiredDiff) -> String {
     };
     // Serializing plain data with string keys cannot fail.
     serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use nodewright_schema::validate::Severity;
+    use nodewright_schema::{DeploymentPolicy, NodeWright, NodeWrightSpec, Package};
+    use proptest::prelude::*;
+    use pulldown_cmark::{Event, Options, Parser};
+
+    use super::*;
+    use crate::cluster::Desired;
+    use crate::diff::diff_desired;
+
+    /// What an author of a pull request might put in a name, a path, a version or a value.
+    fn hostile() -> impl Strategy<Value = String> {
+        let fragment = prop_oneof![
+            Just("</details>"),
+            Just("</summary>"),
+            Just("\n# Heading"),
+            Just("\n\n## Heading\n"),
+            Just("@octocat"),
+            Just("<!--"),
+            Just("|"),
+            Just("\n| a | b |\n|---|---|\n"),
+            Just("[link](https://example.invalid)"),
+            Just("![img](x.png)"),
+            Just("```"),
+            Just("`"),
+            Just("\r"),
+            Just("\u{1b}[31m"),
+            Just("\u{202e}"),
+            Just("<img src=x>"),
+            Just("&lt;"),
+            Just("*"),
+            Just("- item"),
+            Just("gpu"),
+        ];
+        (proptest::collection::vec(fragment, 1..5), any::<String>())
+            .prop_map(|(parts, noise)| format!("{}{noise}", parts.concat()))
+    }
+
+    fn problem(text: &str, severity: Severity) -> Problem {
+        Problem {
+            file: Some(format!("{text}.yaml")),
+            line: Some(3),
+            object: Some(format!("NodeWright/{text}")),
+            rule: text.to_owned(),
+            message: format!("name {text} is not valid"),
+            severity,
+        }
+    }
+
+    /// A diff whose every repository string is built from `texts`: a NodeWright per text with
+    /// a package of that name upgraded, a DeploymentPolicy added, problems in head and base,
+    /// and a failed simulation.
+    fn diff_of(texts: &[String]) -> DesiredDiff {
+        let nodewright = |name: &str, version: &str| {
+            let package = Package {
+                version: version.to_owned(),
+                image: format!("example/{name}"),
+                ..Package::default()
+            };
+            let spec = NodeWrightSpec {
+                packages: Some(BTreeMap::from([(name.to_owned(), package)])),
+                ..NodeWrightSpec::default()
+            };
+            NodeWright::new(name, spec)
+        };
+        let desired = |version: &str, policies: bool| Desired {
+            nodewrights: texts.iter().map(|t| nodewright(t, version)).collect(),
+            policies: if policies {
+                texts
+                    .iter()
+                    .map(|t| DeploymentPolicy::new(t, Default::default()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            commit: "c".into(),
+            ..Default::default()
+        };
+        let mut diff = diff_desired(
+            &desired("1.0.0", false),
+            &desired("1.1.0", true),
+            texts.iter().map(|t| problem(t, Severity::Error)).collect(),
+            texts
+                .iter()
+                .map(|t| problem(t, Severity::Warning))
+                .collect(),
+        );
+        diff.timeline_error = Some(format!("simulation of {} failed", texts[0]));
+        diff
+    }
+
+    /// The comment's structure: every block and inline element, HTML by its tags only; text
+    /// and code are left out (that is where repository text lives).
+    fn structure(markdown: &str) -> Vec<String> {
+        Parser::new_ext(markdown, Options::ENABLE_TABLES)
+            .filter_map(|event| match event {
+                Event::Start(tag) => Some(format!("start {tag:?}")),
+                Event::End(tag) => Some(format!("end {tag:?}")),
+                Event::Html(html) | Event::InlineHtml(html) => {
+                    Some(format!("html {}", html.matches('<').count()))
+                }
+                Event::Text(_) | Event::Code(_) => None,
+                other => Some(format!("{other:?}")),
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn repository_text_cannot_change_the_comment_structure_or_add_result_lines(
+            texts in proptest::collection::vec(hostile(), 1..4)
+        ) {
+            // Distinct names, as a commit's objects have.
+            let texts: Vec<String> =
+                texts.iter().enumerate().map(|(i, t)| format!("{t}{i}")).collect();
+            let plain: Vec<String> = (0..texts.len()).map(|i| format!("name{i}")).collect();
+            let (hostile, benign) = (diff_of(&texts), diff_of(&plain));
+
+            let markdown = render(&hostile, Format::Markdown);
+            prop_assert_eq!(structure(&markdown), structure(&render(&benign, Format::Markdown)));
+            // One collapsible section per manifest diff and one for base's problems, opened
+            // and closed by HTML the renderer wrote (inside code the same text is only text).
+            let html: String = Parser::new_ext(&markdown, Options::ENABLE_TABLES)
+                .filter_map(|event| match event {
+                    Event::Html(h) | Event::InlineHtml(h) => Some(h.into_string()),
+                    _ => None,
+                })
+                .collect();
+            let details = texts.len() * 2 + 1;
+            prop_assert_eq!(html.matches("<details>").count(), details);
+            prop_assert_eq!(html.matches("</details>").count(), details);
+            let mut in_code = false;
+            for event in Parser::new_ext(&markdown, Options::ENABLE_TABLES) {
+                match event {
+                    Event::Start(pulldown_cmark::Tag::CodeBlock(_)) => in_code = true,
+                    Event::End(pulldown_cmark::TagEnd::CodeBlock) => in_code = false,
+                    Event::Text(t) if !in_code => {
+                        prop_assert!(!t.contains('@'), "a mention outside code: {:?}", t);
+                    }
+                    Event::Html(h) | Event::InlineHtml(h) => {
+                        prop_assert!(!h.contains("<!--"), "a comment opened: {:?}", h);
+                    }
+                    _ => {}
+                }
+            }
+
+            let text = render(&hostile, Format::Text);
+            prop_assert_eq!(text.lines().count(), render(&benign, Format::Text).lines().count());
+            prop_assert!(
+                !text.chars().any(|c| c.is_control() && c != '\n'),
+                "a control character reached the terminal"
+            );
+        }
+    }
 }

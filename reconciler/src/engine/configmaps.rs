@@ -157,6 +157,15 @@ fn already_upserted(ctx: &PassCtx<'_>, name: &str) -> bool {
 /// step 5, §6.12).
 pub fn upsert_node_metadata(ctx: &mut PassCtx<'_>, nw: usize, node: usize) {
     let n = ctx.node(node);
+    // One upsert per ConfigMap and pass: once it is written, building it again for every
+    // further package dispatched on the node (its data holds the node's annotations, so the
+    // whole node state) would cost packages × packages per pass and change nothing.
+    if already_upserted(
+        ctx,
+        &names::node_metadata_configmap(ctx.nws[nw].nw.name(), n.name()),
+    ) {
+        return;
+    }
     let Some(cm) = node_metadata_configmap(
         ctx.nws[nw].nw,
         ctx.settings,
@@ -167,9 +176,6 @@ pub fn upsert_node_metadata(ctx: &mut PassCtx<'_>, nw: usize, node: usize) {
         return;
     };
     let name = cm.metadata.name.clone().unwrap_or_default();
-    if already_upserted(ctx, &name) {
-        return;
-    }
     if existing(ctx, &name).is_some_and(|c| c.data == cm.data) {
         return;
     }

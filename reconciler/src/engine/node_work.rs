@@ -194,6 +194,16 @@ fn current_state(ctx: &PassCtx<'_>, nw: usize, node: usize) -> NodeState {
         .unwrap_or_default()
 }
 
+/// The entries of one package (every version) in the node's state: what a decision about that
+/// package reads. Copying only these keeps a pass over a node with many packages linear; a
+/// copy of the whole state per package was packages × packages.
+fn package_state(ctx: &PassCtx<'_>, nw: usize, node: usize, name: &str) -> NodeState {
+    ctx.node(node)
+        .state(ctx.nws[nw].state_key())
+        .map(|whole| whole.of_package(name))
+        .unwrap_or_default()
+}
+
 fn set_entry(
     ctx: &mut PassCtx<'_>,
     nw: usize,
@@ -255,7 +265,7 @@ fn interrupt_processing(
     let Some(p) = view.nw.spec.packages().get(name).cloned() else {
         return Gate::Proceed;
     };
-    let state = current_state(ctx, nw, node);
+    let state = package_state(ctx, nw, node, name);
     let entry = state.get(name, &p.version).cloned().or_else(|| {
         uninstalling
             .then(|| {
@@ -447,7 +457,7 @@ fn start_interrupt(
         },
     );
     ctx.create_job(node, job);
-    let state = current_state(ctx, nw, node);
+    let state = package_state(ctx, nw, node, name);
     let mut entry = state
         .get(name, &package.version)
         .cloned()
@@ -520,7 +530,7 @@ fn parked(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job) -> bool {
     let Some(annotation) = ctx.package_annotation(job) else {
         return false;
     };
-    let state = current_state(ctx, nw, node);
+    let state = package_state(ctx, nw, node, &annotation.name);
     state
         .get(&annotation.name, &annotation.version)
         .is_some_and(|e| {
@@ -537,7 +547,7 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
     let Some(p) = nw_obj.spec.packages().get(name).cloned() else {
         return Dispatch::Nothing;
     };
-    let state = current_state(ctx, nw, node);
+    let state = package_state(ctx, nw, node, name);
     let has_interrupt = complete::has_interrupt(ctx, nw, node, name);
     let in_cycle_other = state
         .entries_of(name)

@@ -20,6 +20,8 @@ use std::path::PathBuf;
 
 use nodewright_schema::{NodeWright, Status, keys};
 
+use crate::writeback::source::Rejection;
+
 pub use github::GitHub;
 pub use gitlab::GitLab;
 
@@ -28,6 +30,10 @@ pub const DIFF_COMMENT_MARKER: &str = "<!-- nodewright-diff -->";
 
 /// Prefix of the commit-status context; the NodeWright name follows (`nodewright/tuning`).
 pub const STATUS_CONTEXT_PREFIX: &str = "nodewright/";
+
+/// The commit-status context of a commit the reconciler refused. It has no `/`, so no
+/// NodeWright's context can be the same.
+pub const REJECTION_CONTEXT: &str = "nodewright";
 
 /// Which forge API to talk to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -291,6 +297,28 @@ impl CommitStatus {
     }
 }
 
+impl CommitStatus {
+    /// The failed status of a commit refused as invalid: how many violations, and the first
+    /// (`2 violations, not applied: fleet/gpu.yaml:12: …`). The count comes first because
+    /// forges cut long descriptions.
+    pub fn for_rejection(rejection: &Rejection) -> Self {
+        let count = rejection.violations.len();
+        let mut description = format!(
+            "{count} violation{}, not applied",
+            if count == 1 { "" } else { "s" }
+        );
+        if let Some(first) = rejection.violations.first() {
+            description.push_str(&format!(": {}: {}", first.at, first.message));
+        }
+        CommitStatus {
+            state: CommitState::Failure,
+            context: REJECTION_CONTEXT.to_owned(),
+            description: crate::text::terminal(&description).into_owned(),
+            target_url: None,
+        }
+    }
+}
+
 /// What [`Forge::upsert_comment`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommentOutcome {
@@ -532,6 +560,8 @@ pub struct StatusReporter<F> {
     forge: F,
     /// Last status posted successfully, by (commit, context).
     posted: BTreeMap<(String, String), CommitStatus>,
+    /// The last refused commit whose failed status was posted.
+    rejected: Option<String>,
 }
 
 impl<F: Forge + Sync> StatusReporter<F> {
@@ -540,7 +570,21 @@ impl<F: Forge + Sync> StatusReporter<F> {
         StatusReporter {
             forge,
             posted: BTreeMap::new(),
+            rejected: None,
         }
+    }
+
+    /// Posts the failed status of a refused commit, once per commit; `Ok(false)` when it was
+    /// already posted. A failure is retried by the next call.
+    pub async fn report_rejection(&mut self, rejection: &Rejection) -> Result<bool, ForgeError> {
+        if self.rejected.as_deref() == Some(rejection.commit.as_str()) {
+            return Ok(false);
+        }
+        self.forge
+            .set_commit_status(&rejection.commit, &CommitStatus::for_rejection(rejection))
+            .await?;
+        self.rejected = Some(rejection.commit.clone());
+        Ok(true)
     }
 
     /// Posts the changed statuses of `nodewrights`, each on the commit of its

@@ -25,6 +25,10 @@ impl History {
             line: line.into(),
         });
     }
+    /// All entries, oldest first, leaving none.
+    pub fn take(&mut self) -> Vec<Entry> {
+        std::mem::take(&mut self.entries)
+    }
     /// All entries, oldest first.
     pub fn entries(&self) -> &[Entry] {
         &self.entries

@@ -216,6 +216,15 @@ impl SimCluster {
     pub fn history(&self) -> &History {
         &self.history
     }
+    /// The history so far, which the world then forgets: a caller that summarises a long run
+    /// as it goes (a projected rollout) keeps no log of it.
+    pub fn take_history(&mut self) -> Vec<history::Entry> {
+        self.history.take()
+    }
+    /// The recorded Events so far, which the world then forgets.
+    pub fn take_events(&mut self) -> Vec<RecordedEvent> {
+        std::mem::take(&mut self.events)
+    }
     /// Records a line that is not an action of the reconciler (`commit …`).
     pub fn record_history(&mut self, line: impl Into<String>) {
         self.history.record(self.now, line);

@@ -11,12 +11,14 @@ use nodewright_schema::{DeploymentPolicy, NodeWright};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::budget::Budget;
 use super::manifests::{self, Limits, LoadError, LoadErrorKind, Loaded, Previous};
 use super::repo::{GitRepo, RepoError};
 use super::signature::{SignatureError, SignaturePolicy};
 use super::tree::{FileViolation, TreeLimits, read_commit_files};
 use crate::cluster::Desired;
 use crate::diff::Problem;
+use crate::text::terminal;
 
 /// A validated desired state.
 #[derive(Clone, Debug, PartialEq)]
@@ -111,10 +113,18 @@ pub fn load_commit(
     options: &ReadOptions,
 ) -> Result<(Loaded, Vec<FileViolation>), RepoError> {
     let files = read_commit_files(git, commit, &options.root, &options.tree)?;
-    let loaded = manifests::load(
+    let mut loaded = manifests::load(
         files.files.into_iter().map(|f| (f.path, f.bytes)),
         &options.load,
     );
+    // Files the walk refused by a budget are missing from the set.
+    loaded.incomplete = loaded
+        .incomplete
+        .or(files.violations.iter().find_map(|v| match v {
+            FileViolation::OverBudget { budget, .. } => Some(*budget),
+            FileViolation::TooLarge { .. } => Some(Budget::FileBytes),
+            _ => None,
+        }));
     Ok((loaded, files.violations))
 }
 
@@ -200,7 +210,6 @@ pub(crate) fn file_problem(v: &FileViolation) -> Problem {
         FileViolation::SymlinkEscape { path, .. } => (Some(path.clone()), "symlink-escape"),
         FileViolation::SymlinkUnresolved { path, .. } => (Some(path.clone()), "symlink-unresolved"),
         FileViolation::TooLarge { path, .. } => (Some(path.clone()), "file-too-large"),
-        FileViolation::TooManyFiles { .. } => (None, "too-many-files"),
         FileViolation::OverBudget { .. } => (None, "commit-over-budget"),
         FileViolation::NonUtf8Path { .. } => (None, "non-utf8-path"),
     };
@@ -220,8 +229,8 @@ fn load_problem(e: &LoadError) -> Problem {
         LoadErrorKind::NotUtf8 { .. } => "not-utf8",
         LoadErrorKind::Io { .. } => "io",
         LoadErrorKind::Yaml { .. } => "yaml",
-        LoadErrorKind::TooComplex { .. } => "yaml-too-complex",
-        LoadErrorKind::TooManyDocuments { .. } => "too-many-documents",
+        LoadErrorKind::TooComplex { .. } | LoadErrorKind::TooManyRepetitions => "yaml-too-complex",
+        LoadErrorKind::OverBudget { .. } => "over-budget",
         LoadErrorKind::Unsupported { .. } => "unsupported-kind",
     };
     Problem {
@@ -332,10 +341,16 @@ pub fn rejection_report(commit: &str, errors: &[Problem]) -> String {
     out
 }
 
-/// One indented `file:line: message` line per error, for reports.
+/// One indented `file:line: message` line per error, for reports: one line each, whatever a
+/// path or message from the commit holds.
 pub fn violation_lines(errors: &[Problem]) -> String {
     errors
         .iter()
-        .map(|p| format!("  {}: {}\n", p.location(), p.message))
+        .map(|p| {
+            format!(
+                "  {}\n",
+                terminal(&format!("{}: {}", p.location(), p.message))
+            )
+        })
         .collect()
 }

@@ -11,7 +11,7 @@
 //! ("billion laughs"), which is counted while the value is built and refused once over budget.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -19,15 +19,23 @@ use std::sync::Arc;
 
 use nodewright_schema::validate::{self, FieldPath, PolicyCatalog, Segment, Violation};
 use nodewright_schema::{DeploymentPolicy, NodeWright, keys, legacy};
+
+use super::budget::Budget;
 use serde::Serialize;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-/// Bounds applied while loading.
+/// Bounds applied while loading (each is a [`Budget`] with its flag).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Largest manifest file read, in bytes (default 1 MiB).
     pub max_file_bytes: usize,
+    /// Most manifest files read from a folder (default 10 000; a commit's tree walk counts
+    /// its own).
+    pub max_files: usize,
+    /// Most bytes of manifest files read from a folder, all files together (default 64 MiB;
+    /// a commit's tree walk counts its own).
+    pub max_total_bytes: u64,
     /// Most YAML documents read in one load, across all files (default 10 000).
     pub max_documents: usize,
     /// Most YAML nodes (scalars, sequences, mappings) one document may expand to, aliases
@@ -35,15 +43,22 @@ pub struct Limits {
     pub max_nodes_per_document: usize,
     /// Most scalar bytes one document may expand to, aliases included (default 8 MiB).
     pub max_expanded_bytes_per_document: usize,
+    /// Deepest `[`/`{` nesting of one document (default 64). Manifests nest a handful of
+    /// levels; the parser's own recursion limit (128) is reached only after work that grows
+    /// with the input's square, so deeper input is refused by a linear scan first.
+    pub max_flow_nesting: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_file_bytes: 1024 * 1024,
+            max_files: 10_000,
+            max_total_bytes: 64 * 1024 * 1024,
             max_documents: 10_000,
             max_nodes_per_document: 100_000,
             max_expanded_bytes_per_document: 8 * 1024 * 1024,
+            max_flow_nesting: 64,
         }
     }
 }
@@ -71,9 +86,9 @@ struct DocumentText {
     text: String,
     /// 1-based file line of `text`'s first line.
     first_line: usize,
-    /// What the locator reads of each line, computed on the first lookup and kept: a document
-    /// with thousands of violations is indexed once, not once per violation.
-    lines: std::sync::OnceLock<Vec<Option<LineInfo>>>,
+    /// The document's block structure, computed on the first lookup and kept: a document with
+    /// thousands of violations is indexed once, not once per violation.
+    outline: std::sync::OnceLock<Outline>,
 }
 
 impl DocumentText {
@@ -81,12 +96,12 @@ impl DocumentText {
         DocumentText {
             text,
             first_line,
-            lines: std::sync::OnceLock::new(),
+            outline: std::sync::OnceLock::new(),
         }
     }
 
-    fn lines(&self) -> &[Option<LineInfo>] {
-        self.lines.get_or_init(|| index_lines(&self.text))
+    fn outline(&self) -> &Outline {
+        self.outline.get_or_init(|| Outline::new(&self.text))
     }
 }
 
@@ -117,7 +132,7 @@ impl<T> Sourced<T> {
     /// The file line of a field: the line of the deepest part of `path` found in the
     /// document's text, else the document's line.
     pub fn line_of(&self, path: &FieldPath) -> usize {
-        locate_in(&self.text.text, self.text.lines(), path.segments())
+        locate_in(&self.text.text, self.text.outline(), path.segments())
             .map(|l| self.text.first_line + l)
             .unwrap_or(self.source.line)
     }
@@ -165,11 +180,11 @@ impl fmt::Display for Notice {
 
 /// A file or document the loader could not read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
-#[error("{file}:{line}: {reason}")]
+#[error("{file}{}: {reason}", if *line == 0 { String::new() } else { format!(":{line}") })]
 pub struct LoadError {
-    /// The file path as given.
+    /// The file path as given, or the commit and tree of a problem that is no file's.
     pub file: String,
-    /// 1-based line (1 when the problem is the whole file).
+    /// 1-based line (1 when the problem is the whole file; 0 when it is not in a file).
     pub line: usize,
     /// What went wrong.
     pub reason: LoadErrorKind,
@@ -181,7 +196,8 @@ pub struct LoadError {
 pub enum LoadErrorKind {
     /// The file exceeds [`Limits::max_file_bytes`].
     #[error(
-        "file is {size} bytes, over the {limit}-byte limit for manifests; split it or raise the limit"
+        "file is {size} bytes, over the {limit}-byte limit for manifests; split it ({})",
+        Budget::FileBytes
     )]
     TooLarge {
         /// Its size.
@@ -209,19 +225,31 @@ pub enum LoadErrorKind {
         /// The parser's message.
         message: String,
     },
-    /// A document expands beyond the node or size budget (alias bombs end here).
-    #[error(
-        "document is too large once expanded ({message}); YAML aliases that multiply content are refused"
-    )]
+    /// A document nests deeper, or expands to more, than a budget allows (alias bombs end
+    /// here).
+    #[error("document has more than {limit} {}, refused ({budget})", budget.counts())]
     TooComplex {
         /// Which budget ran out.
-        message: String,
+        budget: Budget,
+        /// Its value.
+        limit: u64,
     },
-    /// More documents than [`Limits::max_documents`].
-    #[error("more than {limit} YAML documents; the rest of the input was not read")]
-    TooManyDocuments {
-        /// The limit.
-        limit: usize,
+    /// Alias expansion the YAML parser itself refuses (a fixed limit of the parser).
+    #[error(
+        "alias expansion exceeds the YAML parser's repetition limit; YAML aliases that multiply content are refused"
+    )]
+    TooManyRepetitions,
+    /// A folder or commit holds more than a budget allows; nothing after this point was read,
+    /// so the set is incomplete and rules across objects were not applied.
+    #[error(
+        "more than {limit} {}: the rest was not read and rules across objects were not applied ({budget})",
+        budget.counts()
+    )]
+    OverBudget {
+        /// Which budget ran out.
+        budget: Budget,
+        /// Its value.
+        limit: u64,
     },
     /// A NodeWright group object of a version or kind this product does not serve.
     #[error("unsupported {api_version} kind {kind:?}: this version reads {api}: NodeWright and DeploymentPolicy (legacy {legacy}: Skyhook and DeploymentPolicy)", api = keys::API_VERSION, legacy = keys::LEGACY_API_VERSION)]
@@ -231,6 +259,19 @@ pub enum LoadErrorKind {
         /// `kind` as written.
         kind: String,
     },
+}
+
+impl LoadErrorKind {
+    /// The budget that refused the file or document, if a budget did.
+    pub fn budget(&self) -> Option<Budget> {
+        match self {
+            LoadErrorKind::TooLarge { .. } => Some(Budget::FileBytes),
+            LoadErrorKind::TooComplex { budget, .. } | LoadErrorKind::OverBudget { budget, .. } => {
+                Some(*budget)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Everything one load produced.
@@ -249,9 +290,27 @@ pub struct Loaded {
     pub errors: Vec<LoadError>,
     /// Number of files read.
     pub files: usize,
+    /// The budget that stopped the load before the end of its input: the objects are a part
+    /// of the set, so rules that need the whole set (a deploymentPolicy that must exist, a
+    /// policy deleted while in use) are not applied.
+    pub incomplete: Option<Budget>,
 }
 
 impl Loaded {
+    /// Whether every manifest was read: no budget stopped the load or refused a file or a
+    /// document (whose objects would then be missing from the set).
+    pub fn is_complete(&self) -> bool {
+        self.incomplete.is_none()
+            && !self.errors.iter().any(|e| {
+                e.reason.budget().is_some() || matches!(e.reason, LoadErrorKind::TooManyRepetitions)
+            })
+    }
+
+    /// Records the error of a budget that stops the load, and that the set is incomplete.
+    pub fn stop(&mut self, error: LoadError, budget: Budget) {
+        self.errors.push(error);
+        self.incomplete.get_or_insert(budget);
+    }
     /// Whether nothing failed to load (validation is separate: see [`validate_set`]).
     pub fn is_clean(&self) -> bool {
         self.errors.is_empty()
@@ -290,23 +349,47 @@ where
 
 /// Reads every `.yaml`/`.yml` file under `paths` (files are taken as given, directories
 /// walked recursively in name order, skipping hidden directories such as `.git` and not
-/// following directory symlinks) and loads them. A path that does not exist is an `Err`;
-/// unreadable files inside are [`LoadError`]s.
+/// following directory symlinks) and loads them, one file in memory at a time. A path that
+/// does not exist is an `Err`; unreadable files inside are [`LoadError`]s. The file count and
+/// the total size are budgets: past either, reading stops with an error and the set is
+/// [`Loaded::incomplete`].
 pub fn read_paths(paths: &[PathBuf], limits: &Limits) -> io::Result<Loaded> {
-    let mut files: Vec<(String, Result<Vec<u8>, LoadErrorKind>)> = Vec::new();
+    let mut files: Vec<(String, Result<PathBuf, LoadErrorKind>)> = Vec::new();
     for p in paths {
         let meta = std::fs::metadata(p)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
         if meta.is_dir() {
             let root = p.canonicalize()?;
-            walk_dir(p, &root, limits, &mut files)?;
+            walk_dir(p, &root, limits.max_files, &mut files)?;
         } else {
-            files.push((p.display().to_string(), read_bounded(p, limits)));
+            files.push((p.display().to_string(), Ok(p.clone())));
         }
     }
     let mut loaded = Loaded::default();
     let mut documents = 0usize;
-    for (path, bytes) in files {
+    let mut total_bytes = 0u64;
+    for (path, target) in files {
+        let over = |budget: Budget, limit: u64| LoadError {
+            file: path.clone(),
+            line: 1,
+            reason: LoadErrorKind::OverBudget { budget, limit },
+        };
+        if loaded.files == limits.max_files {
+            loaded.stop(over(Budget::Files, limits.max_files as u64), Budget::Files);
+            break;
+        }
+        let bytes = target.and_then(|target| {
+            let size = std::fs::metadata(&target).map_or(0, |m| m.len());
+            total_bytes = total_bytes.saturating_add(size);
+            read_bounded(&target, size, limits)
+        });
+        if total_bytes > limits.max_total_bytes {
+            loaded.stop(
+                over(Budget::TotalBytes, limits.max_total_bytes),
+                Budget::TotalBytes,
+            );
+            break;
+        }
         loaded.files += 1;
         match bytes {
             Ok(b) => {
@@ -324,41 +407,47 @@ pub fn read_paths(paths: &[PathBuf], limits: &Limits) -> io::Result<Loaded> {
     Ok(loaded)
 }
 
-fn read_bounded(path: &Path, limits: &Limits) -> Result<Vec<u8>, LoadErrorKind> {
-    // Oversized files are refused from their length, without reading them.
-    match std::fs::metadata(path) {
-        Ok(m) if m.len() > limits.max_file_bytes as u64 => Err(LoadErrorKind::TooLarge {
-            size: usize::try_from(m.len()).unwrap_or(usize::MAX),
+/// Reads a file of `size` bytes (from its metadata); an oversized one is refused from its
+/// length, without reading it.
+fn read_bounded(path: &Path, size: u64, limits: &Limits) -> Result<Vec<u8>, LoadErrorKind> {
+    if size > limits.max_file_bytes as u64 {
+        return Err(LoadErrorKind::TooLarge {
+            size: usize::try_from(size).unwrap_or(usize::MAX),
             limit: limits.max_file_bytes,
-        }),
-        _ => std::fs::read(path).map_err(|e| LoadErrorKind::Io {
-            message: e.to_string(),
-        }),
+        });
     }
+    std::fs::read(path).map_err(|e| LoadErrorKind::Io {
+        message: e.to_string(),
+    })
 }
 
-/// Collects the manifests under `dir`. A file symlink is read only when its target stays under
-/// `root` (the canonical folder given on the command line): a link to `/etc/shadow` or to a
-/// file beside the folder is refused by name, never read. Directory symlinks are not walked.
+/// Collects the manifests under `dir` (the file to read for each, or why it is refused),
+/// stopping once more than `max_files` are found. A file symlink is read only when its target
+/// stays under `root` (the canonical folder given on the command line): a link to
+/// `/etc/shadow` or to a file beside the folder is refused by name, never read. Directory
+/// symlinks are not walked.
 fn walk_dir(
     dir: &Path,
     root: &Path,
-    limits: &Limits,
-    out: &mut Vec<(String, Result<Vec<u8>, LoadErrorKind>)>,
+    max_files: usize,
+    out: &mut Vec<(String, Result<PathBuf, LoadErrorKind>)>,
 ) -> io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
+        if out.len() > max_files {
+            return Ok(());
+        }
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().to_string();
         let ft = entry.file_type()?;
         if ft.is_dir() {
             if !name.starts_with('.') {
-                walk_dir(&path, root, limits, out)?;
+                walk_dir(&path, root, max_files, out)?;
             }
         } else if ft.is_symlink() && is_manifest_path(&name) && path.is_file() {
-            let read = match path.canonicalize() {
-                Ok(target) if target.starts_with(root) => read_bounded(&target, limits),
+            let target = match path.canonicalize() {
+                Ok(target) if target.starts_with(root) => Ok(target),
                 Ok(target) => Err(LoadErrorKind::Io {
                     message: format!(
                         "symbolic link to {} leaves {}; links must stay inside the folder being read",
@@ -370,9 +459,9 @@ fn walk_dir(
                     message: e.to_string(),
                 }),
             };
-            out.push((path.display().to_string(), read));
+            out.push((path.display().to_string(), target));
         } else if ft.is_file() && is_manifest_path(&name) {
-            out.push((path.display().to_string(), read_bounded(&path, limits)));
+            out.push((path.display().to_string(), Ok(path)));
         }
     }
     Ok(())
@@ -419,12 +508,16 @@ fn load_file(
         };
         *documents += 1;
         if *documents > limits.max_documents {
-            loaded.errors.push(err(
-                chunk.first_line + content_line,
-                LoadErrorKind::TooManyDocuments {
-                    limit: limits.max_documents,
-                },
-            ));
+            loaded.stop(
+                err(
+                    chunk.first_line + content_line,
+                    LoadErrorKind::OverBudget {
+                        budget: Budget::Documents,
+                        limit: limits.max_documents as u64,
+                    },
+                ),
+                Budget::Documents,
+            );
             return false;
         }
         let provenance = Provenance {
@@ -432,13 +525,12 @@ fn load_file(
             line: chunk.first_line + content_line,
             document: doc_index,
         };
-        if let Some(line) = nesting_beyond(chunk.text, MAX_FLOW_NESTING) {
+        if let Some(line) = nesting_beyond(chunk.text, limits.max_flow_nesting) {
             loaded.errors.push(err(
                 chunk.first_line + line,
                 LoadErrorKind::TooComplex {
-                    message: format!(
-                        "flow collections nested deeper than {MAX_FLOW_NESTING} levels, refused before parsing"
-                    ),
+                    budget: Budget::YamlNesting,
+                    limit: limits.max_flow_nesting as u64,
                 },
             ));
             continue;
@@ -456,10 +548,17 @@ fn load_file(
                     .push(err(line, LoadErrorKind::Yaml { message }));
                 continue;
             }
-            Err(ParseError::Budget(message)) => {
+            Err(ParseError::OverBudget(budget, limit)) => {
+                loaded.errors.push(err(
+                    provenance.line,
+                    LoadErrorKind::TooComplex { budget, limit },
+                ));
+                continue;
+            }
+            Err(ParseError::Repetitions) => {
                 loaded
                     .errors
-                    .push(err(provenance.line, LoadErrorKind::TooComplex { message }));
+                    .push(err(provenance.line, LoadErrorKind::TooManyRepetitions));
                 continue;
             }
         };
@@ -647,46 +746,40 @@ enum ParseError {
         message: String,
         line: Option<usize>,
     },
-    Budget(String),
+    OverBudget(Budget, u64),
+    Repetitions,
 }
 
 /// The node and byte budget of one document, charged as values are built.
-struct Budget {
+struct ExpansionBudget {
     nodes_left: Cell<usize>,
     bytes_left: Cell<usize>,
-    exceeded: Cell<bool>,
+    /// The budget that ran out, and its value.
+    exceeded: Cell<Option<(Budget, u64)>>,
     max_nodes: usize,
     max_bytes: usize,
 }
 
-impl Budget {
+impl ExpansionBudget {
     fn charge<E: de::Error>(&self, bytes: usize) -> Result<(), E> {
         let nodes = self.nodes_left.get();
         if nodes == 0 {
-            self.exceeded.set(true);
-            return Err(E::custom(format!(
-                "more than {} YAML nodes",
-                self.max_nodes
-            )));
+            return Err(self.exceed(Budget::YamlNodes, self.max_nodes));
         }
         self.nodes_left.set(nodes - 1);
         let left = self.bytes_left.get();
         if bytes > left {
-            self.exceeded.set(true);
-            return Err(E::custom(format!(
-                "more than {} bytes of scalars",
-                self.max_bytes
-            )));
+            return Err(self.exceed(Budget::YamlExpandedBytes, self.max_bytes));
         }
         self.bytes_left.set(left - bytes);
         Ok(())
     }
-}
 
-/// The deepest `[`/`{` nesting a document may have. Manifests nest a handful of levels; the
-/// parser's own recursion limit (128) is reached only after work that grows with the input's
-/// square, so deeper input is refused by a linear scan first.
-pub const MAX_FLOW_NESTING: usize = 64;
+    fn exceed<E: de::Error>(&self, budget: Budget, limit: usize) -> E {
+        self.exceeded.set(Some((budget, limit as u64)));
+        E::custom(format!("more than {limit} {}", budget.counts()))
+    }
+}
 
 /// The 0-based line where flow collections in `text` first nest deeper than `max`, if they do.
 /// Quoted scalars and comments are skipped; brackets inside plain scalars count, which can only
@@ -743,10 +836,10 @@ fn nesting_beyond(text: &str, max: usize) -> Option<usize> {
 /// Parses one document's text (which holds exactly one document, possibly with `...`).
 /// `Ok(None)` for an empty document.
 fn parse_document(text: &str, limits: &Limits) -> Result<Option<Value>, ParseError> {
-    let budget = Budget {
+    let budget = ExpansionBudget {
         nodes_left: Cell::new(limits.max_nodes_per_document),
         bytes_left: Cell::new(limits.max_expanded_bytes_per_document),
-        exceeded: Cell::new(false),
+        exceeded: Cell::new(None),
         max_nodes: limits.max_nodes_per_document,
         max_bytes: limits.max_expanded_bytes_per_document,
     };
@@ -764,13 +857,11 @@ fn parse_document(text: &str, limits: &Limits) -> Result<Option<Value>, ParseErr
                 result = Some(v);
             }
             Err(e) => {
-                if budget.exceeded.get() {
-                    return Err(ParseError::Budget(strip_location(&e)));
+                if let Some((exceeded, limit)) = budget.exceeded.get() {
+                    return Err(ParseError::OverBudget(exceeded, limit));
                 }
                 if e.to_string().contains("repetition limit exceeded") {
-                    return Err(ParseError::Budget(
-                        "alias expansion exceeds the YAML parser's repetition limit".into(),
-                    ));
+                    return Err(ParseError::Repetitions);
                 }
                 return Err(ParseError::Yaml {
                     message: strip_location(&e),
@@ -807,7 +898,7 @@ fn strip_location(e: &serde_yaml::Error) -> String {
 }
 
 struct ValueSeed<'b> {
-    budget: &'b Budget,
+    budget: &'b ExpansionBudget,
 }
 
 impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
@@ -820,7 +911,7 @@ impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
 }
 
 struct ValueVisitor<'b> {
-    budget: &'b Budget,
+    budget: &'b ExpansionBudget,
 }
 
 impl<'de> Visitor<'de> for ValueVisitor<'_> {
@@ -908,7 +999,7 @@ impl<'de> Visitor<'de> for ValueVisitor<'_> {
 
 /// Mapping keys: scalars, rendered as JSON object keys.
 struct KeySeed<'b> {
-    budget: &'b Budget,
+    budget: &'b ExpansionBudget,
 }
 
 impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
@@ -1011,79 +1102,209 @@ fn key_matches(rest: &str, key: &str) -> bool {
         .is_some_and(|a| a.is_empty() || a.starts_with([' ', '\t']))
 }
 
+/// A scope of an [`Outline`]: lines `lo..hi` whose members sit at a key column.
+type Scope = (usize, usize, usize);
+
+/// Each key of a scope's members → the first member line with that key.
+type ScopeKeys = HashMap<Box<str>, usize>;
+
+/// Scopes with more member lines than this get a key index on their first lookup; smaller ones
+/// are scanned, which costs less than building a map.
+const KEYED_SCOPE_LINES: usize = 32;
+
+/// The block structure of one document, built in linear time (plus a sort-free stack pass):
+/// where each line's children end and at which column they sit, so following a field path
+/// visits the scopes on the path, not every line of the document. A scope that is searched for
+/// a key and is large (a NodeWright with thousands of packages) gets a map from key to line the
+/// first time, so locating every one of its members costs what reading it once does.
+#[derive(Debug)]
+struct Outline {
+    lines: Vec<Option<LineInfo>>,
+    /// For each line: the first later line at or left of its key column that is not a list
+    /// item at that column, i.e. where the line's children end (`lines.len()` when they run to
+    /// the end). Children nest: a child's scope ends no later than its parent's.
+    ends: Vec<usize>,
+    /// For each line: the smallest key column among its children (`None` without children).
+    child_col: Vec<Option<usize>>,
+    /// The smallest key column of the whole document.
+    root_col: Option<usize>,
+    /// Key → first member line, per scope `(lo, hi, column)`, for scopes searched so far.
+    keys: std::sync::Mutex<HashMap<Scope, Arc<ScopeKeys>>>,
+}
+
+impl Outline {
+    fn new(text: &str) -> Self {
+        let lines = index_lines(text);
+        let n = lines.len();
+        // A line j closes line i's scope when j is left of i's key column, or at it without a
+        // list marker: with rank = 2 × indent + dash, that is rank(j) ≤ 2 × key_col(i). The
+        // stack holds the lines to the right whose rank no nearer line undercuts, nearest on
+        // top, so ranks increase towards the top and the nearest closing line is found by
+        // binary search.
+        let rank = |l: &LineInfo| 2 * l.indent + usize::from(l.dash);
+        let mut ends = vec![n; n];
+        let mut stack: Vec<(usize, usize)> = Vec::new();
+        for i in (0..n).rev() {
+            let Some(l) = &lines[i] else { continue };
+            let closing = stack.partition_point(|&(r, _)| r <= 2 * l.key_col);
+            if closing > 0 {
+                ends[i] = stack[closing - 1].1;
+            }
+            let r = rank(l);
+            while stack.last().is_some_and(|&(top, _)| top >= r) {
+                stack.pop();
+            }
+            stack.push((r, i));
+        }
+        // The smallest key column under each line, from its direct children (each line is
+        // one line's direct child at most, so this is linear).
+        let mut child_col: Vec<Option<usize>> = vec![None; n];
+        let subtree_col = |child_col: &[Option<usize>], j: usize| {
+            lines[j]
+                .as_ref()
+                .map(|l| child_col[j].map_or(l.key_col, |c| c.min(l.key_col)))
+        };
+        let direct_min = |child_col: &[Option<usize>], lo: usize, hi: usize| {
+            let mut min: Option<usize> = None;
+            let mut j = lo;
+            while j < hi {
+                if let Some(c) = subtree_col(child_col, j) {
+                    min = Some(min.map_or(c, |m| m.min(c)));
+                    j = ends[j].max(j + 1);
+                } else {
+                    j += 1;
+                }
+            }
+            min
+        };
+        for i in (0..n).rev() {
+            if lines[i].is_some() {
+                child_col[i] = direct_min(&child_col, i + 1, ends[i]);
+            }
+        }
+        let root_col = direct_min(&child_col, 0, n);
+        Outline {
+            lines,
+            ends,
+            child_col,
+            root_col,
+            keys: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The first line of `lo..hi` at key column `col` whose key is `key`.
+    fn find_key(
+        &self,
+        text: &str,
+        (lo, hi, col): (usize, usize, usize),
+        key: &str,
+    ) -> Option<usize> {
+        let members =
+            || (lo..hi).filter(move |&i| self.lines[i].as_ref().is_some_and(|l| l.key_col == col));
+        if hi - lo <= KEYED_SCOPE_LINES {
+            return members().find(|&i| {
+                self.lines[i]
+                    .as_ref()
+                    .is_some_and(|l| key_matches(&text[l.rest.clone()], key))
+            });
+        }
+        let map = {
+            // A panic while another lookup held the lock leaves a complete map or none.
+            let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            keys.entry((lo, hi, col))
+                .or_insert_with(|| {
+                    let mut map = HashMap::new();
+                    for i in members() {
+                        if let Some(l) = &self.lines[i] {
+                            for k in keys_of(&text[l.rest.clone()]) {
+                                map.entry(k.into()).or_insert(i);
+                            }
+                        }
+                    }
+                    Arc::new(map)
+                })
+                .clone()
+        };
+        map.get(key).copied()
+    }
+}
+
+/// Every key `rest` can be read as by [`key_matches`]: the text before each `:` that ends the
+/// line or precedes a blank, and, when the line starts with a quote, the text between it and
+/// the same quote right before such a `:`.
+fn keys_of(rest: &str) -> impl Iterator<Item = &str> {
+    let quote = rest.chars().next().filter(|c| matches!(c, '"' | '\''));
+    rest.match_indices(':')
+        .map(|(p, _)| p)
+        .filter(move |&p| rest[p + 1..].is_empty() || rest[p + 1..].starts_with([' ', '\t']))
+        .flat_map(move |p| {
+            let quoted =
+                quote.and_then(|q| (p >= 2 && rest[..p].ends_with(q)).then(|| &rest[1..p - 1]));
+            std::iter::once(&rest[..p]).chain(quoted)
+        })
+}
+
+/// The `n`th item of the block list in lines `lo..hi` (the dash lines at the smallest dash
+/// indent), and the scope of its members: from its dash line (its first key sits there) to
+/// the next item, at the column of that first key.
+fn list_item(
+    lines: &[Option<LineInfo>],
+    (lo, hi): (usize, usize),
+    n: usize,
+) -> Option<(usize, Scope)> {
+    let item_indent = (lo..hi)
+        .filter_map(|i| lines[i].as_ref())
+        .filter(|l| l.dash)
+        .map(|l| l.indent)
+        .min()?;
+    let items: Vec<usize> = (lo..hi)
+        .filter(|&i| {
+            lines[i]
+                .as_ref()
+                .is_some_and(|l| l.dash && l.indent == item_indent)
+        })
+        .collect();
+    let i = *items.get(n)?;
+    let end = items.get(n + 1).copied().unwrap_or(hi);
+    let item_key_col = lines[i].as_ref().map_or(item_indent, |l| l.key_col);
+    Some((i, (i, end, item_key_col)))
+}
+
 /// The 0-based line (within `text`) of the deepest segment of `path` found by following block
 /// YAML indentation; `None` when not even the first segment is found (e.g. flow style).
 #[cfg(test)]
 fn locate(text: &str, path: &[Segment]) -> Option<usize> {
-    locate_in(text, &index_lines(text), path)
+    locate_in(text, &Outline::new(text), path)
 }
 
-/// [`locate`] over an index of `text`'s lines ([`index_lines`]).
-fn locate_in(text: &str, lines: &[Option<LineInfo>], path: &[Segment]) -> Option<usize> {
-    // Current scope: lines [lo, hi) whose members sit at column `col` (None = the smallest
-    // column found in the scope).
+/// [`locate`] over `text`'s [`Outline`].
+fn locate_in(text: &str, outline: &Outline, path: &[Segment]) -> Option<usize> {
+    let lines = &outline.lines;
+    // Current scope: lines [lo, hi) whose members sit at column `col`.
     let (mut lo, mut hi) = (0usize, lines.len());
-    let mut col: Option<usize> = None;
+    let mut col: Option<usize> = outline.root_col;
     let mut found: Option<usize> = None;
     for seg in path {
-        let member_col = match col {
-            Some(c) => c,
-            None => match (lo..hi)
-                .filter_map(|i| lines[i].as_ref())
-                .map(|l| l.key_col)
-                .min()
-            {
-                Some(c) => c,
-                None => break,
-            },
-        };
+        let Some(member_col) = col else { break };
         match seg {
             Segment::Key(key) => {
-                let hit = (lo..hi).find(|&i| {
-                    lines[i].as_ref().is_some_and(|l| {
-                        l.key_col == member_col && key_matches(&text[l.rest.clone()], key)
-                    })
-                });
-                let Some(i) = hit else { break };
+                let Some(i) = outline.find_key(text, (lo, hi, member_col), key) else {
+                    break;
+                };
                 found = Some(i);
                 // Children: following lines indented deeper than the key, or list items at
                 // the key's own column.
-                let end = (i + 1..hi)
-                    .find(|&j| {
-                        lines[j].as_ref().is_some_and(|l| {
-                            l.indent < member_col || (l.indent == member_col && !l.dash)
-                        })
-                    })
-                    .unwrap_or(hi);
                 lo = i + 1;
-                hi = end;
-                col = None;
+                hi = outline.ends[i].min(hi);
+                col = outline.child_col[i];
             }
             Segment::Index(n) => {
-                let item_indent = match (lo..hi)
-                    .filter_map(|i| lines[i].as_ref())
-                    .filter(|l| l.dash)
-                    .map(|l| l.indent)
-                    .min()
-                {
-                    Some(c) => c,
-                    None => break,
+                let Some((i, scope)) = list_item(lines, (lo, hi), *n) else {
+                    break;
                 };
-                let items: Vec<usize> = (lo..hi)
-                    .filter(|&i| {
-                        lines[i]
-                            .as_ref()
-                            .is_some_and(|l| l.dash && l.indent == item_indent)
-                    })
-                    .collect();
-                let Some(&i) = items.get(*n) else { break };
                 found = Some(i);
-                let end = items.get(n + 1).copied().unwrap_or(hi);
-                let item_key_col = lines[i].as_ref().map(|l| l.key_col).unwrap_or(item_indent);
-                // The item's first key sits on the dash line itself; the scope includes it.
-                lo = i;
-                hi = end;
-                col = Some(item_key_col);
+                (lo, hi) = (scope.0, scope.1);
+                col = Some(scope.2);
             }
         }
     }
@@ -1175,10 +1396,13 @@ pub fn validate_set(loaded: &Loaded, previous: Option<&Previous>) -> Vec<Located
         .map(|p| p.name().to_string())
         .filter(|n| !n.is_empty())
         .collect();
-    let catalog: &dyn PolicyCatalog = &policy_names;
+    // A part of the set cannot say a policy is missing: it may be in what was not read.
+    let complete = loaded.is_complete();
+    let catalog: Option<&dyn PolicyCatalog> =
+        complete.then_some(&policy_names as &dyn PolicyCatalog);
     for s in &loaded.nodewrights {
         let old = previous.and_then(|p| p.nodewrights.get(s.name()));
-        let (_, violations) = validate::validate_nodewright_value(&s.raw, old, Some(catalog));
+        let (_, violations) = validate::validate_nodewright_value(&s.raw, old, catalog);
         out.extend(
             violations
                 .into_iter()
@@ -1213,7 +1437,7 @@ pub fn validate_set(loaded: &Loaded, previous: Option<&Previous>) -> Vec<Located
     }
     duplicates(&loaded.nodewrights, keys::KIND_NODEWRIGHT, &mut out);
     duplicates(&loaded.policies, keys::KIND_DEPLOYMENT_POLICY, &mut out);
-    if let Some(prev) = previous {
+    if let Some(prev) = previous.filter(|_| complete) {
         for name in prev.policies.difference(&policy_names) {
             let referencing: Vec<&Sourced<NodeWright>> = loaded
                 .nodewrights
@@ -1294,6 +1518,113 @@ fn duplicates<T>(items: &[Sourced<T>], kind: &str, out: &mut Vec<Located<Violati
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The locator as a scan of every line of each scope, the reference the outline must
+    /// agree with.
+    fn locate_by_scanning(
+        text: &str,
+        lines: &[Option<LineInfo>],
+        path: &[Segment],
+    ) -> Option<usize> {
+        // Current scope: lines [lo, hi) whose members sit at column `col` (None = the smallest
+        // column found in the scope).
+        let (mut lo, mut hi) = (0usize, lines.len());
+        let mut col: Option<usize> = None;
+        let mut found: Option<usize> = None;
+        for seg in path {
+            let member_col = match col {
+                Some(c) => c,
+                None => match (lo..hi)
+                    .filter_map(|i| lines[i].as_ref())
+                    .map(|l| l.key_col)
+                    .min()
+                {
+                    Some(c) => c,
+                    None => break,
+                },
+            };
+            match seg {
+                Segment::Key(key) => {
+                    let hit = (lo..hi).find(|&i| {
+                        lines[i].as_ref().is_some_and(|l| {
+                            l.key_col == member_col && key_matches(&text[l.rest.clone()], key)
+                        })
+                    });
+                    let Some(i) = hit else { break };
+                    found = Some(i);
+                    // Children: following lines indented deeper than the key, or list items at
+                    // the key's own column.
+                    let end = (i + 1..hi)
+                        .find(|&j| {
+                            lines[j].as_ref().is_some_and(|l| {
+                                l.indent < member_col || (l.indent == member_col && !l.dash)
+                            })
+                        })
+                        .unwrap_or(hi);
+                    lo = i + 1;
+                    hi = end;
+                    col = None;
+                }
+                Segment::Index(n) => {
+                    let Some((i, scope)) = list_item(lines, (lo, hi), *n) else {
+                        break;
+                    };
+                    found = Some(i);
+                    (lo, hi) = (scope.0, scope.1);
+                    col = Some(scope.2);
+                }
+            }
+        }
+        found
+    }
+
+    fn yaml_line() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just("a"),
+            Just("b"),
+            Just("\"a\""),
+            Just("'b'"),
+            Just("a: b"),
+            Just("\"a:\" b")
+        ];
+        let value = prop_oneof![Just(""), Just(" 1"), Just(" x: y"), Just(" |")];
+        prop_oneof![
+            4 => (0usize..8, any::<bool>(), key, value).prop_map(|(indent, dash, k, v)| {
+                format!("{}{}{k}:{v}", " ".repeat(indent), if dash { "- " } else { "" })
+            }),
+            1 => (0usize..8).prop_map(|indent| format!("{}- x", " ".repeat(indent))),
+            1 => (0usize..8).prop_map(|indent| format!("{}plain text", " ".repeat(indent))),
+            1 => Just(String::new()),
+            1 => Just("# comment".to_owned()),
+        ]
+    }
+
+    fn segment() -> impl Strategy<Value = Segment> {
+        prop_oneof![
+            3 => prop_oneof![Just("a"), Just("b"), Just("a: b"), Just("a:")]
+                .prop_map(|k| Segment::Key(k.to_owned())),
+            1 => (0usize..3).prop_map(Segment::Index),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_outline_finds_the_line_a_scan_of_every_line_finds(
+            lines in proptest::collection::vec(yaml_line(), 0..120),
+            paths in proptest::collection::vec(proptest::collection::vec(segment(), 1..5), 1..8),
+        ) {
+            let text = lines.join("\n");
+            let outline = Outline::new(&text);
+            for path in &paths {
+                proptest::prop_assert_eq!(
+                    locate_in(&text, &outline, path),
+                    locate_by_scanning(&text, &index_lines(&text), path),
+                    "path {:?} in\n{}", path, text
+                );
+            }
+        }
+    }
 
     fn load_one(text: &str) -> Loaded {
         load(
@@ -1409,11 +1740,11 @@ mod tests {
             [("f.yaml".into(), format!("{NW}---\n{NW}").into_bytes())],
             &few,
         );
-        assert!(matches!(
-            l.errors[0].reason,
-            LoadErrorKind::TooManyDocuments { limit: 1 }
-        ));
-        assert_eq!(l.errors[0].line, 11);
+        assert_eq!(
+            l.errors[0].to_string(),
+            "f.yaml:11: more than 1 YAML documents: the rest was not read and rules across objects were not applied (--max-documents raises this limit)"
+        );
+        assert!(!l.is_complete());
     }
 
     #[test]
@@ -1430,9 +1761,18 @@ mod tests {
         let l = load_one(&bomb);
         assert_eq!(l.errors.len(), 1, "{:?}", l.errors);
         assert!(
-            matches!(l.errors[0].reason, LoadErrorKind::TooComplex { .. }),
+            matches!(l.errors[0].reason, LoadErrorKind::TooManyRepetitions),
             "{:?}",
             l.errors
+        );
+        let few_nodes = Limits {
+            max_nodes_per_document: 1_000,
+            ..Limits::default()
+        };
+        let l = load([("f.yaml".into(), bomb.into_bytes())], &few_nodes);
+        assert_eq!(
+            l.errors[0].to_string(),
+            "f.yaml:1: document has more than 1000 YAML nodes in one document, refused (--max-yaml-nodes raises this limit)"
         );
         // Modest aliasing is fine.
         let l = load_one("base: &b {x: 1}\nother: *b\n");
@@ -1447,6 +1787,67 @@ mod tests {
         let msgs: Vec<String> = v.iter().map(|v| v.to_string()).collect();
         assert!(msgs.iter().any(|m| m == "f.yaml:6: NodeWright/tuning: spec.deploymentPolicy: deploymentPolicy \"missing\" not found"), "{msgs:?}");
         assert!(msgs.iter().any(|m| m.starts_with("f.yaml:12: NodeWright/tuning: metadata.name: NodeWright \"tuning\" is declared more than once; first declared at f.yaml:1")), "{msgs:?}");
+    }
+
+    #[test]
+    fn a_set_cut_short_by_a_budget_says_so_and_claims_nothing_is_missing() {
+        // See: issue 24 — the document cap stopped silently, then "deploymentPolicy not found".
+        let tmp = tempfile::tempdir().unwrap();
+        let with_policy = NW.replace("spec:\n", "spec:\n  deploymentPolicy: rollout\n");
+        std::fs::write(tmp.path().join("a.yaml"), &with_policy).unwrap();
+        std::fs::write(
+            tmp.path().join("b.yaml"),
+            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata:\n  name: rollout\nspec:\n  default:\n    budget: {percent: 10}\n    strategy: {fixed: {}}\n",
+        )
+        .unwrap();
+        let folder = [tmp.path().to_path_buf()];
+        let whole = read_paths(&folder, &Limits::default()).unwrap();
+        assert!(whole.is_complete() && whole.errors.is_empty());
+        assert!(validate_set(&whole, None).is_empty());
+
+        let a = tmp.path().join("a.yaml").display().to_string();
+        let b = tmp.path().join("b.yaml").display().to_string();
+        for (limits, refusal) in [
+            (
+                Limits {
+                    max_documents: 1,
+                    ..Limits::default()
+                },
+                format!(
+                    "{b}:1: more than 1 YAML documents: the rest was not read and rules across objects were not applied (--max-documents raises this limit)"
+                ),
+            ),
+            (
+                Limits {
+                    max_files: 1,
+                    ..Limits::default()
+                },
+                format!(
+                    "{b}:1: more than 1 manifest files: the rest was not read and rules across objects were not applied (--max-files raises this limit)"
+                ),
+            ),
+            (
+                Limits {
+                    max_total_bytes: with_policy.len() as u64 + 10,
+                    ..Limits::default()
+                },
+                format!(
+                    "{b}:1: more than {} bytes of manifest files: the rest was not read and rules across objects were not applied (--max-total-bytes raises this limit)",
+                    with_policy.len() + 10
+                ),
+            ),
+        ] {
+            let cut = read_paths(&folder, &limits).unwrap();
+            let errors: Vec<String> = cut.errors.iter().map(|e| e.to_string()).collect();
+            assert_eq!(errors, [refusal]);
+            assert!(!cut.is_complete());
+            assert_eq!(cut.nodewrights[0].source.file, a);
+            assert!(cut.policies.is_empty());
+            assert!(
+                validate_set(&cut, None).is_empty(),
+                "the policy is in what was not read, not missing"
+            );
+        }
     }
 
     #[test]
@@ -1472,12 +1873,9 @@ mod tests {
         );
         assert_eq!(l.errors.len(), 1, "{:?}", l.errors);
         assert_eq!(l.errors[0].line, 3);
-        assert!(
-            l.errors[0]
-                .to_string()
-                .contains("nested deeper than 64 levels"),
-            "{}",
-            l.errors[0]
+        assert_eq!(
+            l.errors[0].to_string(),
+            "deep.yaml:3: document has more than 64 levels of flow nesting in one document, refused (--max-yaml-nesting raises this limit)"
         );
         let shallow = "a: [[1, 2], {b: '[[[[', c: \"]]\"}]\nd: it's [plain]\n";
         assert_eq!(nesting_beyond(shallow, 2), None);
@@ -1488,10 +1886,10 @@ mod tests {
     fn a_document_is_indexed_once_however_many_fields_are_located() {
         let text = "spec:\n  packages:\n    a:\n      version: 1\n    'b':\n      version: 2\n";
         let doc = DocumentText::new(text.to_owned(), 10);
-        let first = doc.lines().as_ptr();
+        let first: *const Outline = doc.outline();
         let path = FieldPath::of(&["spec", "packages", "b", "version"]);
-        assert_eq!(locate_in(text, doc.lines(), path.segments()), Some(5));
-        assert_eq!(doc.lines().as_ptr(), first, "the index is kept");
+        assert_eq!(locate_in(text, doc.outline(), path.segments()), Some(5));
+        assert!(std::ptr::eq(doc.outline(), first), "the index is kept");
     }
 
     #[cfg(unix)]

@@ -5,6 +5,7 @@
 pub mod annotation_edit;
 pub mod approval_commit;
 pub mod approvals;
+pub mod budget;
 pub mod cadence;
 pub mod desired;
 pub mod manifests;

@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use gix::ObjectId;
 use gix::bstr::ByteSlice;
 
+use super::budget::Budget;
 use super::repo::{GitRepo, RepoError};
 
 /// Directory that is never desired state (reconciler bookkeeping in the repository).
@@ -72,7 +73,10 @@ pub enum FileViolation {
         reason: String,
     },
     /// The file is larger than the limit.
-    #[error("{path}: file is {size} bytes, larger than the limit of {limit} bytes")]
+    #[error(
+        "{path}: file is {size} bytes, larger than the limit of {limit} bytes ({})",
+        Budget::FileBytes
+    )]
     TooLarge {
         /// The file.
         path: String,
@@ -81,27 +85,17 @@ pub enum FileViolation {
         /// The limit.
         limit: u64,
     },
-    /// The commit has more manifest files than allowed (counting stops past the limit).
-    #[error("at least {count} manifest files under {root:?}, more than the limit of {limit}")]
-    TooManyFiles {
-        /// Files found.
-        count: usize,
-        /// The limit.
-        limit: usize,
-        /// The root path.
-        root: String,
-    },
     /// The commit is larger than a per-commit budget; it is refused without reading further.
     #[error(
-        "more than {limit} {what} under {root:?}: the commit is refused without reading further ({setting})"
+        "more than {limit} {} under {}: the commit is refused without reading further ({budget})",
+        budget.counts(),
+        root_name(root)
     )]
     OverBudget {
-        /// What was counted (`tree entries`, `bytes of manifest files`).
-        what: String,
         /// The budget.
+        budget: Budget,
+        /// Its value.
         limit: u64,
-        /// The setting holding the budget.
-        setting: String,
         /// The root path.
         root: String,
     },
@@ -122,6 +116,15 @@ pub struct CommitFiles {
     pub files: Vec<SourceFile>,
     /// Files refused (the commit is invalid when this is not empty).
     pub violations: Vec<FileViolation>,
+}
+
+/// How a root path reads in a message: `"clusters/prod"`, or the repository root.
+pub fn root_name(root: &str) -> String {
+    if root.is_empty() {
+        "the repository root".to_owned()
+    } else {
+        format!("{root:?}")
+    }
 }
 
 /// Normalize a `/`-separated root path: no leading/trailing `/`, no `.` components; `""` is
@@ -240,9 +243,8 @@ pub fn read_commit_files(
             entries_seen = entries_seen.saturating_add(items.len());
             if entries_seen > limits.max_entries {
                 out.violations.push(FileViolation::OverBudget {
-                    what: "tree entries".to_owned(),
+                    budget: Budget::TreeEntries,
                     limit: limits.max_entries as u64,
-                    setting: "TreeLimits::max_entries".to_owned(),
                     root: root.clone(),
                 });
                 return Ok(out);
@@ -275,9 +277,9 @@ pub fn read_commit_files(
                     ItemKind::Blob => {}
                 }
                 if manifest_count > limits.max_files {
-                    out.violations.push(FileViolation::TooManyFiles {
-                        count: manifest_count,
-                        limit: limits.max_files,
+                    out.violations.push(FileViolation::OverBudget {
+                        budget: Budget::Files,
+                        limit: limits.max_files as u64,
                         root: root.clone(),
                     });
                     return Ok(out);
@@ -323,9 +325,8 @@ pub fn read_commit_files(
             total_bytes = total_bytes.saturating_add(size);
             if total_bytes > limits.max_total_bytes {
                 out.violations.push(FileViolation::OverBudget {
-                    what: "bytes of manifest files".to_owned(),
+                    budget: Budget::TotalBytes,
                     limit: limits.max_total_bytes,
-                    setting: "TreeLimits::max_total_bytes".to_owned(),
                     root: root.clone(),
                 });
                 return Ok(out);

@@ -198,6 +198,16 @@ pub fn render<T: Serialize>(
 
 /// Aligns rows into columns (first row is the header).
 pub fn format_table(rows: &[Vec<String>]) -> String {
+    // Names and messages come from repositories and clusters: one line per row, whatever they
+    // hold.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|cell| crate::text::terminal(cell).into_owned())
+                .collect()
+        })
+        .collect();
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
@@ -209,7 +219,7 @@ pub fn format_table(rows: &[Vec<String>]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for row in rows {
+    for row in &rows {
         let line: Vec<String> = row
             .iter()
             .enumerate()

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::render::{STATUS_DIR, StatusFile};
 use crate::diff::Problem;
+use crate::text::{code_span, fenced, terminal};
 
 /// The file holding the record, beside the NodeWright documents.
 pub const SOURCE_FILE: &str = "_source.yaml";
@@ -113,9 +114,9 @@ impl SourceRecord {
             let lines: Vec<String> = rejected
                 .violations
                 .iter()
-                .map(|v| format!("{}: {} [{}]", v.at, v.message, v.rule))
+                .map(|v| terminal(&format!("{}: {} [{}]", v.at, v.message, v.rule)).into_owned())
                 .collect();
-            out.push_str(&fenced(&lines.join("\n")));
+            out.push_str(&fenced("text", &lines.join("\n")));
         }
         out
     }
@@ -123,30 +124,6 @@ impl SourceRecord {
 
 fn short(commit: &str) -> &str {
     commit.get(..12).unwrap_or(commit)
-}
-
-/// A Markdown code span that user text cannot break out of.
-fn code_span(text: &str) -> String {
-    let text = text.replace(['\n', '\r'], " ");
-    let fence = "`".repeat(longest_run(&text, '`') + 1);
-    format!("{fence} {text} {fence}")
-}
-
-/// A fenced code block longer than any backtick run inside, so file names and messages from a
-/// commit render as text and cannot close it.
-fn fenced(text: &str) -> String {
-    let fence = "`".repeat(longest_run(text, '`').max(2) + 1);
-    format!("{fence}text\n{text}\n{fence}\n")
-}
-
-fn longest_run(text: &str, c: char) -> usize {
-    let mut longest = 0;
-    let mut run = 0;
-    for ch in text.chars() {
-        run = if ch == c { run + 1 } else { 0 };
-        longest = longest.max(run);
-    }
-    longest
 }
 
 #[cfg(test)]

@@ -116,3 +116,30 @@ spec:
     - {name: canary, selector: {matchLabels: {tier: canary}}, budget: {count: 1}, strategy: {fixed: {initialBatch: 1}}}
     - {name: production, selector: {matchLabels: {tier: production}}, budget: {count: 2}, strategy: {fixed: {initialBatch: 2}}}
 ";
+
+/// `git mktree` from `entries` (`mode type id\tname` lines); returns the tree id.
+pub fn mktree(dir: &Path, entries: &[String]) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("git")
+        .args(["mktree", "--missing"])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(entries.join("\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A commit of `tree` (made with the git CLI, as an author of a hostile commit would).
+pub fn commit_tree(dir: &Path, tree: &str) -> gix::ObjectId {
+    let id = git(dir, &["commit-tree", tree, "-m", "hostile"]);
+    id.parse().unwrap()
+}
