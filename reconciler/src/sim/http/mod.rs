@@ -10,7 +10,9 @@
 //! Every write is a simulator operation (see [`world`]); the simulator's clock runs in a
 //! background task at wall time × speed.
 
+pub mod admission;
 pub mod error;
+pub mod paging;
 pub mod patch;
 pub mod resources;
 pub mod select;
