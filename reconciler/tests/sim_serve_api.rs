@@ -1032,6 +1032,53 @@ async fn exact_list(
         .await
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_of_a_job_reads_that_jobs_pod() {
+    use k8s_openapi::api::batch::v1::Job;
+
+    if which("kubectl").is_none() {
+        println!("kubectl is not on PATH; skipping the kubectl test");
+        return;
+    }
+    let server = serve().await;
+    let client = server.client().await.unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    // Two Jobs whose templates carry the same labels: only the generated selector tells
+    // their pods apart.
+    for (name, node) in [("first", "n0"), ("second", "n1")] {
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"template": {
+                "metadata": {"labels": {"app": "same"}},
+                "spec": {"restartPolicy": "Never", "nodeName": node,
+                         "containers": [{"name": "main", "image": "example/none:1"}]}}}}))
+        .unwrap();
+        jobs.create(&PostParams::default(), &job).await.unwrap();
+    }
+    eventually("both Jobs have a pod", || async {
+        pods.list(&Default::default()).await.unwrap().items.len() >= 2
+    })
+    .await;
+    let (code, out, err) = kubectl(
+        &server,
+        &["logs", "job/second", "--all-containers", "--prefix", "-v=6"],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    // kubectl finds the Job's pods by its selector (`-v=6` logs each request it makes).
+    let uid = jobs.get("second").await.unwrap().metadata.uid.unwrap();
+    assert!(
+        err.contains(&format!(
+            "pods?labelSelector=batch.kubernetes.io%2Fcontroller-uid%3D{uid}"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("/pods/second-"), "{err}");
+    assert!(!err.contains("/pods/first-"), "{err}");
+}
+
 fn which(program: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
