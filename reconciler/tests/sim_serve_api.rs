@@ -549,6 +549,43 @@ async fn a_dry_run_write_answers_what_would_be_stored_and_stores_nothing() {
         .collect();
     assert_eq!(names, ["live"], "dry runs created nothing");
 
+    // The status subresource and a collection delete take a dry run too.
+    let condition = json!({"status": {"conditions": [{"type": "Probe", "status": "True"}]}});
+    let (status_write, collection) = blocking(move || {
+        let status_write = raw(
+            address,
+            "PATCH",
+            "/api/v1/nodes/n1/status?dryRun=All",
+            "application/merge-patch+json",
+            condition.to_string().as_bytes(),
+        )
+        .unwrap();
+        let collection = raw(
+            address,
+            "DELETE",
+            "/api/v1/namespaces/nodewright/configmaps?dryRun=All",
+            "application/json",
+            b"",
+        )
+        .unwrap();
+        (status_write, collection)
+    })
+    .await;
+    assert_eq!(status_write.code, 200, "{}", status_write.text());
+    assert_eq!(
+        status_write.json()["status"]["conditions"][0]["type"],
+        "Probe"
+    );
+    let conditions = nodes.get("n1").await.unwrap().status.unwrap().conditions;
+    assert!(
+        conditions
+            .unwrap_or_default()
+            .iter()
+            .all(|c| c.type_ != "Probe")
+    );
+    assert_eq!(collection.code, 200, "{}", collection.text());
+    assert!(cms.get_opt("live").await.unwrap().is_some());
+
     // Any other dryRun value is refused as the apiserver validates its options.
     let reply = blocking(move || {
         raw(
