@@ -222,6 +222,13 @@ pub const JOB_ANNOTATION_PACKAGE_DIGEST: &str = "nodewright.nvidia.com/package-d
 pub const JOB_ANNOTATION_CONFIG_DIGESTS: &str = "nodewright.nvidia.com/config-digests";
 /// Label the Job controller puts on child pods.
 pub const JOB_CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
+/// Label carrying the Job's name on its pod template and pods.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+/// The unprefixed controller-uid label the apiserver still puts beside
+/// [`JOB_CONTROLLER_UID_LABEL`] on a Job's pod template.
+pub const LEGACY_JOB_CONTROLLER_UID_LABEL: &str = "controller-uid";
+/// The unprefixed job-name label beside [`JOB_NAME_LABEL`].
+pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
 /// Pod annotation marking mirror (static) pods.
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// Pod annotation the LimitRanger admission plugin sets.

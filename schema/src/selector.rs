@@ -68,6 +68,31 @@ fn qualified_name_part_ok(s: &str) -> bool {
             .all(|&c| is_alnum(c) || c == b'-' || c == b'_' || c == b'.')
 }
 
+const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+
+/// apimachinery `IsDNS1123Label` (namespace names): the error strings, empty when valid.
+pub fn is_dns1123_label(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > 63 {
+        errs.push("must be no more than 63 characters".to_string());
+    }
+    let b = s.as_bytes();
+    let ok = !b.is_empty()
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+    if !ok {
+        errs.push(regex_error(
+            DNS1123_LABEL_MSG,
+            DNS1123_LABEL_FMT,
+            &["my-name", "123-abc"],
+        ));
+    }
+    errs
+}
+
 /// Whether `s` is an RFC 1123 subdomain (object names, label-key prefixes).
 pub fn is_dns1123_subdomain(s: &str) -> Vec<String> {
     let mut errs = Vec::new();

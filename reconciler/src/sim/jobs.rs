@@ -15,7 +15,7 @@ use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus, Pod, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use nodewright_schema::keys;
 
 use super::nodes::node_boot_id;
@@ -208,6 +208,40 @@ fn backoff(base: Duration, max: Duration, n: i32) -> Duration {
     base.saturating_mul(1u32 << shift).min(max)
 }
 
+/// The labels a Job's pods carry: its uid and name, prefixed and in the legacy form.
+fn job_pod_labels(name: &str, uid: &str) -> [(String, String); 4] {
+    [
+        (keys::JOB_CONTROLLER_UID_LABEL.into(), uid.into()),
+        (keys::JOB_NAME_LABEL.into(), name.into()),
+        (keys::LEGACY_JOB_CONTROLLER_UID_LABEL.into(), uid.into()),
+        (keys::LEGACY_JOB_NAME_LABEL.into(), name.into()),
+    ]
+}
+
+/// The apiserver's Job defaulting: unless `spec.manualSelector` is set, the Job selects its
+/// pods by its uid label, which the pod template gets, so that a client looking for the Job's
+/// pods by its selector (`kubectl logs job/NAME`) finds this Job's and no other's.
+fn default_selector(job: &mut Job) {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    let Some(spec) = job.spec.as_mut() else {
+        return;
+    };
+    if spec.manual_selector == Some(true) {
+        return;
+    }
+    spec.selector = Some(LabelSelector {
+        match_labels: Some([(keys::JOB_CONTROLLER_UID_LABEL.to_string(), uid.clone())].into()),
+        match_expressions: None,
+    });
+    spec.template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .labels
+        .get_or_insert_with(Default::default)
+        .extend(job_pod_labels(&name, &uid));
+}
+
 impl SimCluster {
     /// Moves a Job's resourceVersion (every write does; snapshots reuse unchanged objects).
     fn bump_job(&mut self, name: &str) {
@@ -239,6 +273,7 @@ impl SimCluster {
         meta.finalizers = job.metadata.finalizers.take();
         meta.generation = Some(1);
         job.metadata = meta;
+        default_selector(&mut job);
         job.status = Some(JobStatus::default());
         if let Some(address) = job_address(&job) {
             self.history.record(self.now, format!("job {address}"));
@@ -593,10 +628,7 @@ impl SimCluster {
         let mut meta = self.new_meta(&name, Some(&ns));
         let tmeta = template.metadata.unwrap_or_default();
         let mut labels = tmeta.labels.unwrap_or_default();
-        labels.insert(keys::JOB_CONTROLLER_UID_LABEL.into(), uid.clone());
-        labels.insert("batch.kubernetes.io/job-name".into(), job_name.clone());
-        labels.insert("controller-uid".into(), uid.clone());
-        labels.insert("job-name".into(), job_name.clone());
+        labels.extend(job_pod_labels(&job_name, &uid));
         meta.labels = Some(labels);
         meta.annotations = tmeta.annotations;
         meta.owner_references = Some(vec![OwnerReference {

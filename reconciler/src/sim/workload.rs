@@ -183,6 +183,26 @@ pub fn phase(pod: &Pod) -> &str {
         .unwrap_or("Pending")
 }
 
+/// The grace period a deletion with `requested` gives the pod (the request's, else the pod's
+/// `terminationGracePeriodSeconds`, else 30 s), or `None` when the pod disappears at once:
+/// terminal, never bound to a node, or a grace period of zero.
+fn termination_grace(pod: &Pod, requested: Option<i64>) -> Option<i64> {
+    let grace = requested
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+        .unwrap_or(30)
+        .max(0);
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some();
+    (bound && grace > 0 && !is_terminal(pod)).then_some(grace)
+}
+
 /// Whether the pod reached Succeeded or Failed.
 pub fn is_terminal(pod: &Pod) -> bool {
     matches!(phase(pod), "Succeeded" | "Failed")
@@ -488,6 +508,73 @@ impl SimCluster {
         true
     }
 
+    /// The pod as a graceful deletion with `grace` would leave it, without deleting it: with
+    /// its deletionTimestamp and grace period while it terminates, `None` when it would
+    /// disappear at once (what a dry-run DELETE answers).
+    pub fn pod_after_deletion(&self, key: &Key, grace: Option<i64>) -> Option<Pod> {
+        let pod = self.pods.get(key)?;
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Some(pod.clone());
+        }
+        let grace = termination_grace(pod, grace)?;
+        let mut pod = pod.clone();
+        let until = util::add(self.now, Duration::from_secs(grace.unsigned_abs()));
+        pod.metadata.deletion_timestamp = Some(util::time(until));
+        pod.metadata.deletion_grace_period_seconds = Some(grace);
+        Some(pod)
+    }
+
+    /// Whether an eviction of the pod would be allowed now: 404 for a missing pod, a
+    /// refusal when its PodDisruptionBudget allows no disruption. A pod already terminating
+    /// may always be evicted (the eviction changes nothing).
+    pub fn check_eviction(&self, namespace: &str, name: &str) -> Result<(), EvictionError> {
+        let key = (namespace.to_string(), name.to_string());
+        let Some(pod) = self.pods.get(&key) else {
+            return Err(EvictionError::NotFound(name.to_string()));
+        };
+        if pod.metadata.deletion_timestamp.is_some() || is_terminal(pod) {
+            return Ok(());
+        }
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let matching: Vec<Key> = self
+            .pdbs
+            .iter()
+            .filter(|((ns, _), pdb)| {
+                ns == namespace
+                    && pdb
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.selector.as_ref())
+                        .is_some_and(|sel| util::selector_matches(sel, &labels))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        if matching.len() > 1 {
+            return Err(EvictionError::MultiplePdbs(
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
+            ));
+        }
+        let Some(pdb_key) = matching.first() else {
+            return Ok(());
+        };
+        let (healthy, desired) = self.pdb_health(pdb_key);
+        let allowed = if is_pod_ready(pod) {
+            healthy - desired > 0
+        } else {
+            healthy >= desired
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(EvictionError::Refused {
+            message: PDB_REFUSAL_MESSAGE.into(),
+            cause: format!(
+                "The disruption budget {} needs {desired} healthy pods and has {healthy} currently",
+                pdb_key.1
+            ),
+        })
+    }
+
     /// Graceful deletion: a running pod gets a deletionTimestamp and disappears after its
     /// grace period; a terminal or never-started pod disappears at once.
     pub(super) fn delete_pod_graceful(
@@ -504,19 +591,7 @@ impl SimCluster {
         if pod.metadata.deletion_timestamp.is_some() {
             return;
         }
-        let grace = grace
-            .or_else(|| {
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-            })
-            .unwrap_or(30)
-            .max(0);
-        let bound = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .is_some();
+        let lingers = termination_grace(pod, grace);
         if let Some((reason, message)) = disruption
             && !is_terminal(pod)
         {
@@ -529,16 +604,15 @@ impl SimCluster {
                 &now_t,
             );
         }
-        let immediate = is_terminal(pod) || !bound || grace == 0;
         if let Some(rt) = self.pod_rt.get_mut(key) {
             rt.controller_deleted |= by_controller;
         }
-        if immediate {
+        let Some(grace) = lingers else {
             self.finish_pod(key);
             self.drop_pod(key);
             return;
-        }
-        let until = util::add(self.now, Duration::from_secs(grace as u64));
+        };
+        let until = util::add(self.now, Duration::from_secs(grace.unsigned_abs()));
         if let Some(pod) = self.pods.get_mut(key) {
             pod.metadata.deletion_timestamp = Some(util::time(until));
             pod.metadata.deletion_grace_period_seconds = Some(grace);
@@ -654,6 +728,44 @@ impl SimCluster {
         }
     }
 
+    /// What the namespace controller does in a namespace being deleted: the owners of its
+    /// workload pods go first (so no pod is replaced), then its pods terminate gracefully and
+    /// its Jobs (when it is the operator namespace), ConfigMaps and PodDisruptionBudgets are
+    /// deleted.
+    pub fn delete_namespace_contents(&mut self, namespace: &str) {
+        let in_namespace = |(ns, _): &Key| ns == namespace;
+        self.workload_specs.retain(|key, _| !in_namespace(key));
+        let from = (namespace.to_string(), String::new());
+        let pods: Vec<Key> = self
+            .pods
+            .range(from.clone()..)
+            .map(|(key, _)| key)
+            .take_while(|key| in_namespace(key))
+            .cloned()
+            .collect();
+        for key in pods {
+            self.delete_pod_graceful(&key, None, None, false);
+        }
+        if namespace == self.namespace {
+            let jobs: Vec<String> = self.jobs.keys().cloned().collect();
+            for name in jobs {
+                self.delete_job(&name, None);
+            }
+        }
+        let pdbs: Vec<Key> = self
+            .pdbs
+            .range(from.clone()..)
+            .map(|(key, _)| key)
+            .take_while(|key| in_namespace(key))
+            .cloned()
+            .collect();
+        for (ns, name) in pdbs {
+            self.delete_pdb(&ns, &name);
+        }
+        self.config_maps.retain(|key, _| !in_namespace(key));
+        self.settle();
+    }
+
     /// The Eviction API (`pods/eviction`): PDB accounting, 429 refusals, graceful deletion
     /// with DisruptionTarget.
     pub fn evict(
@@ -662,51 +774,14 @@ impl SimCluster {
         name: &str,
         grace: Option<i64>,
     ) -> Result<(), EvictionError> {
+        self.check_eviction(namespace, name)?;
         let key = (namespace.to_string(), name.to_string());
-        let Some(pod) = self.pods.get(&key) else {
-            return Err(EvictionError::NotFound(name.to_string()));
-        };
-        if pod.metadata.deletion_timestamp.is_some() {
+        if self
+            .pods
+            .get(&key)
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        {
             return Ok(());
-        }
-        if !is_terminal(pod) {
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            let matching: Vec<Key> = self
-                .pdbs
-                .iter()
-                .filter(|((ns, _), pdb)| {
-                    ns == namespace
-                        && pdb
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.selector.as_ref())
-                            .is_some_and(|sel| util::selector_matches(sel, &labels))
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            if matching.len() > 1 {
-                return Err(EvictionError::MultiplePdbs(
-                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.".into(),
-                ));
-            }
-            if let Some(pdb_key) = matching.first() {
-                let (healthy, desired) = self.pdb_health(pdb_key);
-                let pod_healthy = self.pods.get(&key).is_some_and(is_pod_ready);
-                let allowed = if pod_healthy {
-                    healthy - desired > 0
-                } else {
-                    healthy >= desired
-                };
-                if !allowed {
-                    return Err(EvictionError::Refused {
-                        message: PDB_REFUSAL_MESSAGE.into(),
-                        cause: format!(
-                            "The disruption budget {} needs {desired} healthy pods and has {healthy} currently",
-                            pdb_key.1
-                        ),
-                    });
-                }
-            }
         }
         self.delete_pod_graceful(
             &key,

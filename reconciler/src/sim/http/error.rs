@@ -83,6 +83,16 @@ impl ApiError {
         .with_details(Self::about(rid, name))
     }
 
+    /// 403 Forbidden, as admission refuses a request.
+    pub fn forbidden(rid: Rid, name: &str, why: &str) -> Self {
+        ApiError::new(
+            403,
+            "Forbidden",
+            format!("{} \"{name}\" is forbidden: {why}", Self::qualified(rid)),
+        )
+        .with_details(Self::about(rid, name))
+    }
+
     /// 422 Invalid.
     pub fn invalid(rid: Rid, name: &str, why: String) -> Self {
         let kind = RESOURCES[rid].kind;
@@ -94,6 +104,26 @@ impl ApiError {
         .with_details(
             json!({"name": name, "group": RESOURCES[rid].group, "kind": kind,
                    "causes": [{"reason": "FieldValueInvalid", "message": why}]}),
+        )
+    }
+
+    /// 422 Invalid with every field error, in apimachinery's words (`Kind "name" is invalid:
+    /// field: message`, several in brackets).
+    pub fn invalid_fields(rid: Rid, name: &str, errors: &[super::admission::FieldError]) -> Self {
+        let kind = RESOURCES[rid].kind;
+        let rendered: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let why = match rendered.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|e| json!({"reason": e.reason, "message": e.message, "field": e.field}))
+            .collect();
+        // The name is quoted as Go's `%q` does.
+        ApiError::new(422, "Invalid", format!("{kind} {name:?} is invalid: {why}")).with_details(
+            json!({"name": name, "group": RESOURCES[rid].group, "kind": kind,
+                                 "causes": causes}),
         )
     }
 

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use nodewright_schema::selector::Selector;
 use serde_json::Value;
 
+use super::resources::{self, Rid};
+
 /// A parsed `labelSelector` (the syntax lives in `schema::selector`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LabelSelector(Selector);
@@ -79,6 +81,55 @@ impl FieldSelector {
         self.0
             .iter()
             .all(|(path, eq, value)| (field_text(object, path) == *value) == *eq)
+    }
+}
+
+/// The fields a resource can be selected by (kube-apiserver's field label conversions for
+/// the kinds served here): `metadata.name` and `metadata.namespace` everywhere, plus each
+/// kind's own.
+fn selectable(rid: Rid) -> &'static [&'static str] {
+    match rid {
+        resources::PODS => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.podIPs",
+            "status.nominatedNodeName",
+        ],
+        resources::NODES => &["spec.unschedulable"],
+        resources::JOBS => &["status.successful"],
+        resources::NAMESPACES => &["status.phase"],
+        resources::CORE_EVENTS => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        _ => &[],
+    }
+}
+
+impl FieldSelector {
+    /// The first field `rid` cannot be selected by, as the apiserver refuses it (400).
+    pub fn check(&self, rid: Rid) -> Result<(), String> {
+        for (path, _, _) in &self.0 {
+            let common = path == "metadata.name" || path == "metadata.namespace";
+            if !common && !selectable(rid).contains(&path.as_str()) {
+                return Err(format!("field label not supported: {path}"));
+            }
+        }
+        Ok(())
     }
 }
 

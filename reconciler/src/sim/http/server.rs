@@ -38,6 +38,8 @@ enum Route {
     Apis,
     Group(String),
     ResourceList(String, String),
+    /// `/healthz`, `/readyz`, `/livez`, optionally naming one check.
+    Health(&'static str, Option<String>),
     Resource {
         rid: Rid,
         namespace: Option<String>,
@@ -52,6 +54,14 @@ fn route(path: &str) -> Route {
     let (group, version, rest) = match segments.as_slice() {
         [] => return Route::Root,
         ["version"] => return Route::Version,
+        [endpoint @ ("healthz" | "readyz" | "livez"), check @ ..] if check.len() <= 1 => {
+            let endpoint = match *endpoint {
+                "healthz" => "healthz",
+                "readyz" => "readyz",
+                _ => "livez",
+            };
+            return Route::Health(endpoint, check.first().map(|c| c.to_string()));
+        }
         ["api"] => return Route::Api,
         ["apis"] => return Route::Apis,
         ["apis", g] => return Route::Group(g.to_string()),
@@ -96,7 +106,74 @@ fn flag(query: &HashMap<String, String>, key: &str) -> bool {
     matches!(query.get(key).map(String::as_str), Some("true" | "1"))
 }
 
-fn selectors(query: &HashMap<String, String>) -> Result<Selectors, ApiError> {
+/// An integer query parameter. A value that is not an int64 is a 400 with the message of the
+/// apiserver's parameter decoding (Go's `strconv.ParseInt`).
+fn integer(query: &HashMap<String, String>, key: &str) -> Result<Option<i64>, ApiError> {
+    let Some(text) = query.get(key) else {
+        return Ok(None);
+    };
+    text.parse::<i64>().map(Some).map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "value out of range"
+            }
+            _ => "invalid syntax",
+        };
+        ApiError::bad_request(format!("strconv.ParseInt: parsing {text:?}: {why}"))
+    })
+}
+
+/// Whether a write is a dry run: `dryRun` in the query or, for DELETE and eviction bodies,
+/// in the DeleteOptions. `All` is the only value; any other is refused as the apiserver
+/// validates its `<Verb>Options`: 422 Invalid on `options` of group meta.k8s.io.
+fn dry_run(
+    query: &HashMap<String, String>,
+    in_body: Option<&Value>,
+    options: &str,
+) -> Result<bool, ApiError> {
+    let mut values: Vec<String> = query.get("dryRun").cloned().into_iter().collect();
+    match in_body {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(list)) => values.extend(list.iter().map(|v| match v {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        })),
+        Some(other) => values.push(other.to_string()),
+    }
+    if values.iter().all(|v| v == "All") {
+        return Ok(!values.is_empty());
+    }
+    let why = format!(
+        "dryRun: Unsupported value: []string{{{}}}: supported values: \"All\"",
+        values
+            .iter()
+            .map(|v| format!("{v:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Err(ApiError::new(
+        422,
+        "Invalid",
+        format!("{options}.meta.k8s.io \"\" is invalid: {why}"),
+    )
+    .with_details(json!({
+        "group": "meta.k8s.io", "kind": options,
+        "causes": [{"reason": "FieldValueNotSupported", "message": why, "field": "dryRun"}],
+    })))
+}
+
+/// `timeoutSeconds` of a list or watch: an int64 that is not negative.
+fn timeout_seconds(query: &HashMap<String, String>) -> Result<Option<Duration>, ApiError> {
+    match integer(query, "timeoutSeconds")? {
+        Some(seconds) if seconds < 0 => Err(ApiError::bad_request(format!(
+            "timeoutSeconds: Invalid value: {seconds}: must be greater than or equal to 0"
+        ))),
+        Some(seconds) => Ok(Some(Duration::from_secs(seconds.unsigned_abs()))),
+        None => Ok(None),
+    }
+}
+
+fn selectors(rid: Rid, query: &HashMap<String, String>) -> Result<Selectors, ApiError> {
     let labels = match query.get("labelSelector") {
         Some(text) => LabelSelector::parse(text).map_err(ApiError::bad_request)?,
         None => LabelSelector::default(),
@@ -105,6 +182,7 @@ fn selectors(query: &HashMap<String, String>) -> Result<Selectors, ApiError> {
         Some(text) => FieldSelector::parse(text).map_err(ApiError::bad_request)?,
         None => FieldSelector::default(),
     };
+    fields.check(rid).map_err(ApiError::bad_request)?;
     Ok(Selectors { labels, fields })
 }
 
@@ -171,7 +249,7 @@ fn dispatch(
     match route(path) {
         Route::Root => Ok(json_response(
             200,
-            &json!({"paths": ["/api", "/api/v1", "/apis", "/version"]}),
+            &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]}),
         )),
         Route::Version => Ok(json_response(
             200,
@@ -192,6 +270,7 @@ fn dispatch(
         Route::ResourceList(g, v) => resources::resource_list(&g, &v)
             .map(|doc| json_response(200, &doc))
             .ok_or_else(not_found),
+        Route::Health(endpoint, check) => health(shared, endpoint, check.as_deref(), query),
         Route::Unknown => Err(not_found()),
         Route::Resource {
             rid,
@@ -217,12 +296,13 @@ fn dispatch(
             let sub = sub.as_deref();
             match (method, key, sub) {
                 (&Method::GET, None, None) => {
-                    let sel = selectors(query)?;
+                    let sel = selectors(rid, query)?;
                     let scope = namespace.as_deref().filter(|_| def.namespaced);
+                    timeout_seconds(query)?;
                     if flag(query, "watch") {
-                        Ok(watch(shared, rid, scope.map(str::to_string), sel, query))
+                        watch(shared, rid, scope.map(str::to_string), sel, query)
                     } else {
-                        Ok(list(shared, rid, scope, &sel, table))
+                        list(shared, rid, scope, &sel, query, table)
                     }
                 }
                 (&Method::GET, Some(key), None | Some("status")) => shared
@@ -243,8 +323,15 @@ fn dispatch(
                     .map(|v| json_response(200, &v))
                     .ok_or_else(|| ApiError::not_found(rid, &key.1)),
                 (&Method::POST, None, None) => {
+                    let dry_run = dry_run(query, None, "CreateOptions")?;
                     let value = parse_body(content_type, body)?;
                     check_kind(rid, &value)?;
+                    if dry_run {
+                        return shared
+                            .world
+                            .read(|inner| inner.create_dry_run(rid, &ns, value))
+                            .map(|v| json_response(201, &v));
+                    }
                     shared.world.with(|inner| {
                         let key = inner.create(rid, &ns, value)?;
                         inner.publish();
@@ -259,12 +346,23 @@ fn dispatch(
                 }
                 (&Method::POST, Some(key), Some("eviction")) if rid == resources::PODS => {
                     let value = parse_body(content_type, body)?;
+                    let dry_run = dry_run(
+                        query,
+                        value.pointer("/deleteOptions/dryRun"),
+                        "DeleteOptions",
+                    )?;
                     let grace = value
                         .pointer("/deleteOptions/gracePeriodSeconds")
                         .and_then(Value::as_i64);
-                    shared
-                        .world
-                        .with(|inner| inner.evict(&key.0, &key.1, grace))?;
+                    if dry_run {
+                        shared
+                            .world
+                            .read(|inner| inner.evict_dry_run(&key.0, &key.1))?;
+                    } else {
+                        shared
+                            .world
+                            .with(|inner| inner.evict(&key.0, &key.1, grace))?;
+                    }
                     Ok(json_response(
                         201,
                         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -272,51 +370,82 @@ fn dispatch(
                     ))
                 }
                 (&Method::PUT, Some(key), sub @ (None | Some("status"))) => {
+                    let dry_run = dry_run(query, None, "UpdateOptions")?;
                     let value = parse_body(content_type, body)?;
                     check_kind(rid, &value)?;
                     let status = sub.is_some();
+                    let replaced = |old: &Value| {
+                        if !status {
+                            return value.clone();
+                        }
+                        // Through the status subresource only the status is written.
+                        let mut merged = old.clone();
+                        merged["status"] = value.get("status").cloned().unwrap_or(Value::Null);
+                        if let Some(rv) = value.pointer("/metadata/resourceVersion") {
+                            merged["metadata"]["resourceVersion"] = rv.clone();
+                        }
+                        merged
+                    };
+                    if dry_run {
+                        return shared.world.read(|inner| {
+                            let new = replaced(&*inner.require(rid, &key)?);
+                            let stored = inner.update_dry_run(rid, &key, status, new)?;
+                            Ok(json_response(200, &stored))
+                        });
+                    }
                     shared.world.with(|inner| {
-                        let old = inner
-                            .get(rid, &key)
-                            .ok_or_else(|| ApiError::not_found(rid, &key.1))?;
-                        let new = if status {
-                            let mut merged = (*old).clone();
-                            merged["status"] = value.get("status").cloned().unwrap_or(Value::Null);
-                            if let Some(rv) = value.pointer("/metadata/resourceVersion") {
-                                merged["metadata"]["resourceVersion"] = rv.clone();
-                            }
-                            merged
-                        } else {
-                            value
-                        };
+                        let new = replaced(&*inner.require(rid, &key)?);
                         inner.update(rid, &key, status, new.clone())?;
                         Ok(respond_or(inner, rid, &key, &new))
                     })
                 }
                 (&Method::PATCH, Some(key), sub @ (None | Some("status"))) => {
+                    let dry_run = dry_run(query, None, "PatchOptions")?;
                     let patch = parse_body(content_type, body)?;
                     let status = sub.is_some();
-                    shared.world.with(|inner| {
-                        if content_type.starts_with("application/apply-patch") && !status {
-                            inner.apply(rid, &key, patch)?;
-                            return respond_with(inner, rid, &key, 200);
-                        }
-                        let old = inner
-                            .get(rid, &key)
-                            .ok_or_else(|| ApiError::not_found(rid, &key.1))?;
-                        let mut new = (*old).clone();
+                    let apply = content_type.starts_with("application/apply-patch") && !status;
+                    let patched = |old: &Value| -> Result<Value, ApiError> {
+                        let mut new = old.clone();
                         if content_type.starts_with("application/json-patch") {
                             super::patch::json_patch(&mut new, &patch)
                                 .map_err(|e| ApiError::invalid(rid, &key.1, e.to_string()))?;
                         } else {
                             super::patch::merge(&mut new, &patch);
                         }
+                        Ok(new)
+                    };
+                    if dry_run {
+                        return shared.world.read(|inner| {
+                            let stored = if apply {
+                                inner.apply_dry_run(rid, &key, patch.clone())?
+                            } else {
+                                let new = patched(&*inner.require(rid, &key)?)?;
+                                inner.update_dry_run(rid, &key, status, new)?
+                            };
+                            Ok(json_response(200, &stored))
+                        });
+                    }
+                    shared.world.with(|inner| {
+                        if apply {
+                            inner.apply(rid, &key, patch.clone())?;
+                            return respond_with(inner, rid, &key, 200);
+                        }
+                        let new = patched(&*inner.require(rid, &key)?)?;
                         inner.update(rid, &key, status, new.clone())?;
                         Ok(respond_or(inner, rid, &key, &new))
                     })
                 }
                 (&Method::DELETE, Some(key), None) => {
                     let opts = delete_opts(content_type, body, query)?;
+                    if opts.dry_run {
+                        return shared.world.read(|inner| {
+                            let before = inner.require(rid, &key)?;
+                            Ok(match inner.delete_dry_run(rid, &key, &opts)? {
+                                Some(terminating) => json_response(200, &terminating),
+                                None => deleted_status(rid, &key, Some(&before)),
+                            })
+                        });
+                    }
                     shared.world.with(|inner| {
                         let before = inner.get(rid, &key);
                         if inner.delete(rid, &key, &opts)? {
@@ -327,9 +456,20 @@ fn dispatch(
                     })
                 }
                 (&Method::DELETE, None, None) => {
-                    let sel = selectors(query)?;
+                    let sel = selectors(rid, query)?;
                     let opts = delete_opts(content_type, body, query)?;
                     let scope = namespace.as_deref().filter(|_| def.namespaced);
+                    if opts.dry_run {
+                        return shared.world.read(|inner| {
+                            for object in inner.list(rid, scope, &sel) {
+                                inner.delete_dry_run(rid, &super::world::key_of(&object), &opts)?;
+                            }
+                            Ok(json_response(
+                                200,
+                                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+                            ))
+                        });
+                    }
                     shared.world.with(|inner| {
                         let keys: Vec<ObjKey> = inner
                             .list(rid, scope, &sel)
@@ -353,6 +493,52 @@ fn dispatch(
             }
         }
     }
+}
+
+/// The checks behind the health endpoints: `ping` answers while the server serves, `world`
+/// while the simulated world's lock can be taken (a wedged clock task would hold it).
+const HEALTH_CHECKS: [&str; 2] = ["ping", "world"];
+
+/// `/healthz`, `/readyz` and `/livez` as kube-apiserver answers them: `ok`, or with `verbose`
+/// one `[+]check ok` line per check and `<endpoint> check passed`; `/<endpoint>/<check>`
+/// answers one check, and an unknown check is a 404.
+fn health(
+    shared: &Shared,
+    endpoint: &str,
+    check: Option<&str>,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let text = |body: String| {
+        Response::builder()
+            .status(200)
+            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .header("x-content-type-options", "nosniff")
+            .body(Body::from(body))
+            .unwrap_or_else(|_| {
+                ApiError::new(500, "InternalError", "health".into()).into_response()
+            })
+    };
+    if let Some(check) = check {
+        if !HEALTH_CHECKS.contains(&check) {
+            return Err(ApiError::new(
+                404,
+                "NotFound",
+                format!("the server could not find the requested resource (/{endpoint}/{check})"),
+            ));
+        }
+        shared.world.read(|_| ());
+        return Ok(text("ok".into()));
+    }
+    shared.world.read(|_| ());
+    if !query.contains_key("verbose") {
+        return Ok(text("ok".into()));
+    }
+    let mut body = String::new();
+    for check in HEALTH_CHECKS {
+        body.push_str(&format!("[+]{check} ok\n"));
+    }
+    body.push_str(&format!("{endpoint} check passed\n"));
+    Ok(text(body))
 }
 
 /// A body of the wrong kind is a 400, as on the apiserver.
@@ -417,41 +603,62 @@ fn delete_opts(
     let value = parse_body(content_type, body)?;
     let text = |p: &str| value.pointer(p).and_then(Value::as_str).map(str::to_string);
     Ok(DeleteOpts {
+        dry_run: dry_run(query, value.get("dryRun"), "DeleteOptions")?,
         grace: value
             .get("gracePeriodSeconds")
             .and_then(Value::as_i64)
-            .or_else(|| query.get("gracePeriodSeconds").and_then(|g| g.parse().ok())),
+            .map(Ok)
+            .or_else(|| integer(query, "gracePeriodSeconds").transpose())
+            .transpose()?,
         uid: text("/preconditions/uid"),
         resource_version: text("/preconditions/resourceVersion"),
     })
 }
 
+/// A list: the snapshot and page the request asks for ([`super::paging`]), as a `…List` or,
+/// for kubectl, a Table; `metadata.continue` when more objects follow.
 fn list(
     shared: &Shared,
     rid: Rid,
     namespace: Option<&str>,
     sel: &Selectors,
+    query: &HashMap<String, String>,
     table: bool,
-) -> Response {
+) -> Result<Response, ApiError> {
     let def = &RESOURCES[rid];
-    let (items, rv, now) = shared.world.read(|inner| {
-        (
-            inner.list(rid, namespace, sel),
-            inner.resource_version(),
-            inner.sim.now(),
-        )
-    });
-    if table {
-        let objects: Vec<&Value> = items.iter().map(|v| &**v).collect();
-        return json_response(200, &super::table::table(rid, &objects, rv, now));
+    let request = super::paging::list_request(query, integer(query, "limit")?)?;
+    let (page, now) = shared.world.read(|inner| {
+        let at = request.snapshot(inner.resource_version(), inner.floor())?;
+        let after = request.resume.as_ref().map(|(_, key)| key);
+        let page = inner
+            .list_page(rid, namespace, sel, at, after, request.limit)
+            .ok_or_else(|| {
+                // The log was compacted between the check and the read: impossible under
+                // one lock, answered as the compaction would be.
+                ApiError::new(410, "Expired", "too old resource version".into())
+            })?;
+        Ok::<_, ApiError>((page, inner.sim.now()))
+    })?;
+    let rv = page.resource_version;
+    let token = page
+        .continue_after
+        .as_ref()
+        .map(|last| super::paging::encode(rv, last));
+    let mut body = if table {
+        let objects: Vec<&Value> = page.items.iter().map(|v| &**v).collect();
+        super::table::table(rid, &objects, rv, now)
+    } else {
+        json!({
+            "kind": format!("{}List", def.kind),
+            "apiVersion": def.api_version(),
+            "metadata": {"resourceVersion": rv.to_string()},
+            "items": page.items.iter().map(|v| (**v).clone()).collect::<Vec<_>>(),
+        })
+    };
+    if let Some(token) = token {
+        body["metadata"]["continue"] = json!(token);
     }
-    let body = json!({
-        "kind": format!("{}List", def.kind),
-        "apiVersion": def.api_version(),
-        "metadata": {"resourceVersion": rv.to_string()},
-        "items": items.iter().map(|v| (**v).clone()).collect::<Vec<_>>(),
-    });
-    json_response(200, &body)
+    Ok(json_response(200, &body))
 }
 
 fn event_line(type_: &str, object: &Value) -> Bytes {
@@ -522,18 +729,21 @@ fn watch(
     namespace: Option<String>,
     sel: Selectors,
     query: &HashMap<String, String>,
-) -> Response {
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(DEFAULT_WATCH);
+) -> Result<Response, ApiError> {
+    let timeout = timeout_seconds(query)?.unwrap_or(DEFAULT_WATCH);
     let bookmarks = flag(query, "allowWatchBookmarks");
     let send_initial = flag(query, "sendInitialEvents");
     let from: Option<u64> = query
         .get("resourceVersion")
         .filter(|rv| !rv.is_empty() && rv.as_str() != "0")
-        .map(|rv| rv.parse().unwrap_or(0));
+        .map(|rv| {
+            rv.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "resourceVersion: Invalid value: {rv:?}: invalid resource version"
+                ))
+            })
+        })
+        .transpose()?;
     let mut queue = VecDeque::new();
     let mut rx = shared.world.subscribe();
     rx.borrow_and_update();
@@ -559,7 +769,7 @@ fn watch(
         sel,
         cursor,
         queue,
-        deadline: tokio::time::Instant::now() + timeout,
+        deadline: watch_deadline(timeout),
         bookmarks,
         done: false,
     };
@@ -619,11 +829,21 @@ fn watch(
             }
         }
     });
-    Response::builder()
+    Ok(Response::builder()
         .status(200)
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from_stream(stream))
-        .unwrap_or_else(|_| ApiError::new(500, "InternalError", "watch".into()).into_response())
+        .unwrap_or_else(|_| ApiError::new(500, "InternalError", "watch".into()).into_response()))
+}
+
+/// When a watch of `timeout` ends. Any int64 of seconds is a valid timeout; one beyond what
+/// the clock can represent means the watch runs until the client leaves.
+fn watch_deadline(timeout: Duration) -> tokio::time::Instant {
+    const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = tokio::time::Instant::now();
+    now.checked_add(timeout.min(FOREVER))
+        .or_else(|| now.checked_add(DEFAULT_WATCH))
+        .unwrap_or(now)
 }
 
 /// A [`ClusterError`](crate::cluster::ClusterError) of the simulator's log read as an API error.
@@ -651,21 +871,12 @@ fn pod_log(
     key: &ObjKey,
     query: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
-    let number = |k: &str| -> Result<Option<i64>, ApiError> {
-        query
-            .get(k)
-            .map(|v| {
-                v.parse::<i64>()
-                    .map_err(|_| ApiError::bad_request(format!("{k}: {v:?} is not an integer")))
-            })
-            .transpose()
-    };
     let request = crate::cluster::LogRequest {
         namespace: key.0.clone(),
         pod: key.1.clone(),
         container: query.get("container").filter(|c| !c.is_empty()).cloned(),
-        tail_lines: number("tailLines")?,
-        limit_bytes: number("limitBytes")?,
+        tail_lines: integer(query, "tailLines")?,
+        limit_bytes: integer(query, "limitBytes")?,
         previous: flag(query, "previous"),
     };
     let text_response = |body: Body| {

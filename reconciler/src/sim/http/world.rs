@@ -8,8 +8,13 @@
 //! entries to the log watches read from. An object the simulator changed without bumping its
 //! resourceVersion (the kubelet writing pod status) gets a fresh one here, so every change a
 //! client can observe carries a new resourceVersion.
+//!
+//! Each write has a dry-run twin (`create_dry_run`, `update_dry_run`, …) that takes the world
+//! read-only and shares every check with it, so the file is long by keeping each write and
+//! its twin side by side: one concept, the mapping of API writes onto the simulator.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -46,7 +51,8 @@ pub struct LogEntry {
     pub type_: &'static str,
     /// The object after the change (before it, for DELETED).
     pub object: Arc<Value>,
-    /// The object before a MODIFIED change (for selector transitions).
+    /// The object before a MODIFIED or DELETED change (for selector transitions, and to
+    /// list as of an earlier resourceVersion).
     pub prev: Option<Arc<Value>>,
 }
 
@@ -73,6 +79,8 @@ pub struct Inner {
     floor: u64,
     fail_updates: u32,
     conflicts: u64,
+    /// Namespaces being deleted: each goes once nothing is left in it.
+    terminating: BTreeSet<String>,
 }
 
 /// The served world: one lock, plus a channel that wakes watches after every change.
@@ -190,13 +198,13 @@ fn sync_kind<K: Ord + Clone, T>(
         let mut value = to_value(&obj);
         let key = key_of(&value);
         value["metadata"]["resourceVersion"] = json!(counter.to_string());
-        objects.remove(&key);
+        let prev = objects.remove(&key);
         out.push(LogEntry {
             rv: *counter,
             rid,
             type_: "DELETED",
             object: Arc::new(value),
-            prev: None,
+            prev,
         });
     }
 }
@@ -303,9 +311,268 @@ fn admit_policy(value: &Value) -> Result<DeploymentPolicy, ApiError> {
     })
 }
 
+/// The JSON type name Go's decoder reports for `value`.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// A request body that is not a JSON object cannot be an object of any kind: 400, in the
+/// words of the apiserver's create handler.
+fn require_object(rid: Rid, value: &Value) -> Result<(), ApiError> {
+    if value.is_object() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "the object provided is unrecognized (must be of type {}): couldn't get version/kind; \
+         json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion \
+         string; Kind string }}",
+        RESOURCES[rid].kind,
+        json_type(value)
+    )))
+}
+
+/// Where the identity fields of a written object come from.
+enum Identity<'a> {
+    /// An update: uid, creation and deletion timestamps stay those of the stored object.
+    Kept(&'a Value),
+    /// A create: a fresh uid and the creation time.
+    New {
+        /// The uid.
+        uid: String,
+        /// `creationTimestamp`.
+        created: Value,
+    },
+}
+
+/// Puts the fields the server owns on an object being written: identity, `apiVersion` and
+/// `kind` of the resource. The resourceVersion is the caller's: a dry run assigns none.
+fn stamp(rid: Rid, value: &mut Value, identity: Identity<'_>) {
+    if !value["metadata"].is_object() {
+        value["metadata"] = json!({});
+    }
+    let meta = &mut value["metadata"];
+    match identity {
+        Identity::Kept(old) => {
+            for k in ["uid", "creationTimestamp", "deletionTimestamp"] {
+                if let Some(v) = old.pointer(&format!("/metadata/{k}")) {
+                    meta[k] = v.clone();
+                }
+            }
+        }
+        Identity::New { uid, created } => {
+            meta["uid"] = json!(uid);
+            meta["creationTimestamp"] = created;
+        }
+    }
+    let def = &RESOURCES[rid];
+    value["apiVersion"] = json!(def.api_version());
+    value["kind"] = json!(def.kind);
+}
+
+/// `value` as decoding, admission and defaulting of its kind leave it: what a write would
+/// store (422 when the kind refuses it). Kinds the server keeps untyped are stored as sent.
+fn admitted(rid: Rid, value: &Value, old: Option<&Value>, status: bool) -> Result<Value, ApiError> {
+    Ok(match rid {
+        resources::NODES => to_value(&decode::<Node>(value, rid)?),
+        resources::PODS => to_value(&decode::<Pod>(value, rid)?),
+        resources::JOBS => to_value(&decode::<Job>(value, rid)?),
+        resources::CONFIG_MAPS => to_value(&decode::<ConfigMap>(value, rid)?),
+        resources::PDBS => to_value(&decode::<PodDisruptionBudget>(value, rid)?),
+        resources::NODEWRIGHTS if status => to_value(&decode::<NodeWright>(value, rid)?),
+        resources::NODEWRIGHTS => {
+            let before = old.map(|o| decode::<NodeWright>(o, rid)).transpose()?;
+            to_value(&admit_nodewright(value, before.as_ref())?)
+        }
+        resources::POLICIES => to_value(&admit_policy(value)?),
+        _ => value.clone(),
+    })
+}
+
+/// The apiserver's validation of the modelled fields (422 with every field error).
+fn admit_fields(rid: Rid, name: &str, value: &Value) -> Result<(), ApiError> {
+    let errors = super::admission::validate(rid, value);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid_fields(rid, name, &errors))
+}
+
+/// An update names the object of its URL: a body naming another (or, after a JSON patch
+/// removing `/metadata`, none) is a 400, in the words of the apiserver's name check.
+fn same_name(key: &ObjKey, new: &Value) -> Result<(), ApiError> {
+    let name = new
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if name != key.1 {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({})",
+            key.1
+        )));
+    }
+    Ok(())
+}
+
+/// Kinds whose objects (or status) only the simulated controllers write: 405 through the API.
+fn writable(rid: Rid, status: bool) -> Result<(), ApiError> {
+    match (rid, status) {
+        (resources::JOBS | resources::PODS, false) => Ok(()),
+        (resources::PODS | resources::JOBS | resources::PDBS, _) => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!(
+                "{} of {} are written by the simulated controllers, not through the API",
+                if status { "status" } else { "objects" },
+                RESOURCES[rid].plural
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The 409 of an update whose body names another resourceVersion or uid than the stored one.
+fn update_preconditions(rid: Rid, name: &str, old: &Value, new: &Value) -> Result<(), ApiError> {
+    let wanted_rv = new
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    let current_rv = old
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    if wanted_rv.is_some() && wanted_rv != current_rv {
+        return Err(ApiError::conflict(
+            rid,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    let wanted_uid = new.pointer("/metadata/uid").and_then(Value::as_str);
+    let current_uid = old.pointer("/metadata/uid").and_then(Value::as_str);
+    if wanted_uid.is_some() && wanted_uid != current_uid {
+        return Err(ApiError::conflict(
+            rid,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                wanted_uid.unwrap_or_default(),
+                current_uid.unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The 409 of a DELETE whose preconditions name another uid or resourceVersion.
+fn delete_preconditions(
+    rid: Rid,
+    name: &str,
+    old: &Value,
+    opts: &DeleteOpts,
+) -> Result<(), ApiError> {
+    let uid = old.pointer("/metadata/uid").and_then(Value::as_str);
+    if opts.uid.is_some() && opts.uid.as_deref() != uid {
+        return Err(ApiError::conflict(
+            rid,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                opts.uid.clone().unwrap_or_default(),
+                uid.unwrap_or_default()
+            ),
+        ));
+    }
+    let rv = old
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    if opts.resource_version.is_some() && opts.resource_version.as_deref() != rv {
+        return Err(ApiError::conflict(
+            rid,
+            name,
+            "Precondition failed: the resourceVersion in the precondition does not match",
+        ));
+    }
+    Ok(())
+}
+
+fn has_finalizers(value: &Value) -> bool {
+    value
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+}
+
+/// Whether the simulator owns the objects of `rid` (the server only publishes them).
+fn sim_kind(rid: Rid) -> bool {
+    matches!(
+        rid,
+        resources::NODES
+            | resources::PODS
+            | resources::JOBS
+            | resources::CONFIG_MAPS
+            | resources::PDBS
+            | resources::NODEWRIGHTS
+            | resources::POLICIES
+    )
+}
+
+/// A refused eviction as the apiserver answers it.
+fn eviction_error(e: EvictionError) -> ApiError {
+    match e {
+        EvictionError::NotFound(name) => ApiError::not_found(resources::PODS, &name),
+        EvictionError::Refused { message, cause } => ApiError::new(429, "TooManyRequests", message)
+            .with_details(json!({
+                "causes": [{"reason": "DisruptionBudget", "message": cause}],
+            })),
+        e @ EvictionError::MultiplePdbs(_) => ApiError::new(500, "InternalError", e.to_string()),
+    }
+}
+
+/// A server-side apply body as an object named by the URL (400 when it is no object).
+fn applied_object(rid: Rid, key: &ObjKey, mut applied: Value) -> Result<Value, ApiError> {
+    if !applied.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "error decoding YAML: json: cannot unmarshal {} into Go value of type \
+             map[string]interface {{}}",
+            json_type(&applied)
+        )));
+    }
+    if !applied["metadata"].is_object() {
+        applied["metadata"] = json!({});
+    }
+    applied["metadata"]["name"] = json!(key.1);
+    if RESOURCES[rid].namespaced {
+        applied["metadata"]["namespace"] = json!(key.0);
+    }
+    Ok(applied)
+}
+
+/// The applier of a ConfigMap owns its whole `data` map: keys it no longer declares go away.
+fn own_config_map_data(candidate: &mut Value, applied: &Value) {
+    candidate["data"] = applied.get("data").cloned().unwrap_or(Value::Null);
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct Page {
+    /// The objects, in key order.
+    pub items: Vec<Arc<Value>>,
+    /// The resourceVersion the page shows the objects at.
+    pub resource_version: u64,
+    /// The last key of this page when more objects follow.
+    pub continue_after: Option<ObjKey>,
+}
+
 /// Options of a DELETE.
 #[derive(Clone, Debug, Default)]
 pub struct DeleteOpts {
+    /// `dryRun=All`: check and answer, delete nothing.
+    pub dry_run: bool,
     /// `gracePeriodSeconds`.
     pub grace: Option<i64>,
     /// `preconditions.uid`.
@@ -325,6 +592,7 @@ impl World {
             floor: 0,
             fail_updates: 0,
             conflicts: 0,
+            terminating: BTreeSet::new(),
         };
         inner.seed();
         inner.publish();
@@ -418,6 +686,88 @@ impl Inner {
             .collect()
     }
 
+    /// One page of `rid`'s objects as they were at resourceVersion `at` (the current one
+    /// when `None`): in key order after `after`, in `namespace` (or all), selected, at most
+    /// `limit`. A page as of an earlier resourceVersion is the current objects with the
+    /// changes logged since undone, so the work is the page plus those changes. `None` when
+    /// `at` is older than the log reaches (compacted).
+    pub fn list_page(
+        &self,
+        rid: Rid,
+        namespace: Option<&str>,
+        sel: &Selectors,
+        at: Option<u64>,
+        after: Option<&ObjKey>,
+        limit: Option<usize>,
+    ) -> Option<Page> {
+        let at = at.unwrap_or_else(|| self.resource_version());
+        if at < self.floor {
+            return None;
+        }
+        // The state of every key changed since `at`, as it was at `at` (the first change
+        // after `at` says what came before it).
+        let mut then: BTreeMap<ObjKey, Option<Arc<Value>>> = BTreeMap::new();
+        for entry in self.entries_after(at).filter(|e| e.rid == rid) {
+            let before = match entry.type_ {
+                "ADDED" => None,
+                _ => entry.prev.clone(),
+            };
+            then.entry(key_of(&entry.object)).or_insert(before);
+        }
+        let start = match (after, namespace) {
+            (Some(key), _) => Bound::Excluded(key.clone()),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        let mut now = self.objects[rid]
+            .range((start.clone(), Bound::Unbounded))
+            .peekable();
+        let mut past = then.range((start, Bound::Unbounded)).peekable();
+        let mut items = Vec::new();
+        let mut last: Option<ObjKey> = None;
+        loop {
+            // Merge the two key-ordered sources; a key changed since `at` reads from `then`.
+            let (key, object) = match (now.peek(), past.peek()) {
+                (None, None) => break,
+                (Some((k, _)), Some((p, _))) if k < p => now.next().map(|(k, v)| (k, Some(v)))?,
+                (Some(_), None) => now.next().map(|(k, v)| (k, Some(v)))?,
+                (Some((k, _)), Some((p, _))) if k == p => {
+                    now.next();
+                    past.next().map(|(k, v)| (k, v.as_ref()))?
+                }
+                _ => past.next().map(|(k, v)| (k, v.as_ref()))?,
+            };
+            if namespace.is_some_and(|ns| key.0 != ns) {
+                break;
+            }
+            let Some(object) = object else { continue };
+            if !sel.matches(object) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                return Some(Page {
+                    items,
+                    resource_version: at,
+                    continue_after: last,
+                });
+            }
+            items.push(object.clone());
+            last = Some(key.clone());
+        }
+        Some(Page {
+            items,
+            resource_version: at,
+            continue_after: None,
+        })
+    }
+
+    /// Compacts the watch log as the apiserver's periodic etcd compaction does: watches
+    /// and continue tokens from before now get 410 Gone.
+    pub fn compact(&mut self) {
+        self.log.clear();
+        self.floor = self.resource_version();
+    }
+
     fn next_rv(&mut self) -> u64 {
         self.sim.resource_version += 1;
         self.sim.resource_version
@@ -467,29 +817,16 @@ impl Inner {
     /// Stores an object the server itself keeps, with a new resourceVersion; `old` is the
     /// previous value (identity fields are kept from it).
     fn put_generic(&mut self, rid: Rid, mut value: Value, old: Option<&Value>) -> Arc<Value> {
+        let identity = match old {
+            Some(old) => Identity::Kept(old),
+            None => Identity::New {
+                uid: self.sim.rng.uid(),
+                created: to_value(&util::time(self.sim.now())),
+            },
+        };
+        stamp(rid, &mut value, identity);
         let rv = self.next_rv();
-        let now = util::time(self.sim.now());
-        if !value["metadata"].is_object() {
-            value["metadata"] = json!({});
-        }
-        let meta = &mut value["metadata"];
-        match old {
-            Some(old) => {
-                for k in ["uid", "creationTimestamp", "deletionTimestamp"] {
-                    if let Some(v) = old.pointer(&format!("/metadata/{k}")) {
-                        meta[k] = v.clone();
-                    }
-                }
-            }
-            None => {
-                meta["uid"] = json!(self.sim.rng.uid());
-                meta["creationTimestamp"] = to_value(&now);
-            }
-        }
-        meta["resourceVersion"] = json!(rv.to_string());
-        let def = &RESOURCES[rid];
-        value["apiVersion"] = json!(def.api_version());
-        value["kind"] = json!(def.kind);
+        value["metadata"]["resourceVersion"] = json!(rv.to_string());
         let value = Arc::new(value);
         let prev = self.objects[rid].insert(key_of(&value), value.clone());
         self.append(LogEntry {
@@ -512,7 +849,7 @@ impl Inner {
                 rid,
                 type_: "DELETED",
                 object: Arc::new(value),
-                prev: None,
+                prev: Some(old),
             });
         }
     }
@@ -611,20 +948,28 @@ impl Inner {
             });
             self.put_generic(resources::CORE_EVENTS, value, None);
         }
+        if !self.terminating.is_empty() {
+            self.finish_namespaces();
+        }
     }
 
-    fn require(&self, rid: Rid, key: &ObjKey) -> Result<Arc<Value>, ApiError> {
+    /// One object, or 404.
+    pub fn require(&self, rid: Rid, key: &ObjKey) -> Result<Arc<Value>, ApiError> {
         self.get(rid, key)
             .ok_or_else(|| ApiError::not_found(rid, &key.1))
     }
 
-    /// POST: creates an object.
-    pub fn create(
-        &mut self,
+    /// What every create checks before its kind's rules: a JSON object, a name (or
+    /// `generateName`, drawn with `rng`), and no object of that name yet. Returns the key and
+    /// the object with its name and namespace set.
+    fn prepare_create(
+        &self,
         rid: Rid,
         namespace: &str,
         mut value: Value,
-    ) -> Result<ObjKey, ApiError> {
+        rng: &mut util::Rng,
+    ) -> Result<(ObjKey, Value), ApiError> {
+        require_object(rid, &value)?;
         if !value["metadata"].is_object() {
             value["metadata"] = json!({});
         }
@@ -637,10 +982,7 @@ impl Inner {
                 .pointer("/metadata/generateName")
                 .and_then(Value::as_str)
             {
-                Some(prefix) => {
-                    let suffix = self.sim.rng.uid();
-                    format!("{prefix}{}", &suffix[..5.min(suffix.len())])
-                }
+                Some(prefix) => format!("{prefix}{}", rng.suffix()),
                 None => {
                     return Err(ApiError::invalid(
                         rid,
@@ -651,6 +993,10 @@ impl Inner {
             },
         };
         value["metadata"]["name"] = json!(name);
+        if RESOURCES[rid].namespaced {
+            self.namespace_lifecycle(rid, namespace, &name)?;
+        }
+        admit_fields(rid, &name, &value)?;
         let key: ObjKey = (
             if RESOURCES[rid].namespaced {
                 namespace.to_string()
@@ -662,6 +1008,130 @@ impl Inner {
         if self.get(rid, &key).is_some() {
             return Err(ApiError::already_exists(rid, &name));
         }
+        if rid == resources::PODS {
+            return Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "the simulator creates pods through Jobs and scenario workloads only".into(),
+            ));
+        }
+        Ok((key, value))
+    }
+
+    /// The NamespaceLifecycle admission plugin: nothing is created in a namespace that does
+    /// not exist (404 for the namespace) or is being deleted (403).
+    fn namespace_lifecycle(&self, rid: Rid, namespace: &str, name: &str) -> Result<(), ApiError> {
+        let Some(ns) = self.get(
+            resources::NAMESPACES,
+            &(String::new(), namespace.to_string()),
+        ) else {
+            return Err(ApiError::not_found(resources::NAMESPACES, namespace));
+        };
+        if ns.pointer("/metadata/deletionTimestamp").is_some() {
+            return Err(ApiError::forbidden(
+                rid,
+                name,
+                &format!(
+                    "unable to create new content in namespace {namespace} because it is being terminated"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A namespace as its deletion leaves it: `Terminating`, with a deletionTimestamp.
+    fn terminating_namespace(&self, old: &Value) -> Value {
+        let mut value = old.clone();
+        if value.pointer("/metadata/deletionTimestamp").is_none() {
+            value["metadata"]["deletionTimestamp"] = to_value(&util::time(self.sim.now()));
+        }
+        value["status"] = json!({"phase": "Terminating"});
+        value
+    }
+
+    /// Deleting a namespace: it turns `Terminating` and its contents are deleted; it goes
+    /// itself once they are gone (see [`Self::finish_namespaces`]).
+    fn terminate_namespace(&mut self, key: &ObjKey, old: &Arc<Value>) {
+        let namespace = key.1.clone();
+        if old.pointer("/metadata/deletionTimestamp").is_none() {
+            let value = self.terminating_namespace(old);
+            self.put_generic(resources::NAMESPACES, value, Some(old));
+        }
+        self.terminating.insert(namespace.clone());
+        self.sim.delete_namespace_contents(&namespace);
+        for (rid, def) in RESOURCES.iter().enumerate() {
+            if !def.namespaced || sim_kind(rid) {
+                continue;
+            }
+            for key in self.keys_in(rid, &namespace) {
+                self.remove_generic(rid, &key);
+            }
+        }
+        self.finish_namespaces();
+    }
+
+    /// The keys of `rid`'s objects in `namespace`.
+    fn keys_in(&self, rid: Rid, namespace: &str) -> Vec<ObjKey> {
+        self.objects[rid]
+            .range((namespace.to_string(), String::new())..)
+            .map(|(key, _)| key)
+            .take_while(|(ns, _)| ns == namespace)
+            .cloned()
+            .collect()
+    }
+
+    /// Removes each terminating namespace that has nothing left in it.
+    fn finish_namespaces(&mut self) {
+        let empty: Vec<String> = self
+            .terminating
+            .iter()
+            .filter(|ns| {
+                (0..RESOURCES.len())
+                    .filter(|rid| RESOURCES[*rid].namespaced)
+                    .all(|rid| self.keys_in(rid, ns).is_empty())
+            })
+            .cloned()
+            .collect();
+        for ns in empty {
+            self.terminating.remove(&ns);
+            self.remove_generic(resources::NAMESPACES, &(String::new(), ns));
+        }
+    }
+
+    /// POST with `dryRun=All`: every check of [`Self::create`] and the object as it would be
+    /// stored — without a resourceVersion, since none was assigned — and nothing written.
+    pub fn create_dry_run(
+        &self,
+        rid: Rid,
+        namespace: &str,
+        value: Value,
+    ) -> Result<Value, ApiError> {
+        // A copy of the generator: the uid and name are those a create now would give, and
+        // the simulator's sequence of names is left as it was.
+        let mut rng = self.sim.rng.clone();
+        let (_, value) = self.prepare_create(rid, namespace, value, &mut rng)?;
+        let mut stored = admitted(rid, &value, None, false)?;
+        stamp(
+            rid,
+            &mut stored,
+            Identity::New {
+                uid: rng.uid(),
+                created: to_value(&util::time(self.sim.now())),
+            },
+        );
+        if let Some(meta) = stored["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+        Ok(stored)
+    }
+
+    /// POST: creates an object.
+    pub fn create(&mut self, rid: Rid, namespace: &str, value: Value) -> Result<ObjKey, ApiError> {
+        let mut rng = self.sim.rng.clone();
+        let prepared = self.prepare_create(rid, namespace, value, &mut rng);
+        self.sim.rng = rng;
+        let (key, value) = prepared?;
+        let name = key.1.clone();
         match rid {
             resources::NODES => {
                 let node: Node = decode(&value, rid)?;
@@ -712,13 +1182,6 @@ impl Inner {
                 let policy = admit_policy(&value)?;
                 self.sim.apply_policy(&policy);
             }
-            resources::PODS => {
-                return Err(ApiError::new(
-                    405,
-                    "MethodNotAllowed",
-                    "the simulator creates pods through Jobs and scenario workloads only".into(),
-                ));
-            }
             resources::EVENTS => {
                 let regarding = value.get("regarding").cloned().unwrap_or(Value::Null);
                 let text = |v: &Value, k: &str| {
@@ -767,37 +1230,16 @@ impl Inner {
         new: Value,
     ) -> Result<(), ApiError> {
         let old = self.require(rid, key)?;
+        require_object(rid, &new)?;
+        writable(rid, status)?;
+        same_name(key, &new)?;
         let name = key.1.as_str();
         if self.fail_updates > 0 {
             self.fail_updates -= 1;
             return Err(ApiError::conflict(rid, name, "injected conflict"));
         }
-        let wanted_rv = new
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str);
-        let current_rv = old
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str);
-        if wanted_rv.is_some() && wanted_rv != current_rv {
-            return Err(ApiError::conflict(
-                rid,
-                name,
-                "the object has been modified; please apply your changes to the latest version and try again",
-            ));
-        }
-        let wanted_uid = new.pointer("/metadata/uid").and_then(Value::as_str);
-        let current_uid = old.pointer("/metadata/uid").and_then(Value::as_str);
-        if wanted_uid.is_some() && wanted_uid != current_uid {
-            return Err(ApiError::conflict(
-                rid,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {}, UID in object meta: {}",
-                    wanted_uid.unwrap_or_default(),
-                    current_uid.unwrap_or_default()
-                ),
-            ));
-        }
+        update_preconditions(rid, name, &old, &new)?;
+        admit_fields(rid, name, &new)?;
         match (rid, status) {
             (resources::NODES, false) => {
                 let (before, after): (Node, Node) = (decode(&old, rid)?, decode(&new, rid)?);
@@ -888,15 +1330,7 @@ impl Inner {
                 }
                 Ok(())
             }
-            (resources::PODS | resources::JOBS | resources::PDBS, _) => Err(ApiError::new(
-                405,
-                "MethodNotAllowed",
-                format!(
-                    "{} of {} are written by the simulated controllers, not through the API",
-                    if status { "status" } else { "objects" },
-                    RESOURCES[rid].plural
-                ),
-            )),
+            (resources::PODS | resources::JOBS | resources::PDBS, _) => writable(rid, status),
             _ => {
                 let finished = new.pointer("/metadata/deletionTimestamp").is_some()
                     && new
@@ -911,6 +1345,94 @@ impl Inner {
                 Ok(())
             }
         }
+    }
+
+    /// PUT or PATCH with `dryRun=All`: every check of [`Self::update`] (preconditions,
+    /// decoding, admission) and the object as it would be stored; nothing is written, so the
+    /// resourceVersion stays the stored one.
+    pub fn update_dry_run(
+        &self,
+        rid: Rid,
+        key: &ObjKey,
+        status: bool,
+        new: Value,
+    ) -> Result<Value, ApiError> {
+        let old = self.require(rid, key)?;
+        require_object(rid, &new)?;
+        writable(rid, status)?;
+        same_name(key, &new)?;
+        update_preconditions(rid, &key.1, &old, &new)?;
+        admit_fields(rid, &key.1, &new)?;
+        let mut stored = admitted(rid, &new, Some(&old), status)?;
+        stamp(rid, &mut stored, Identity::Kept(&old));
+        stored["metadata"]["resourceVersion"] = old
+            .pointer("/metadata/resourceVersion")
+            .cloned()
+            .unwrap_or(Value::Null);
+        Ok(stored)
+    }
+
+    /// Server-side apply with `dryRun=All`: the object [`Self::apply`] would store, as a
+    /// dry-run update of the live object or a dry-run create.
+    pub fn apply_dry_run(&self, rid: Rid, key: &ObjKey, applied: Value) -> Result<Value, ApiError> {
+        let applied = applied_object(rid, key, applied)?;
+        let (old, candidate) = self.apply_candidate(rid, key, &applied);
+        match old {
+            Some(_) => self.update_dry_run(rid, key, false, candidate),
+            None => self.create_dry_run(rid, &key.0, candidate),
+        }
+    }
+
+    /// DELETE with `dryRun=All`: the preconditions checked, and the object as the deletion
+    /// would leave it while it terminates (finalizers, graceful pods, foreground Jobs), or
+    /// `None` when it would be gone at once.
+    pub fn delete_dry_run(
+        &self,
+        rid: Rid,
+        key: &ObjKey,
+        opts: &DeleteOpts,
+    ) -> Result<Option<Value>, ApiError> {
+        let old = self.require(rid, key)?;
+        delete_preconditions(rid, &key.1, &old, opts)?;
+        let now = to_value(&util::time(self.sim.now()));
+        let terminating = |mut value: Value| {
+            if value.pointer("/metadata/deletionTimestamp").is_none() {
+                value["metadata"]["deletionTimestamp"] = now.clone();
+            }
+            value
+        };
+        Ok(match rid {
+            resources::PODS => self
+                .sim
+                .pod_after_deletion(key, opts.grace)
+                .map(|pod| to_value(&pod)),
+            // The simulator deletes Jobs in the foreground: they stay until their pods are gone.
+            resources::JOBS => {
+                let mut job = terminating((*old).clone());
+                let finalizers = &mut job["metadata"]["finalizers"];
+                if !finalizers.is_array() {
+                    *finalizers = json!([]);
+                }
+                if let Some(list) = finalizers.as_array_mut()
+                    && !list.iter().any(|f| f == "foregroundDeletion")
+                {
+                    list.push(json!("foregroundDeletion"));
+                }
+                Some(job)
+            }
+            resources::NAMESPACES => Some(self.terminating_namespace(&old)),
+            resources::NODES | resources::CONFIG_MAPS | resources::PDBS | resources::POLICIES => {
+                None
+            }
+            _ => has_finalizers(&old).then(|| terminating((*old).clone())),
+        })
+    }
+
+    /// The Eviction subresource with `dryRun=All`: the answer an eviction would get now.
+    pub fn evict_dry_run(&self, namespace: &str, name: &str) -> Result<(), ApiError> {
+        self.sim
+            .check_eviction(namespace, name)
+            .map_err(eviction_error)
     }
 
     /// A Job write: suspend through the simulator's suspend, the other mutable fields set
@@ -990,17 +1512,9 @@ impl Inner {
     /// Server-side apply (`application/apply-patch+yaml`): NodeWrights, policies and
     /// ConfigMaps through the simulator's apply; other kinds as a merge onto the live object.
     /// Creates the object when absent.
-    pub fn apply(&mut self, rid: Rid, key: &ObjKey, mut applied: Value) -> Result<(), ApiError> {
-        if !applied["metadata"].is_object() {
-            applied["metadata"] = json!({});
-        }
-        applied["metadata"]["name"] = json!(key.1);
-        if RESOURCES[rid].namespaced {
-            applied["metadata"]["namespace"] = json!(key.0);
-        }
-        let old = self.get(rid, key);
-        let mut candidate = old.as_deref().cloned().unwrap_or_else(|| json!({}));
-        super::patch::merge(&mut candidate, &applied);
+    pub fn apply(&mut self, rid: Rid, key: &ObjKey, applied: Value) -> Result<(), ApiError> {
+        let applied = applied_object(rid, key, applied)?;
+        let (old, candidate) = self.apply_candidate(rid, key, &applied);
         match rid {
             resources::NODEWRIGHTS => {
                 let before = match &old {
@@ -1019,8 +1533,6 @@ impl Inner {
                 Ok(())
             }
             resources::CONFIG_MAPS => {
-                // The applier owns the whole data map: keys it no longer declares go away.
-                candidate["data"] = applied.get("data").cloned().unwrap_or(Value::Null);
                 let cm: ConfigMap = decode(&candidate, rid)?;
                 let outcome = self
                     .sim
@@ -1029,43 +1541,39 @@ impl Inner {
                 outcome_error(outcome, rid, &key.1)
             }
             _ => match old {
-                Some(_) => {
-                    candidate["metadata"]
-                        .as_object_mut()
-                        .map(|m| m.remove("resourceVersion"));
-                    self.update(rid, key, false, candidate)
-                }
+                Some(_) => self.update(rid, key, false, candidate),
                 None => self.create(rid, &key.0, candidate).map(|_| ()),
             },
         }
+    }
+
+    /// The live object (if any) and the object an apply of `applied` would write, before
+    /// the kind's admission.
+    fn apply_candidate(
+        &self,
+        rid: Rid,
+        key: &ObjKey,
+        applied: &Value,
+    ) -> (Option<Arc<Value>>, Value) {
+        let old = self.get(rid, key);
+        let mut candidate = old.as_deref().cloned().unwrap_or_else(|| json!({}));
+        super::patch::merge(&mut candidate, applied);
+        if rid == resources::CONFIG_MAPS {
+            own_config_map_data(&mut candidate, applied);
+        }
+        // An apply is not guarded by the resourceVersion the live object carries.
+        if let Some(meta) = candidate["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+        (old, candidate)
     }
 
     /// DELETE. Returns whether the object still exists (finalizers, foreground deletion).
     pub fn delete(&mut self, rid: Rid, key: &ObjKey, opts: &DeleteOpts) -> Result<bool, ApiError> {
         let old = self.require(rid, key)?;
         let name = key.1.as_str();
+        delete_preconditions(rid, name, &old, opts)?;
         let uid = old.pointer("/metadata/uid").and_then(Value::as_str);
-        if opts.uid.is_some() && opts.uid.as_deref() != uid {
-            return Err(ApiError::conflict(
-                rid,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {}, UID in object meta: {}",
-                    opts.uid.clone().unwrap_or_default(),
-                    uid.unwrap_or_default()
-                ),
-            ));
-        }
-        let rv = old
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str);
-        if opts.resource_version.is_some() && opts.resource_version.as_deref() != rv {
-            return Err(ApiError::conflict(
-                rid,
-                name,
-                "Precondition failed: the resourceVersion in the precondition does not match",
-            ));
-        }
         match rid {
             resources::NODES => {
                 self.sim.delete_node(name);
@@ -1096,12 +1604,9 @@ impl Inner {
             resources::POLICIES => {
                 self.sim.policies.remove(name);
             }
+            resources::NAMESPACES => self.terminate_namespace(key, &old),
             _ => {
-                let has_finalizers = old
-                    .pointer("/metadata/finalizers")
-                    .and_then(Value::as_array)
-                    .is_some_and(|f| !f.is_empty());
-                if has_finalizers {
+                if has_finalizers(&old) {
                     if old.pointer("/metadata/deletionTimestamp").is_none() {
                         let mut value = (*old).clone();
                         value["metadata"]["deletionTimestamp"] =
@@ -1124,22 +1629,10 @@ impl Inner {
         name: &str,
         grace: Option<i64>,
     ) -> Result<(), ApiError> {
-        match self.sim.evict(namespace, name, grace) {
-            Ok(()) => {
-                self.sim.record_history(format!("evict {namespace}/{name}"));
-                Ok(())
-            }
-            Err(EvictionError::NotFound(_)) => Err(ApiError::not_found(resources::PODS, name)),
-            Err(EvictionError::Refused { message, cause }) => {
-                Err(
-                    ApiError::new(429, "TooManyRequests", message).with_details(json!({
-                        "causes": [{"reason": "DisruptionBudget", "message": cause}],
-                    })),
-                )
-            }
-            Err(e @ EvictionError::MultiplePdbs(_)) => {
-                Err(ApiError::new(500, "InternalError", e.to_string()))
-            }
-        }
+        self.sim
+            .evict(namespace, name, grace)
+            .map_err(eviction_error)?;
+        self.sim.record_history(format!("evict {namespace}/{name}"));
+        Ok(())
     }
 }
