@@ -26,7 +26,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::cluster::api_budget::{ApiStats, LATENCY_BUCKETS, StatsSnapshot};
+use crate::cluster::api_budget::{ApiStats, StatsSnapshot};
 use crate::plan::Action;
 
 /// The `Content-Type` of the text exposition format.
@@ -298,21 +298,30 @@ pub fn render_lifecycle(samples: &[Sample], publish_legacy: bool) -> String {
     out
 }
 
-/// Cumulative histogram state.
-#[derive(Clone, Debug, Default)]
-struct Histogram {
-    /// Per bucket of [`PASS_DURATION_BUCKETS`]: observations ≤ its bound.
+/// Cumulative histogram state over fixed bucket bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Per bound: observations ≤ it.
     counts: Vec<u64>,
     sum: f64,
     count: u64,
 }
 
 impl Histogram {
-    fn observe(&mut self, value: f64) {
-        if self.counts.len() != PASS_DURATION_BUCKETS.len() {
-            self.counts = vec![0; PASS_DURATION_BUCKETS.len()];
+    /// An empty histogram over these upper bounds.
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
         }
-        for (bound, count) in PASS_DURATION_BUCKETS.iter().zip(self.counts.iter_mut()) {
+    }
+
+    /// Records one observation.
+    pub fn observe(&mut self, value: f64) {
+        for (bound, count) in self.bounds.iter().zip(self.counts.iter_mut()) {
             if value <= *bound {
                 *count += 1;
             }
@@ -321,36 +330,48 @@ impl Histogram {
         self.count += 1;
     }
 
-    fn series(&self, name: &str) -> Vec<Series> {
-        let mut out: Vec<Series> = PASS_DURATION_BUCKETS
+    /// Observations recorded.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The `_bucket`, `_sum` and `_count` series of family `name`, each with `labels`.
+    fn series(&self, name: &str, labels: &[(String, String)]) -> Vec<Series> {
+        let labelled = |le: Option<String>| {
+            let mut out = labels.to_vec();
+            out.extend(le.map(|le| ("le".to_string(), le)));
+            out
+        };
+        let mut out: Vec<Series> = self
+            .bounds
             .iter()
-            .enumerate()
-            .map(|(i, bound)| Series {
+            .zip(&self.counts)
+            .map(|(bound, n)| Series {
                 name: format!("{name}_bucket"),
-                labels: vec![("le".into(), format_value(*bound))],
-                value: self.counts.get(i).copied().unwrap_or(0) as f64,
+                labels: labelled(Some(format_value(*bound))),
+                value: *n as f64,
             })
             .collect();
         out.push(Series {
             name: format!("{name}_bucket"),
-            labels: vec![("le".into(), "+Inf".into())],
+            labels: labelled(Some("+Inf".into())),
             value: self.count as f64,
         });
         out.push(Series {
             name: format!("{name}_sum"),
-            labels: vec![],
+            labels: labelled(None),
             value: self.sum,
         });
         out.push(Series {
             name: format!("{name}_count"),
-            labels: vec![],
+            labels: labelled(None),
             value: self.count as f64,
         });
         out
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     lifecycle: Vec<Sample>,
     commits_seen: u64,
@@ -378,7 +399,15 @@ impl Metrics {
         Metrics {
             publish_legacy,
             ready: AtomicBool::new(false),
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                lifecycle: Vec::new(),
+                commits_seen: 0,
+                commits_applied: 0,
+                commits_rejected: 0,
+                last_applied_commit: None,
+                pass_duration: Histogram::new(PASS_DURATION_BUCKETS),
+                api_writes: BTreeMap::new(),
+            }),
             api: std::sync::OnceLock::new(),
         }
     }
@@ -498,7 +527,7 @@ impl Metrics {
             Kind::Histogram,
             &inner
                 .pass_duration
-                .series("nodewright_pass_duration_seconds"),
+                .series("nodewright_pass_duration_seconds", &[]),
         );
         let writes: Vec<Series> = inner
             .api_writes
@@ -547,38 +576,13 @@ fn render_api(out: &mut String, stats: &StatsSnapshot) {
         &requests,
     );
     let name = "nodewright_api_request_duration_seconds";
-    let mut latency = Vec::new();
-    for (verb, (buckets, sum, count)) in &stats.latency {
-        let labelled = |le: Option<String>| {
-            let mut labels = vec![("verb".to_string(), verb.to_string())];
-            if let Some(le) = le {
-                labels.push(("le".into(), le));
-            }
-            labels
-        };
-        for (bound, n) in LATENCY_BUCKETS.iter().zip(buckets) {
-            latency.push(Series {
-                name: format!("{name}_bucket"),
-                labels: labelled(Some(format_value(*bound))),
-                value: *n as f64,
-            });
-        }
-        latency.push(Series {
-            name: format!("{name}_bucket"),
-            labels: labelled(Some("+Inf".into())),
-            value: *count as f64,
-        });
-        latency.push(Series {
-            name: format!("{name}_sum"),
-            labels: labelled(None),
-            value: *sum,
-        });
-        latency.push(Series {
-            name: format!("{name}_count"),
-            labels: labelled(None),
-            value: *count as f64,
-        });
-    }
+    let latency: Vec<Series> = stats
+        .latency
+        .iter()
+        .flat_map(|(verb, histogram)| {
+            histogram.series(name, &[("verb".to_string(), verb.to_string())])
+        })
+        .collect();
     write_family(
         out,
         name,

@@ -19,6 +19,8 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use http::{Method, Request, Response};
 use tower::{Layer, Service};
 
+use crate::metrics::Histogram;
+
 /// Upstream's client defaults (controller-runtime over client-go).
 pub const DEFAULT_QPS: f64 = 20.0;
 /// Upstream's client burst.
@@ -61,8 +63,8 @@ pub struct ApiStats {
 #[derive(Debug, Default)]
 struct StatsInner {
     requests: BTreeMap<RequestKey, u64>,
-    /// Per verb: counts per bucket of [`LATENCY_BUCKETS`], sum and count.
-    latency: BTreeMap<&'static str, (Vec<u64>, f64, u64)>,
+    /// Per verb, over [`LATENCY_BUCKETS`].
+    latency: BTreeMap<&'static str, Histogram>,
     /// Time spent waiting for a token.
     throttled: Duration,
 }
@@ -72,8 +74,8 @@ struct StatsInner {
 pub struct StatsSnapshot {
     /// Requests by verb, resource and code.
     pub requests: BTreeMap<RequestKey, u64>,
-    /// Per verb: cumulative bucket counts (as [`LATENCY_BUCKETS`]), sum of seconds, count.
-    pub latency: BTreeMap<&'static str, (Vec<u64>, f64, u64)>,
+    /// Per verb: request latency in seconds, over [`LATENCY_BUCKETS`].
+    pub latency: BTreeMap<&'static str, Histogram>,
     /// Total time requests waited for the rate limiter.
     pub throttled: Duration,
 }
@@ -136,18 +138,11 @@ impl ApiStats {
         let mut inner = self.inner();
         let verb = key.verb;
         *inner.requests.entry(key).or_default() += 1;
-        let (buckets, sum, count) = inner
+        inner
             .latency
             .entry(verb)
-            .or_insert_with(|| (vec![0; LATENCY_BUCKETS.len()], 0.0, 0));
-        let secs = elapsed.as_secs_f64();
-        for (bound, n) in LATENCY_BUCKETS.iter().zip(buckets.iter_mut()) {
-            if secs <= *bound {
-                *n += 1;
-            }
-        }
-        *sum += secs;
-        *count += 1;
+            .or_insert_with(|| Histogram::new(&LATENCY_BUCKETS))
+            .observe(elapsed.as_secs_f64());
     }
 
     fn throttled(&self, waited: Duration) {
@@ -443,6 +438,6 @@ mod tests {
         };
         assert_eq!(stats.requests.get(&key("patch", "409")), Some(&2));
         assert_eq!(stats.requests.get(&key("get", "200")), Some(&1));
-        assert_eq!(stats.latency.get("patch").map(|l| l.2), Some(2));
+        assert_eq!(stats.latency.get("patch").map(|l| l.count()), Some(2));
     }
 }
