@@ -89,10 +89,14 @@ impl Default for Settings {
 /// Internal constants (§13.2).
 pub mod constants {
     use std::time::Duration;
-    /// Writes of one pass outstanding at once against a cluster: enough to hide round trips,
-    /// few enough that a pass never floods the API server (upstream's client allows a burst of
-    /// 30 requests).
-    pub const WRITES_IN_FLIGHT: usize = 8;
+    /// Writes of one pass outstanding at once against a cluster: enough to keep the API
+    /// budget's burst (upstream's 30) busy while round trips are under way; the budget, not
+    /// this bound, is what protects the API server.
+    pub const WRITES_IN_FLIGHT: usize = 32;
+    /// After a cluster change wakes the reconciler, it waits this long so a burst of watch
+    /// events becomes one pass: short next to `reconcileInterval`, so a pass follows the
+    /// change it reacts to as promptly as the interval promises.
+    pub const CHANGE_SETTLE: Duration = Duration::from_millis(50);
     /// How far back along the tracked branch the source looks for the commits that last
     /// changed a NodeWright's spec and its approvals; an approval older than that counts
     /// for nothing (docs/approvals.md).

@@ -510,6 +510,86 @@ packages:
     }
 }
 
+/// End to end: a pushed commit that fails validation gets a failed `nodewright` status on its
+/// own commit naming the violation, while the rollout of the newest valid commit goes on and
+/// reports on that commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_forge_marks_a_rejected_head_failed_and_rolls_out_its_valid_parent() {
+    // See: issue 24 — a rejected commit was invisible on the forge.
+    let (url, seen) = stub(|_| (StatusCode::CREATED, vec![], json!({"id": 1}))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = common::WorkRepo::init(&dir.path().join("repo"));
+    repo.copy_from(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet"));
+    let valid = repo.commit("fleet");
+    let tuning = std::fs::read_to_string(repo.dir.join("gpu-tuning.yaml")).unwrap();
+    let broken = tuning.replacen("version: ", "version: not-a-version-", 1);
+    assert_ne!(broken, tuning, "the example names a package version");
+    repo.write("gpu-tuning.yaml", &broken);
+    let head = repo.commit("a typo");
+    let fleet = dir.path().join("fleet-sim.yaml");
+    std::fs::write(
+        &fleet,
+        r#"
+cluster:
+  nodes:
+    - generate: {count: 2, namePrefix: gpu-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: canary}}
+packages:
+  example/driver: {default: {duration: 5s}, rebootTakes: 30s}
+"#,
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["run", "--repo"])
+        .arg(&repo.dir)
+        .arg("--sim-fleet")
+        .arg(&fleet)
+        .args(["--speed", "0", "--no-progress", "--until-converged", "6h"])
+        .args(["--forge", "github"])
+        .env("NODEWRIGHT_FORGE_URL", &url)
+        .env("NODEWRIGHT_FORGE_REPOSITORY", "fleet/os")
+        .env("NODEWRIGHT_FORGE_TOKEN", TOKEN)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("GITHUB_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "run failed:\n{stderr}");
+
+    let seen = seen.lock().unwrap();
+    let on = |sha: &str| -> Vec<Value> {
+        seen.iter()
+            .filter(|r| r.uri == format!("/repos/fleet/os/statuses/{sha}"))
+            .map(|r| r.body.clone().unwrap())
+            .collect()
+    };
+    let refused = on(&head);
+    assert_eq!(
+        refused.len(),
+        1,
+        "one failed status on the refused head: {refused:?}"
+    );
+    assert_eq!(refused[0]["state"], "failure");
+    assert_eq!(refused[0]["context"], "nodewright");
+    let description = refused[0]["description"].as_str().unwrap();
+    assert!(
+        description.contains("not applied") && description.contains("gpu-tuning.yaml:"),
+        "{description}"
+    );
+    let applied = on(&valid);
+    assert!(
+        applied
+            .iter()
+            .any(|b| b["context"] == "nodewright/gpu-tuning" && b["state"] == "success"),
+        "the valid parent's rollout is reported on the parent: {applied:?}"
+    );
+    assert!(
+        applied.iter().all(|b| b["state"] != "failure"),
+        "{applied:?}"
+    );
+}
+
 fn rejection() -> Rejection {
     let violation = |at: &str, message: &str| Violation {
         at: at.to_owned(),

@@ -443,24 +443,41 @@ async fn serve(args: Args) -> Result<(), String> {
         let mut reporter = crate::forge::StatusReporter::new(client);
         let mut rx = statuses_rx;
         reporter_task = Some(tokio::spawn(async move {
+            // After a failed post: when to try again although nothing changed.
+            let mut retry: Option<Duration> = None;
             loop {
                 // When the loop ends the sender is dropped: post the last state, then stop.
-                let closed = rx.changed().await.is_err();
+                let closed = match retry {
+                    Some(after) => tokio::select! {
+                        changed = rx.changed() => changed.is_err(),
+                        () = tokio::time::sleep(after) => false,
+                    },
+                    None => rx.changed().await.is_err(),
+                };
                 let feedback = rx.borrow_and_update().clone();
+                let next_retry = retry.map_or(crate::forge::RETRY_FIRST, |d| {
+                    (d * 2).min(crate::forge::RETRY_MAX)
+                });
+                let mut failed = false;
                 if let Some(rejection) = &feedback.rejected
                     && let Err(e) = reporter.report_rejection(rejection).await
                 {
+                    failed = true;
                     tracing::warn!(
-                        "posting the failed status of commit {} failed ({e}); retrying on the next change",
-                        rejection.commit
+                        "posting the failed status of commit {} failed ({e}); retrying in {}s",
+                        rejection.commit,
+                        next_retry.as_secs()
                     );
                 }
                 let outcome = reporter.report(&feedback.nodewrights).await;
                 for e in &outcome.errors {
+                    failed = true;
                     tracing::warn!(
-                        "posting a commit status failed ({e}); retrying on the next change"
+                        "posting a commit status failed ({e}); retrying in {}s",
+                        next_retry.as_secs()
                     );
                 }
+                retry = failed.then_some(next_retry);
                 if let Some(requests) = approval_requests.as_mut() {
                     let now = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)

@@ -79,8 +79,7 @@ impl<C: Cluster + Sync> Pacer<C> for WallClock {
         tokio::select! {
             _ = tokio::time::sleep(delay) => Wake::Elapsed,
             _ = cluster.changed() => {
-                // Let a burst of watch events settle into one pass.
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::time::sleep(crate::settings::constants::CHANGE_SETTLE).await;
                 Wake::Elapsed
             }
             _ = next_trigger(&mut self.triggers) => Wake::Triggered,

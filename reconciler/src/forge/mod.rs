@@ -34,6 +34,11 @@ pub const STATUS_CONTEXT_PREFIX: &str = "nodewright/";
 /// The commit-status context of a commit the reconciler refused. It has no `/`, so no
 /// NodeWright's context can be the same.
 pub const REJECTION_CONTEXT: &str = "nodewright";
+/// After a failed commit-status post, the first retry comes this soon although nothing changed
+/// (a forge outage must not leave a rejected commit without its failed status).
+pub const RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(5);
+/// Retries back off, doubling, up to this interval.
+pub const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Which forge API to talk to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

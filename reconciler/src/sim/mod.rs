@@ -18,6 +18,7 @@ mod jobs;
 pub mod logs;
 mod nodes;
 pub mod packages;
+mod tracked;
 pub mod util;
 mod workload;
 
@@ -42,6 +43,7 @@ pub use nodes::{NodeInput, is_ready as node_is_ready, node_boot_id, taints as no
 pub use packages::{ContainerRunner, ModelRunner, PackageModel, PackageModels};
 pub use workload::{EvictionError, OwnerKind, PdbInput, WorkloadPodInput};
 
+use tracked::Tracked;
 use util::Rng;
 
 /// Virtual time at which every simulation starts: 2026-01-01T00:00:00Z.
@@ -113,20 +115,20 @@ pub struct SimCluster {
     sequence: u64,
     rng: Rng,
     namespace: String,
-    nodes: BTreeMap<String, Node>,
+    nodes: Tracked<String, Node>,
     node_rt: HashMap<String, nodes::NodeRt>,
-    pods: BTreeMap<Key, Pod>,
+    pods: Tracked<Key, Pod>,
     pod_rt: HashMap<Key, workload::PodRt>,
     pods_by_node: HashMap<String, BTreeSet<Key>>,
     pods_by_job: HashMap<String, BTreeSet<Key>>,
     unscheduled: BTreeSet<Key>,
-    jobs: BTreeMap<String, Job>,
+    jobs: Tracked<String, Job>,
     job_rt: HashMap<String, jobs::JobRt>,
-    config_maps: BTreeMap<Key, ConfigMap>,
-    pdbs: BTreeMap<Key, PodDisruptionBudget>,
+    config_maps: Tracked<Key, ConfigMap>,
+    pdbs: Tracked<Key, PodDisruptionBudget>,
     events: Vec<RecordedEvent>,
-    nodewrights: BTreeMap<String, NodeWright>,
-    policies: BTreeMap<String, DeploymentPolicy>,
+    nodewrights: Tracked<String, NodeWright>,
+    policies: Tracked<String, DeploymentPolicy>,
     git_annotations: HashMap<String, BTreeSet<String>>,
     timers: BinaryHeap<Reverse<(Timestamp, u64, Timer)>>,
     runner: Box<dyn ContainerRunner>,
@@ -147,20 +149,20 @@ impl SimCluster {
             sequence: 0,
             rng: Rng::new(seed),
             namespace: namespace.to_string(),
-            nodes: BTreeMap::new(),
+            nodes: Tracked::default(),
             node_rt: HashMap::new(),
-            pods: BTreeMap::new(),
+            pods: Tracked::default(),
             pod_rt: HashMap::new(),
             pods_by_node: HashMap::new(),
             pods_by_job: HashMap::new(),
             unscheduled: BTreeSet::new(),
-            jobs: BTreeMap::new(),
+            jobs: Tracked::default(),
             job_rt: HashMap::new(),
-            config_maps: BTreeMap::new(),
-            pdbs: BTreeMap::new(),
+            config_maps: Tracked::default(),
+            pdbs: Tracked::default(),
             events: Vec::new(),
-            nodewrights: BTreeMap::new(),
-            policies: BTreeMap::new(),
+            nodewrights: Tracked::default(),
+            policies: Tracked::default(),
             git_annotations: HashMap::new(),
             timers: BinaryHeap::new(),
             runner,
@@ -378,6 +380,17 @@ impl SimCluster {
             break;
         }
         self.schedule_pending();
+    }
+
+    /// Records from now on which objects change, for a server that publishes them.
+    pub(crate) fn track_changes(&mut self) {
+        self.nodes.track();
+        self.pods.track();
+        self.jobs.track();
+        self.config_maps.track();
+        self.pdbs.track();
+        self.nodewrights.track();
+        self.policies.track();
     }
 
     fn next_rv(&mut self) -> String {

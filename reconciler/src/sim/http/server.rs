@@ -662,8 +662,20 @@ fn list(
 }
 
 fn event_line(type_: &str, object: &Value) -> Bytes {
-    let mut line = json!({"type": type_, "object": object}).to_string();
-    line.push('\n');
+    event_line_of(type_, &Bytes::from(object.to_string()))
+}
+
+/// A watch event around an object already encoded as JSON.
+fn event_line_of(type_: &str, object_json: &Bytes) -> Bytes {
+    const OPEN: &str = r#"{"type":""#;
+    const MIDDLE: &str = r#"","object":"#;
+    let mut line =
+        Vec::with_capacity(OPEN.len() + type_.len() + MIDDLE.len() + object_json.len() + 2);
+    line.extend_from_slice(OPEN.as_bytes());
+    line.extend_from_slice(type_.as_bytes());
+    line.extend_from_slice(MIDDLE.as_bytes());
+    line.extend_from_slice(object_json);
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 
@@ -707,7 +719,7 @@ fn filtered(entry: &LogEntry, namespace: Option<&str>, sel: &Selectors) -> Optio
         other if now => other,
         _ => return None,
     };
-    Some(event_line(type_, &entry.object))
+    Some(event_line_of(type_, entry.object_json()))
 }
 
 struct WatchState {
@@ -782,20 +794,27 @@ fn watch(
                 return None;
             }
             st.rx.borrow_and_update();
+            // The lock is held only to collect the new changes; selecting and encoding them
+            // happen outside it, so a busy watch never stalls the writers.
+            let mut fresh = Vec::new();
             let gone = st.world.read(|inner| {
                 if st.cursor < inner.floor() {
                     return true;
                 }
-                for entry in inner.entries_after(st.cursor) {
-                    if entry.rid == st.rid
-                        && let Some(line) = filtered(entry, st.namespace.as_deref(), &st.sel)
-                    {
-                        st.queue.push_back(line);
-                    }
-                }
+                fresh.extend(
+                    inner
+                        .entries_after(st.cursor)
+                        .filter(|entry| entry.rid == st.rid)
+                        .cloned(),
+                );
                 st.cursor = st.cursor.max(inner.resource_version());
                 false
             });
+            for entry in &fresh {
+                if let Some(line) = filtered(entry, st.namespace.as_deref(), &st.sel) {
+                    st.queue.push_back(line);
+                }
+            }
             if gone {
                 let status = ApiError::new(
                     410,

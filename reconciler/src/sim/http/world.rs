@@ -15,8 +15,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
+
+use axum::body::Bytes;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
@@ -32,7 +34,8 @@ use super::resources::{self, RESOURCES, Rid};
 use super::select::Selectors;
 use crate::cluster::ClusterError;
 use crate::plan::{Action, NodePatch, Outcome, StatusPatch};
-use crate::sim::{EvictionError, NodeInput, PdbInput, SimCluster, util};
+use crate::sim::tracked::Tracked;
+use crate::sim::{EvictionError, Key, NodeInput, PdbInput, SimCluster, util};
 
 /// `(namespace or "", name)`.
 pub type ObjKey = (String, String);
@@ -54,18 +57,38 @@ pub struct LogEntry {
     /// The object before a MODIFIED or DELETED change (for selector transitions, and to
     /// list as of an earlier resourceVersion).
     pub prev: Option<Arc<Value>>,
+    /// `object` as JSON, encoded once for every watch that reports the change.
+    json: OnceLock<Bytes>,
 }
 
-/// Typed copies of the simulator's objects as last published.
+impl LogEntry {
+    fn new(
+        rv: u64,
+        rid: Rid,
+        type_: &'static str,
+        object: Arc<Value>,
+        prev: Option<Arc<Value>>,
+    ) -> Self {
+        LogEntry {
+            rv,
+            rid,
+            type_,
+            object,
+            prev,
+            json: OnceLock::new(),
+        }
+    }
+
+    /// The changed object as JSON.
+    pub fn object_json(&self) -> &Bytes {
+        self.json
+            .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
+    }
+}
+
+/// How much of the simulator's event record is published.
 #[derive(Default)]
 struct Seen {
-    nodes: BTreeMap<String, Node>,
-    pods: BTreeMap<(String, String), Pod>,
-    jobs: BTreeMap<String, Job>,
-    config_maps: BTreeMap<(String, String), ConfigMap>,
-    pdbs: BTreeMap<(String, String), PodDisruptionBudget>,
-    nodewrights: BTreeMap<String, NodeWright>,
-    policies: BTreeMap<String, DeploymentPolicy>,
     events: usize,
 }
 
@@ -75,7 +98,7 @@ pub struct Inner {
     pub sim: SimCluster,
     objects: Vec<BTreeMap<ObjKey, Arc<Value>>>,
     seen: Seen,
-    log: VecDeque<LogEntry>,
+    log: VecDeque<Arc<LogEntry>>,
     floor: u64,
     fail_updates: u32,
     conflicts: u64,
@@ -148,23 +171,45 @@ fn decode<T: serde::de::DeserializeOwned>(value: &Value, rid: Rid) -> Result<T, 
 }
 
 /// Diffs one simulator collection against its published copies.
+/// Publishes the objects of one kind the simulator wrote since the last call: work per change,
+/// whatever the size of the fleet. An object written with an unchanged resourceVersion (a
+/// change made in place) gets a new one, as every change does on a real server.
 fn sync_kind<K: Ord + Clone, T>(
     rid: Rid,
-    current: &mut BTreeMap<K, T>,
-    seen: &mut BTreeMap<K, T>,
+    current: &mut Tracked<K, T>,
+    served: impl Fn(&K) -> ObjKey,
     counter: &mut u64,
     objects: &mut BTreeMap<ObjKey, Arc<Value>>,
     out: &mut Vec<LogEntry>,
 ) where
-    T: Resource + Clone + PartialEq + Serialize,
+    T: Resource + Serialize,
 {
-    for (k, obj) in current.iter_mut() {
-        let type_ = match seen.get(k) {
-            Some(s) if s == obj => continue,
-            Some(s) => {
-                if s.meta().resource_version == obj.meta().resource_version {
+    for k in current.take_changed() {
+        let key = served(&k);
+        let Some(obj) = current.get_mut_unrecorded(&k) else {
+            if let Some(prev) = objects.remove(&key) {
+                *counter += 1;
+                let mut value = (*prev).clone();
+                value["metadata"]["resourceVersion"] = json!(counter.to_string());
+                out.push(LogEntry::new(
+                    *counter,
+                    rid,
+                    "DELETED",
+                    Arc::new(value),
+                    Some(prev),
+                ));
+            }
+            continue;
+        };
+        let mut value = to_value(obj);
+        let prev = objects.get(&key);
+        let type_ = match prev {
+            Some(p) if **p == value => continue,
+            Some(p) => {
+                if rv_of(p) == rv_of(&value) {
                     *counter += 1;
                     obj.meta_mut().resource_version = Some(counter.to_string());
+                    value["metadata"]["resourceVersion"] = json!(counter.to_string());
                 }
                 "MODIFIED"
             }
@@ -172,40 +217,14 @@ fn sync_kind<K: Ord + Clone, T>(
                 if obj.meta().resource_version.is_none() {
                     *counter += 1;
                     obj.meta_mut().resource_version = Some(counter.to_string());
+                    value["metadata"]["resourceVersion"] = json!(counter.to_string());
                 }
                 "ADDED"
             }
         };
-        let value = Arc::new(to_value(obj));
-        let prev = objects.insert(key_of(&value), value.clone());
-        out.push(LogEntry {
-            rv: rv_of(&value),
-            rid,
-            type_,
-            object: value,
-            prev,
-        });
-        seen.insert(k.clone(), obj.clone());
-    }
-    let gone: Vec<K> = seen
-        .keys()
-        .filter(|k| !current.contains_key(*k))
-        .cloned()
-        .collect();
-    for k in gone {
-        let Some(obj) = seen.remove(&k) else { continue };
-        *counter += 1;
-        let mut value = to_value(&obj);
-        let key = key_of(&value);
-        value["metadata"]["resourceVersion"] = json!(counter.to_string());
-        let prev = objects.remove(&key);
-        out.push(LogEntry {
-            rv: *counter,
-            rid,
-            type_: "DELETED",
-            object: Arc::new(value),
-            prev,
-        });
+        let value = Arc::new(value);
+        let prev = objects.insert(key, value.clone());
+        out.push(LogEntry::new(rv_of(&value), rid, type_, value, prev));
     }
 }
 
@@ -594,6 +613,7 @@ impl World {
             conflicts: 0,
             terminating: BTreeSet::new(),
         };
+        inner.sim.track_changes();
         inner.seed();
         inner.publish();
         inner.log.clear();
@@ -666,7 +686,7 @@ impl Inner {
     }
 
     /// Log entries after `rv`, in order.
-    pub fn entries_after(&self, rv: u64) -> impl Iterator<Item = &LogEntry> {
+    pub fn entries_after(&self, rv: u64) -> impl Iterator<Item = &Arc<LogEntry>> {
         let start = self.log.partition_point(|e| e.rv <= rv);
         self.log.range(start..)
     }
@@ -774,7 +794,7 @@ impl Inner {
     }
 
     fn append(&mut self, entry: LogEntry) {
-        self.log.push_back(entry);
+        self.log.push_back(Arc::new(entry));
         while self.log.len() > LOG_CAPACITY {
             if let Some(old) = self.log.pop_front() {
                 self.floor = old.rv;
@@ -829,13 +849,13 @@ impl Inner {
         value["metadata"]["resourceVersion"] = json!(rv.to_string());
         let value = Arc::new(value);
         let prev = self.objects[rid].insert(key_of(&value), value.clone());
-        self.append(LogEntry {
+        self.append(LogEntry::new(
             rv,
             rid,
-            type_: if prev.is_some() { "MODIFIED" } else { "ADDED" },
-            object: value.clone(),
+            if prev.is_some() { "MODIFIED" } else { "ADDED" },
+            value.clone(),
             prev,
-        });
+        ));
         value
     }
 
@@ -844,27 +864,26 @@ impl Inner {
             let rv = self.next_rv();
             let mut value = (*old).clone();
             value["metadata"]["resourceVersion"] = json!(rv.to_string());
-            self.append(LogEntry {
+            self.append(LogEntry::new(
                 rv,
                 rid,
-                type_: "DELETED",
-                object: Arc::new(value),
-                prev: Some(old),
-            });
+                "DELETED",
+                Arc::new(value),
+                Some(old),
+            ));
         }
     }
 
     /// Publishes every change of the simulator's objects since the last call.
     pub fn publish(&mut self) {
         let mut out = Vec::new();
-        let Inner {
-            sim, objects, seen, ..
-        } = self;
+        let Inner { sim, objects, .. } = self;
+        let namespace = sim.namespace().to_string();
         let counter = &mut sim.resource_version;
         sync_kind(
             resources::NODES,
             &mut sim.nodes,
-            &mut seen.nodes,
+            |name: &String| (String::new(), name.clone()),
             counter,
             &mut objects[resources::NODES],
             &mut out,
@@ -872,7 +891,7 @@ impl Inner {
         sync_kind(
             resources::PODS,
             &mut sim.pods,
-            &mut seen.pods,
+            Key::clone,
             counter,
             &mut objects[resources::PODS],
             &mut out,
@@ -880,7 +899,7 @@ impl Inner {
         sync_kind(
             resources::JOBS,
             &mut sim.jobs,
-            &mut seen.jobs,
+            |name: &String| (namespace.clone(), name.clone()),
             counter,
             &mut objects[resources::JOBS],
             &mut out,
@@ -888,7 +907,7 @@ impl Inner {
         sync_kind(
             resources::CONFIG_MAPS,
             &mut sim.config_maps,
-            &mut seen.config_maps,
+            Key::clone,
             counter,
             &mut objects[resources::CONFIG_MAPS],
             &mut out,
@@ -896,7 +915,7 @@ impl Inner {
         sync_kind(
             resources::PDBS,
             &mut sim.pdbs,
-            &mut seen.pdbs,
+            Key::clone,
             counter,
             &mut objects[resources::PDBS],
             &mut out,
@@ -904,7 +923,7 @@ impl Inner {
         sync_kind(
             resources::NODEWRIGHTS,
             &mut sim.nodewrights,
-            &mut seen.nodewrights,
+            |name: &String| (String::new(), name.clone()),
             counter,
             &mut objects[resources::NODEWRIGHTS],
             &mut out,
@@ -912,7 +931,7 @@ impl Inner {
         sync_kind(
             resources::POLICIES,
             &mut sim.policies,
-            &mut seen.policies,
+            |name: &String| (String::new(), name.clone()),
             counter,
             &mut objects[resources::POLICIES],
             &mut out,
