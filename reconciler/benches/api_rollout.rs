@@ -7,7 +7,9 @@
 //! - the reconciler's requests per node, by verb and resource (its own summary);
 //! - its writes per node-state transition (each change of a package's stage or state in a
 //!   node's state annotation, counted by a watch of this process);
-//! - its CPU seconds and peak resident memory.
+//! - its CPU seconds and peak resident memory;
+//! - `sim serve`'s latency for one object (a GET of a node, a merge PATCH of a ConfigMap, as
+//!   this process's client sees it on loopback), idle before the rollout and while it runs.
 //!
 //! Figures only, nothing is asserted.
 //!
@@ -23,8 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodewright_reconciler::cli::fleet::Fleet;
 use nodewright_reconciler::cluster::Desired;
@@ -103,6 +106,69 @@ async fn count_transitions(api: Api<Node>, transitions: Arc<AtomicU64>) {
     }
 }
 
+/// Latencies of one kind of request.
+#[derive(Default)]
+struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    fn report(&mut self, what: &str) {
+        self.0.sort();
+        let at = |q: f64| {
+            let i = ((self.0.len() as f64 * q) as usize).min(self.0.len().saturating_sub(1));
+            self.0.get(i).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+        };
+        println!(
+            "  {what}: median {:.2} ms, p99 {:.2} ms ({} requests)",
+            at(0.5),
+            at(0.99),
+            self.0.len()
+        );
+    }
+}
+
+/// One GET of a node and one merge PATCH of a ConfigMap, timed.
+async fn probe(
+    nodes: &Api<Node>,
+    maps: &Api<ConfigMap>,
+    node: &str,
+    round: u64,
+) -> (Duration, Duration) {
+    let started = Instant::now();
+    nodes.get(node).await.expect("GET node");
+    let get = started.elapsed();
+    let patch = serde_json::json!({"data": {"round": round.to_string()}});
+    let started = Instant::now();
+    maps.patch(
+        "latency-probe",
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .expect("PATCH configmap");
+    (get, started.elapsed())
+}
+
+/// Probes every 50 ms until `stop`, then hands back what it measured.
+async fn probe_while(
+    nodes: Api<Node>,
+    maps: Api<ConfigMap>,
+    node: String,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> (Latencies, Latencies) {
+    let (mut gets, mut patches) = (Latencies::default(), Latencies::default());
+    let mut stop = std::pin::pin!(stop);
+    for round in 0.. {
+        let (get, patch) = probe(&nodes, &maps, &node, round).await;
+        gets.0.push(get);
+        patches.0.push(patch);
+        tokio::select! {
+            _ = &mut stop => break,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+    (gets, patches)
+}
+
 fn main() {
     let nodes: usize = env("API_BENCH_NODES", 100);
     let speed: f64 = env("API_BENCH_SPEED", 30.0);
@@ -165,7 +231,48 @@ fn main() {
     let client = runtime
         .block_on(server.client())
         .expect("a client of sim serve");
-    runtime.spawn(count_transitions(Api::all(client), transitions.clone()));
+    runtime.spawn(count_transitions(
+        Api::all(client.clone()),
+        transitions.clone(),
+    ));
+
+    let node_api: Api<Node> = Api::all(client.clone());
+    let map_api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let probe_node = runtime
+        .block_on(node_api.list(&Default::default()))
+        .expect("the nodes list")
+        .items
+        .first()
+        .and_then(|n| n.metadata.name.clone())
+        .expect("a node");
+    let mut map = ConfigMap::default();
+    map.metadata.name = Some("latency-probe".into());
+    runtime
+        .block_on(map_api.create(&PostParams::default(), &map))
+        .expect("the probe ConfigMap is created");
+    let (mut gets, mut patches) = (Latencies::default(), Latencies::default());
+    let mut lists = Latencies::default();
+    runtime.block_on(async {
+        for round in 0..200 {
+            let (get, patch) = probe(&node_api, &map_api, &probe_node, round).await;
+            gets.0.push(get);
+            patches.0.push(patch);
+        }
+        for _ in 0..20 {
+            let started = Instant::now();
+            node_api
+                .list(&Default::default())
+                .await
+                .expect("LIST nodes");
+            lists.0.push(started.elapsed());
+        }
+    });
+    println!("sim serve latency, idle ({nodes} nodes):");
+    gets.report("GET node");
+    patches.report("merge PATCH configmap");
+    lists.report("LIST nodes");
+    let (stop_probe, stopped) = tokio::sync::oneshot::channel();
+    let probing = runtime.spawn(probe_while(node_api, map_api, probe_node, stopped));
 
     let virtual_start = server.clock().now();
     let started = Instant::now();
@@ -180,6 +287,11 @@ fn main() {
         .output()
         .expect("the nodewright binary runs");
     let wall = started.elapsed();
+    let _ = stop_probe.send(());
+    let (mut gets, mut patches) = runtime.block_on(probing).expect("the probe ends");
+    println!("sim serve latency while the rollout ran:");
+    gets.report("GET node");
+    patches.report("merge PATCH configmap");
     let virtual_secs = server.clock().now().duration_since(virtual_start).as_secs();
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!(

@@ -510,6 +510,8 @@ async fn serve(args: Args) -> Result<(), String> {
     let mut in_force: Option<String> = None;
     let fleet_nodes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let fleet_nodes_seen = fleet_nodes.clone();
+    let pass_times = std::sync::Arc::new(std::sync::Mutex::new(PassTimes::default()));
+    let pass_times_seen = pass_times.clone();
     let api_metrics = metrics.clone();
     // The newest commit refused, for its failed status on the forge.
     let mut rejected: Option<crate::writeback::source::Rejection> = None;
@@ -518,6 +520,12 @@ async fn serve(args: Args) -> Result<(), String> {
             it.snapshot.nodes.len(),
             std::sync::atomic::Ordering::Relaxed,
         );
+        if let Some(pass) = it.pass {
+            pass_times_seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .observe(pass);
+        }
         if lifecycle == LifecycleMode::SelfManaged {
             for (nw, manager) in foreign_status_writers(&it.snapshot.nodewrights) {
                 if warned_foreign.insert(format!("{nw}/{manager}")) {
@@ -688,7 +696,10 @@ async fn serve(args: Args) -> Result<(), String> {
                 "{}",
                 api_summary(
                     &budget.stats().snapshot(),
-                    fleet_nodes.load(std::sync::atomic::Ordering::Relaxed)
+                    fleet_nodes.load(std::sync::atomic::Ordering::Relaxed),
+                    &pass_times
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                 )
             );
         }
@@ -733,9 +744,36 @@ async fn serve(args: Args) -> Result<(), String> {
     Ok(())
 }
 
+/// The passes of a run and what the engine's planning cost in them.
+#[derive(Debug, Default)]
+struct PassTimes {
+    passes: u64,
+    total: Duration,
+    planning: Duration,
+    longest_planning: Duration,
+}
+
+impl PassTimes {
+    fn observe(&mut self, pass: &crate::controller::PassReport) {
+        self.passes += 1;
+        self.total += pass.duration;
+        self.planning += pass.planning;
+        self.longest_planning = self.longest_planning.max(pass.planning);
+    }
+
+    fn mean_ms(&self, of: Duration) -> f64 {
+        of.as_secs_f64() * 1000.0 / self.passes.max(1) as f64
+    }
+}
+
 /// What a run cost the API server, for `--until-converged`: requests per node, writes, the
-/// most frequent requests and the time spent under the rate limit.
-fn api_summary(stats: &crate::cluster::api_budget::StatsSnapshot, nodes: usize) -> String {
+/// most frequent requests and the time spent under the rate limit; then the reconciler's own
+/// cost: CPU, memory and its passes.
+fn api_summary(
+    stats: &crate::cluster::api_budget::StatsSnapshot,
+    nodes: usize,
+    passes: &PassTimes,
+) -> String {
     let per_node = |n: u64| {
         if nodes == 0 {
             "-".to_string()
@@ -758,6 +796,13 @@ fn api_summary(stats: &crate::cluster::api_budget::StatsSnapshot, nodes: usize) 
             peak / 1024
         ));
     }
+    out.push_str(&format!(
+        "\npasses: {}, {:.1} ms each on average (the engine's planning {:.1} ms, longest {:.1} ms)",
+        passes.passes,
+        passes.mean_ms(passes.total),
+        passes.mean_ms(passes.planning),
+        passes.longest_planning.as_secs_f64() * 1000.0
+    ));
     for (what, n, failed) in stats.by_verb_and_resource().iter().take(12) {
         out.push_str(&format!("\n  {n:>8}  {what} ({} per node)", per_node(*n)));
         for (code, count) in failed {

@@ -43,6 +43,8 @@ pub struct PassReport {
     pub requeue: Requeue,
     /// Wall time the pass took (snapshot, engine and writes).
     pub duration: Duration,
+    /// Of that, the engine's planning.
+    pub planning: Duration,
 }
 
 impl PassReport {
@@ -116,10 +118,12 @@ impl<C: Cluster> Controller<C> {
         if let Some(desired) = &self.applied {
             snapshot.approvals = desired.approvals.clone();
         }
+        let planning = std::time::Instant::now();
         let plan = (self.engine)(&snapshot, &self.settings, &mut self.cache);
         let mut report = PassReport {
             now: snapshot.now,
             requeue: plan.requeue,
+            planning: planning.elapsed(),
             ..PassReport::default()
         };
         let mut evictions = EvictionAttempts::default();
