@@ -32,7 +32,7 @@ use super::resources::{self, RESOURCES, Rid};
 use super::select::Selectors;
 use crate::cluster::ClusterError;
 use crate::plan::{Action, NodePatch, Outcome, StatusPatch};
-use crate::sim::{EvictionError, NodeInput, PdbInput, SimCluster, util};
+use crate::sim::{EvictionError, NodeInput, PdbInput, Shared, SimCluster, util};
 
 /// `(namespace or "", name)`.
 pub type ObjKey = (String, String);
@@ -59,9 +59,9 @@ pub struct LogEntry {
 /// Typed copies of the simulator's objects as last published.
 #[derive(Default)]
 struct Seen {
-    nodes: BTreeMap<String, Node>,
-    pods: BTreeMap<(String, String), Pod>,
-    jobs: BTreeMap<String, Job>,
+    nodes: BTreeMap<String, Shared<Node>>,
+    pods: BTreeMap<(String, String), Shared<Pod>>,
+    jobs: BTreeMap<String, Shared<Job>>,
     config_maps: BTreeMap<(String, String), ConfigMap>,
     pdbs: BTreeMap<(String, String), PodDisruptionBudget>,
     nodewrights: BTreeMap<String, NodeWright>,
