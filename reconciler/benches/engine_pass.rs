@@ -7,14 +7,16 @@
 //! then a per-phase time breakdown, and three passes after a change, each with the cache the
 //! last pass left: a few nodes, Jobs and pods replaced by new objects; a Job and its pods
 //! gone and another joined in front (shifting the positions of most Jobs and pods); a node
-//! gone near the front (shifting most nodes). Last, a pass without the cache. Figures only,
-//! nothing is asserted.
+//! gone near the front (shifting most nodes). Then a pass without the cache. Last, rollout
+//! passes: a simulated 10,000-node rollout run pass by pass, printing each pass in which at
+//! least 5 % of the nodes start or finish a stage (target ≤ 50 ms). Figures only, nothing is
+//! asserted.
 //!
 //! Run: `cargo bench -p nodewright-reconciler --bench engine_pass`
 //! (`ENGINE_BENCH_PASSES=N` sets the number of passes, default 10; for profilers,
 //! `ENGINE_BENCH_WARM_ONLY=1` runs steady passes only, through `steady_pass`; add
 //! `ENGINE_BENCH_CHANGED=1`, `ENGINE_BENCH_SHIFTED=1` or `ENGINE_BENCH_DEPARTED=1` for the
-//! passes after each change).
+//! passes after each change; `ENGINE_BENCH_ROLLOUT_ONLY=1` runs the rollout passes alone).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -418,6 +420,119 @@ fn steady_pass(snap: &Snapshot, settings: &Settings, cache: &mut StateCache) {
     )));
 }
 
+/// The rollout case's fleet: the issue-27 measurement (two packages, the driver with a reboot,
+/// budget 10 %) over `NODES` nodes that all carry the selected label.
+const ROLLOUT_NODEWRIGHT: &str = r#"
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata: {name: gpu, generation: 1}
+spec:
+  nodeSelectors: {matchLabels: {nvidia.com/gpu.present: "true"}}
+  interruptionBudget: {percent: 10}
+  packages:
+    driver:
+      version: 570.124.6
+      image: example/driver
+      interrupt: {type: reboot}
+    tuning:
+      version: 1.4.0
+      image: example/tuning
+      configMap: {sysctl.conf: "vm.max_map_count=262144"}
+"#;
+
+/// A rollout pass: the simulated fleet runs as a controller would run it (a pass every
+/// `reconcileInterval`, the plan executed, the cache carried), and the passes in which at
+/// least 5 % of the nodes start or finish a stage are printed with their wall time,
+/// allocations and actions. Package steps take the same time on every node, so a batch
+/// (10 % of the fleet) finishes a stage and starts the next one in the same pass.
+fn rollout_passes(settings: &Settings, shown: usize) {
+    let models = PackageModels(
+        serde_yaml::from_str(
+            "example/driver: {default: {duration: 2s}, rebootTakes: 20s}\n\
+             example/tuning: {default: {duration: 1s}}",
+        )
+        .expect("the rollout's package models are valid YAML"),
+    );
+    let nodewright: NodeWright =
+        serde_yaml::from_str(ROLLOUT_NODEWRIGHT).expect("the rollout's NodeWright is valid YAML");
+    let mut sim = SimCluster::new("nodewright", Box::new(ModelRunner::new(models)), 1);
+    for i in 0..NODES {
+        sim.add_node(NodeInput {
+            name: format!("gpu-{i}"),
+            labels: BTreeMap::from([(
+                "nvidia.com/gpu.present".to_string(),
+                "true".to_string(),
+            )]),
+            ..NodeInput::default()
+        });
+    }
+    sim.apply_desired(&Desired {
+        nodewrights: vec![nodewright],
+        policies: Vec::new(),
+        commit: "bench".into(),
+        ..Default::default()
+    });
+    let interval = settings.reconcile_interval();
+    let mut cache = StateCache::new();
+    let mut snap = Snapshot::default();
+    let mut seen = 0;
+    let mut walls = Vec::new();
+    println!(
+        "rollout pass: {NODES} nodes, 1 NodeWright x 2 packages (one reboots), budget 10 %; passes in which >= {} nodes start or finish a stage:",
+        NODES / 20
+    );
+    println!("  pass   wall ms   allocations   actions   nodes acted on   Jobs   pods");
+    for pass in 1..=2_000 {
+        sim.refresh_snapshot(&mut snap);
+        let before = alloc_mark();
+        let (plan, wall, _) = clocked(|| reconcile_cached(&snap, settings, &mut cache));
+        let allocs = alloc_mark().allocs - before.allocs;
+        let acted: std::collections::BTreeSet<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                nodewright_reconciler::plan::Action::PatchNode(p) if !p.node_state.is_empty() => {
+                    Some(p.node.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        if acted.len() >= NODES / 20 {
+            println!(
+                "  {pass:>4} {:>9.2} {allocs:>13} {:>9} {:>16} {:>6} {:>6}",
+                ms(wall),
+                plan.actions.len(),
+                acted.len(),
+                snap.jobs.len(),
+                snap.pods.len()
+            );
+            walls.push(wall);
+            seen += 1;
+        }
+        let converged = plan.actions.is_empty()
+            && snap.nodewrights.iter().all(|nw| {
+                nw.status.as_ref().and_then(|s| s.status) == Some(Status::Complete)
+            });
+        for a in &plan.actions {
+            let _ = sim.execute(a);
+        }
+        if seen >= shown || converged {
+            break;
+        }
+        sim.advance(interval);
+    }
+    walls.sort();
+    if let (Some(min), Some(max)) = (walls.first(), walls.last()) {
+        println!(
+            "rollout pass: median {:.2} ms, min {:.2} ms, max {:.2} ms wall over {} passes (target <= 50 ms)",
+            ms(walls[walls.len() / 2]),
+            ms(*min),
+            ms(*max),
+            walls.len()
+        );
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -461,6 +576,10 @@ fn main() {
             }
             steady_pass(&before, &settings, &mut cache);
         }
+        return;
+    }
+    if std::env::var_os("ENGINE_BENCH_ROLLOUT_ONLY").is_some() {
+        rollout_passes(&settings, runs);
         return;
     }
     if std::env::var_os("ENGINE_BENCH_CORE_ONLY").is_some() {
@@ -629,4 +748,5 @@ fn main() {
             ms(cpus[0])
         );
     }
+    rollout_passes(&settings, runs);
 }

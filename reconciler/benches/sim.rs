@@ -14,6 +14,7 @@ use base64::Engine;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use nodewright_reconciler::engine::StateCache;
 use nodewright_reconciler::plan::{Action, NodePatch, Plan};
 use nodewright_reconciler::scenario::runner::{Hooks, Run};
 use nodewright_reconciler::settings::Settings;
@@ -105,7 +106,7 @@ fn job(name: &str, node: &str, stage: &str) -> Job {
 }
 
 /// Stand-in rollout: at most 10% of nodes in flight.
-fn stand_in(snapshot: &Snapshot, _: &Settings) -> Plan {
+fn stand_in(snapshot: &Snapshot, _: &Settings, _: &mut StateCache) -> Plan {
     let jobs: HashMap<&str, &Job> = snapshot
         .jobs
         .iter()

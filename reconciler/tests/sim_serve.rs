@@ -766,7 +766,7 @@ async fn a_full_rollout_over_http_ends_like_the_in_process_simulator() {
             .world()
             .nodes()
             .values()
-            .cloned()
+            .map(|n| (**n).clone())
             .collect::<Vec<_>>(),
     );
     assert!(complete(

@@ -488,7 +488,7 @@ fn pause_suspends_the_running_job_and_resume_continues() {
     set.insert(keys::PAUSE.to_string(), "true".to_string());
     h.sim.annotate_nodewright("slow", &set, &[]);
     h.until(MIN, "suspended", |h| {
-        h.sim.jobs().values().any(super::jobs::is_suspended)
+        h.sim.jobs().values().any(|j| super::jobs::is_suspended(j))
     });
     h.run_for(3 * MIN);
     assert!(!h.complete("slow", "n1"), "paused: nothing completes");
@@ -935,8 +935,12 @@ proptest! {
 }
 
 /// The engine with every part-2 hook, as a scenario-runner reconciler.
-fn full_reconcile(snapshot: &crate::snapshot::Snapshot, settings: &Settings) -> crate::plan::Plan {
-    reconcile_with(snapshot, settings, &hooks())
+fn full_reconcile(
+    snapshot: &crate::snapshot::Snapshot,
+    settings: &Settings,
+    cache: &mut crate::engine::StateCache,
+) -> crate::plan::Plan {
+    crate::engine::reconcile_with_cache(snapshot, settings, &hooks(), Some(cache))
 }
 
 /// Runs the package-lifecycle scenario files (`tests/scenarios/pkg-*.yaml`) through the

@@ -189,7 +189,7 @@ pub fn runner_samples(
 
 /// The scenario runner's hooks with this engine as the reconciler and metrics source.
 pub fn runner_hooks() -> crate::scenario::Hooks {
-    let mut hooks = crate::scenario::Hooks::with_reconciler(super::reconcile, "engine");
+    let mut hooks = crate::scenario::Hooks::with_reconciler(super::reconcile_cached, "engine");
     hooks.metrics = Some(runner_samples);
     hooks
 }

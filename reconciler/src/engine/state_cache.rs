@@ -873,8 +873,10 @@ mod tests {
     }
 
     /// The scenario runner's reconcile: every pass runs cold (no cache) and warm (the cache
-    /// the previous passes left) and the two plans must be identical.
-    fn cold_and_warm(snapshot: &Snapshot, settings: &Settings) -> Plan {
+    /// the previous passes, of this scenario and of those before it, left) and the two plans
+    /// must be identical. The run's own cache is not used: one carried across scenarios also
+    /// meets objects it never saw.
+    fn cold_and_warm(snapshot: &Snapshot, settings: &Settings, _: &mut StateCache) -> Plan {
         let cold = reconcile(snapshot, settings);
         let (warm, hits) = CACHE.with(|c| {
             let mut cache = c.borrow_mut();

@@ -31,7 +31,7 @@ pub fn check(
     }
     if let Some(nodes) = &expect.nodes {
         for (name, e) in nodes {
-            check_node(name, e, world.nodes().get(name))?;
+            check_node(name, e, world.nodes().get(name).map(|n| &**n))?;
         }
     }
     if let Some(jobs) = &expect.jobs {
@@ -124,6 +124,16 @@ fn split_key(key: &str, default_ns: &str) -> (String, String) {
     }
 }
 
+/// Inserts `key` into the actual view when the expectation `e` names it.
+fn insert_wanted(m: &mut Mapping, e: &Mapping, key: &str, v: impl FnOnce() -> Option<Value>) {
+    let key = Value::String(key.into());
+    if e.contains_key(&key)
+        && let Some(v) = v()
+    {
+        m.insert(key, v);
+    }
+}
+
 fn insert(m: &mut Mapping, key: &str, v: Option<Value>) {
     if let Some(v) = v {
         m.insert(Value::String(key.into()), v);
@@ -213,70 +223,61 @@ fn check_nodewright(
             matches(&path, &Value::Mapping(e), None)
         };
     };
-    let status = nw.status.clone().unwrap_or_default();
+    // Only what the expectation names is built: a NodeWright's status holds an entry per
+    // selected node, and an `until` step checks it after every pass.
+    let fallback;
+    let status = match &nw.status {
+        Some(status) => status,
+        None => {
+            fallback = Default::default();
+            &fallback
+        }
+    };
     let mut view = Mapping::new();
-    insert(
-        &mut view,
-        "status",
-        status.status.map(|s| Value::String(s.as_str().into())),
-    );
-    insert(
-        &mut view,
-        "nodeStatus",
+    insert_wanted(&mut view, &e, "status", || {
+        status.status.map(|s| Value::String(s.as_str().into()))
+    });
+    insert_wanted(&mut view, &e, "nodeStatus", || {
         status.node_status.as_ref().map(|m| {
             by_type(
                 m.iter()
                     .map(|(k, v)| (k.clone(), Value::String(v.as_str().into()))),
             )
-        }),
-    );
-    let conditions = status.conditions.clone().unwrap_or_default();
-    insert(
-        &mut view,
-        "conditions",
+        })
+    });
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    insert_wanted(&mut view, &e, "conditions", || {
         Some(by_type(
             conditions.iter().map(|c| (c.type_.clone(), to_value(c))),
-        )),
-    );
-    insert(
-        &mut view,
-        "readyMessage",
+        ))
+    });
+    insert_wanted(&mut view, &e, "readyMessage", || {
         conditions
             .iter()
             .find(|c| c.type_ == keys::condition::READY)
-            .map(|c| Value::String(c.message.clone())),
-    );
-    insert(&mut view, "raw", Some(to_value(&status)));
-    insert(
-        &mut view,
-        "annotations",
+            .map(|c| Value::String(c.message.clone()))
+    });
+    insert_wanted(&mut view, &e, "raw", || Some(to_value(&status)));
+    insert_wanted(&mut view, &e, "annotations", || {
         Some(to_value(
             &nw.metadata.annotations.clone().unwrap_or_default(),
-        )),
-    );
-    insert(
-        &mut view,
-        "labels",
-        Some(to_value(&nw.metadata.labels.clone().unwrap_or_default())),
-    );
-    insert(
-        &mut view,
-        "generation",
-        nw.metadata.generation.map(|g| Value::Number(g.into())),
-    );
-    insert(
-        &mut view,
-        "finalizers",
+        ))
+    });
+    insert_wanted(&mut view, &e, "labels", || {
+        Some(to_value(&nw.metadata.labels.clone().unwrap_or_default()))
+    });
+    insert_wanted(&mut view, &e, "generation", || {
+        nw.metadata.generation.map(|g| Value::Number(g.into()))
+    });
+    insert_wanted(&mut view, &e, "finalizers", || {
         Some(to_value(
             &nw.metadata.finalizers.clone().unwrap_or_default(),
-        )),
-    );
-    insert(
-        &mut view,
-        "deleting",
-        Some(Value::Bool(nw.metadata.deletion_timestamp.is_some())),
-    );
-    insert(&mut view, "spec", Some(to_value(&nw.spec)));
+        ))
+    });
+    insert_wanted(&mut view, &e, "deleting", || {
+        Some(Value::Bool(nw.metadata.deletion_timestamp.is_some()))
+    });
+    insert_wanted(&mut view, &e, "spec", || Some(to_value(&nw.spec)));
     matches(&path, &Value::Mapping(e), Some(&Value::Mapping(view)))
 }
 
@@ -398,6 +399,7 @@ fn reconciler_jobs(world: &SimCluster) -> Vec<&Job> {
                 .as_ref()
                 .is_some_and(|l| l.contains_key(keys::JOB_LABEL_NAME))
         })
+        .map(|j| &**j)
         .collect()
 }
 

@@ -2,7 +2,7 @@
 //! checked on the world after every pass and every step (3–5 are checked by the simulator as
 //! actions execute).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Node;
 use nodewright_schema::node_state::{NodeState, entry_key};
@@ -113,11 +113,12 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
     let mut out = Vec::new();
     for nw in world.nodewrights().values() {
         let name = nw.metadata.name.clone().unwrap_or_default();
-        let selector = nw.spec.node_selectors.clone().unwrap_or_default();
+        let selector = nw.spec.node_selectors.as_ref();
         let selected: Vec<&Node> = world
             .nodes()
             .values()
-            .filter(|n| selector_matches(&selector, labels(n)))
+            .map(|n| &**n)
+            .filter(|n| selector.is_none_or(|s| selector_matches(s, labels(n))))
             .collect();
         let worked = worked_nodes(world, nw, &selected);
         if worked.is_empty() {
@@ -227,9 +228,9 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
 }
 
 fn worked_nodes(world: &SimCluster, nw: &NodeWright, selected: &[&Node]) -> BTreeSet<String> {
-    let name = nw.metadata.name.clone().unwrap_or_default();
-    let cordon = keys::cordon(&name);
-    let status = keys::status(&name);
+    let name = nw.metadata.name.as_deref().unwrap_or_default();
+    let cordon = keys::cordon(name);
+    let status = keys::status(name);
     let mut worked: BTreeSet<String> = selected
         .iter()
         .filter(|n| {
@@ -239,22 +240,26 @@ fn worked_nodes(world: &SimCluster, nw: &NodeWright, selected: &[&Node]) -> BTre
         })
         .filter_map(|n| n.metadata.name.clone())
         .collect();
-    let names: BTreeSet<String> = selected
+    let names: BTreeSet<&str> = selected
         .iter()
-        .filter_map(|n| n.metadata.name.clone())
+        .filter_map(|n| n.metadata.name.as_deref())
         .collect();
     for job in world.jobs().values() {
-        let labels = job.metadata.labels.clone().unwrap_or_default();
-        if labels.get(keys::JOB_LABEL_NAME) != Some(&name) || crate::sim::jobs_is_finished(job) {
+        let owner = job
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::JOB_LABEL_NAME));
+        if owner.map(String::as_str) != Some(name) || crate::sim::jobs_is_finished(job) {
             continue;
         }
         let node = job
             .spec
             .as_ref()
             .and_then(|s| s.template.spec.as_ref())
-            .and_then(|s| s.node_name.clone());
+            .and_then(|s| s.node_name.as_deref());
         if let Some(node) = node.filter(|n| names.contains(n)) {
-            worked.insert(node);
+            worked.insert(node.to_string());
         }
     }
     worked
@@ -277,10 +282,12 @@ fn worked_nodes(world: &SimCluster, nw: &NodeWright, selected: &[&Node]) -> BTre
 pub struct InterruptLedger {
     /// History entries already read.
     cursor: usize,
-    /// (NodeWright, node, owner package, stage) whose interrupt started in the current cycle.
-    spent: BTreeSet<(String, String, String, String)>,
-    /// The applied-config record last seen, by (NodeWright, node).
-    records: BTreeMap<(String, String), String>,
+    /// (NodeWright, node, owner package, stage) whose interrupt started in the current cycle,
+    /// with the node-state value last found still inside that cycle (an unchanged value is
+    /// not parsed again).
+    spent: BTreeMap<(String, String, String, String), Option<String>>,
+    /// The applied-config record last seen, by NodeWright and node.
+    records: BTreeMap<String, HashMap<String, String>>,
     /// (NodeWright, node) → the package whose configuration still needs its interrupt.
     owed: BTreeMap<(String, String), String>,
 }
@@ -313,7 +320,7 @@ impl InterruptLedger {
                 stage.to_string(),
             );
             match verb {
-                "job" if !self.spent.insert(key.clone()) => {
+                "job" if self.spent.insert(key.clone(), None).is_some() => {
                     found.push(format!(
                         "invariant 6: a second {stage} Job of {nw}/{package} on node {node} in one interrupt cycle (an interrupt its work did not need)"
                     ));
@@ -330,36 +337,52 @@ impl InterruptLedger {
         self.cursor = entries.len();
 
         let nws = world.nodewrights();
-        self.spent.retain(|(nw, node, package, _)| {
-            let Some(state) = node_state(world, nw, node) else {
+        self.spent.retain(|(nw, node, package, _), checked| {
+            let Some(raw) = node_state_value(world, nw, node) else {
+                return false;
+            };
+            if checked.as_deref() == Some(raw) {
+                return true;
+            }
+            let Ok(state) = NodeState::parse(raw) else {
                 return false;
             };
             let mut entries = state.entries_of(package).peekable();
             if entries.peek().is_none() {
                 return false;
             }
-            !entries.any(|e| {
+            let in_cycle = !entries.any(|e| {
                 e.stage
                     .is_some_and(|s| s.order() < Stage::Interrupt.order())
                     && matches!(e.state, Some(State::InProgress) | Some(State::Erroring))
                     && e.stage != Some(Stage::UninstallInterrupt)
-            })
+            });
+            *checked = Some(raw.to_string());
+            in_cycle
         });
 
-        for (name, node) in world.nodes() {
-            for (nw_name, nw) in nws {
-                let key = (nw_name.clone(), name.clone());
+        for (nw_name, nw) in nws {
+            let applied_key = keys::config_applied(nw_name);
+            let records = self.records.entry(nw_name.clone()).or_default();
+            for (name, node) in world.nodes() {
                 let raw = node
                     .metadata
                     .annotations
                     .as_ref()
-                    .and_then(|a| a.get(&keys::config_applied(nw_name)));
+                    .and_then(|a| a.get(&applied_key));
                 let Some(raw) = raw else {
-                    self.records.remove(&key);
+                    records.remove(name);
                     continue;
                 };
-                let previous = self.records.insert(key.clone(), raw.clone());
-                let Some(previous) = previous.filter(|p| p != raw) else {
+                let previous = match records.get_mut(name) {
+                    Some(seen) if seen == raw => continue,
+                    Some(seen) => Some(std::mem::replace(seen, raw.clone())),
+                    None => {
+                        records.insert(name.clone(), raw.clone());
+                        None
+                    }
+                };
+                let Some(previous) = previous else {
                     continue;
                 };
                 let before = complete::parse_applied(Some(&previous));
@@ -380,7 +403,8 @@ impl InterruptLedger {
                         .keys()
                         .any(|pattern| changed.iter().any(|k| complete::glob_match(pattern, k)));
                     if needs {
-                        self.owed.insert(key.clone(), package.clone());
+                        self.owed
+                            .insert((nw_name.clone(), name.clone()), package.clone());
                     }
                 }
             }
@@ -388,7 +412,7 @@ impl InterruptLedger {
 
         self.owed.retain(|(nw, node), _| {
             nws.get(nw).is_some_and(|nw| {
-                let labels = world.nodes().get(node).map(labels);
+                let labels = world.nodes().get(node).map(|n| labels(n));
                 let selector = nw.spec.node_selectors.clone().unwrap_or_default();
                 labels.is_some_and(|l| selector_matches(&selector, l))
             })
@@ -407,15 +431,15 @@ impl InterruptLedger {
     }
 }
 
-fn node_state(world: &SimCluster, nw: &str, node: &str) -> Option<NodeState> {
-    let raw = world
+fn node_state_value<'w>(world: &'w SimCluster, nw: &str, node: &str) -> Option<&'w str> {
+    world
         .nodes()
         .get(node)?
         .metadata
         .annotations
         .as_ref()?
-        .get(&keys::node_state(nw))?;
-    NodeState::parse(raw).ok()
+        .get(&keys::node_state(nw))
+        .map(String::as_str)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use super::matcher::Mismatch;
 use super::repo::{Repo, desired_of};
 use crate::cluster::sim::{SimAdapter, block_on};
 use crate::cluster::{Cluster, Desired};
+use crate::engine::StateCache;
 use crate::plan::{Executed, Plan};
 use crate::settings::Settings;
 use crate::sim::packages::DEFAULT_REBOOT_TAKES;
@@ -28,8 +29,9 @@ use crate::sim::{
 use crate::snapshot::{Memory, Snapshot};
 use crate::source::manifests::Previous;
 
-/// The reconciler under test: one pure pass.
-pub type ReconcileFn = fn(&Snapshot, &Settings) -> Plan;
+/// The reconciler under test: one pure pass, given the cache the run carries between passes
+/// as the controller does (engine/state_cache.rs; a reconciler without one ignores it).
+pub type ReconcileFn = fn(&Snapshot, &Settings, &mut StateCache) -> Plan;
 /// The reconciler's Prometheus samples for a world.
 pub type MetricsFn = fn(&Snapshot, &Settings) -> Vec<Sample>;
 /// The status document (`status/<name>.yaml`) of a NodeWright.
@@ -67,7 +69,7 @@ pub struct Hooks {
 }
 
 /// A reconciler that never acts: the world changes only through the steps.
-pub fn idle_reconcile(_snapshot: &Snapshot, _settings: &Settings) -> Plan {
+pub fn idle_reconcile(_snapshot: &Snapshot, _settings: &Settings, _: &mut StateCache) -> Plan {
     Plan::default()
 }
 
@@ -76,7 +78,7 @@ impl Hooks {
     /// (`gitStatus`), the operational verbs (`cli:`) and the real agent (`path:` packages) are
     /// later issues; until they land the defaults below stand in (see each field).
     pub fn product() -> Self {
-        let mut hooks = Hooks::with_reconciler(crate::engine::reconcile, "engine");
+        let mut hooks = Hooks::with_reconciler(crate::engine::reconcile_cached, "engine");
         hooks.metrics = Some(crate::engine::metrics::samples);
         hooks.git_status = crate::writeback::render::scenario_git_status;
         hooks.real_agent = Some(crate::sim::agent::scenario_real_agent);
@@ -205,6 +207,8 @@ pub struct Run<'h> {
     settings: Settings,
     hooks: &'h Hooks,
     memory: Memory,
+    /// What the engine carries from pass to pass; dropped with `memory` on a restart.
+    cache: StateCache,
     last_snapshot: Option<Snapshot>,
     desired: Option<Desired>,
     previous: Option<Previous>,
@@ -246,6 +250,7 @@ impl<'h> Run<'h> {
             settings,
             hooks,
             memory: Memory::default(),
+            cache: StateCache::new(),
             last_snapshot: None,
             desired: None,
             previous: None,
@@ -303,7 +308,7 @@ impl<'h> Run<'h> {
             .as_ref()
             .map(|d| d.approvals.clone())
             .unwrap_or_default();
-        let plan = (self.hooks.reconcile)(&snapshot, &self.settings);
+        let plan = (self.hooks.reconcile)(&snapshot, &self.settings, &mut self.cache);
         let mut evictions = crate::controller::EvictionAttempts::default();
         let mut failed = Vec::new();
         let cluster = &self.cluster;
@@ -600,6 +605,7 @@ impl<'h> Run<'h> {
             }
             Step::RestartReconciler => {
                 self.memory = Memory::default();
+                self.cache = StateCache::new();
                 self.desired = None;
                 self.previous = None;
                 self.seen_commit = None;

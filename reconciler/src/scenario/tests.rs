@@ -9,6 +9,7 @@ use nodewright_schema::keys;
 
 use super::runner::{Hooks, VerbResult, run_scenario};
 use super::*;
+use crate::engine::StateCache;
 use crate::plan::{Action, NodePatch, Plan, PodRef};
 use crate::settings::Settings;
 use crate::sim::SimCluster;
@@ -27,7 +28,7 @@ fn idle() -> Hooks {
 /// (owning the cordon), evicts their pods on later passes (PDB refusals are remembered and
 /// retried after 30 s), and creates one apply Job per package of every NodeWright on
 /// drained nodes.
-fn toy(snapshot: &Snapshot, _settings: &Settings) -> Plan {
+fn toy(snapshot: &Snapshot, _settings: &Settings, _: &mut StateCache) -> Plan {
     let mut plan = Plan::default();
     for node in &snapshot.nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
@@ -302,7 +303,7 @@ steps:
 
 #[test]
 fn invariant_violations_fail_the_step_whatever_it_says() {
-    fn rogue(snapshot: &Snapshot, _: &Settings) -> Plan {
+    fn rogue(snapshot: &Snapshot, _: &Settings, _: &mut StateCache) -> Plan {
         let mut plan = Plan::default();
         for node in &snapshot.nodes {
             if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {

@@ -24,7 +24,7 @@ use super::util;
 use super::workload::{
     PodKind, PodRt, is_terminal, set_pod_condition, terminate_running, terminated,
 };
-use super::{Key, SimCluster, Timer};
+use super::{Key, Shared, SimCluster, Timer};
 use crate::plan::Outcome;
 
 /// Default `backoffLimit` of the Job API.
@@ -278,7 +278,7 @@ impl SimCluster {
         if let Some(address) = job_address(&job) {
             self.history.record(self.now, format!("job {address}"));
         }
-        self.jobs.insert(name.clone(), job);
+        self.jobs.insert(name.clone(), Shared::new(job));
         self.job_rt.insert(name.clone(), JobRt::default());
         self.dirty_jobs.insert(name);
         self.settle();

@@ -18,6 +18,7 @@ mod jobs;
 pub mod logs;
 mod nodes;
 pub mod packages;
+pub mod shared;
 mod tracked;
 pub mod util;
 mod workload;
@@ -41,6 +42,7 @@ pub use history::History;
 pub use jobs::{has_condition as job_has_condition, is_finished as jobs_is_finished, job_address};
 pub use nodes::{NodeInput, is_ready as node_is_ready, node_boot_id, taints as node_taints};
 pub use packages::{ContainerRunner, ModelRunner, PackageModel, PackageModels};
+pub use shared::Shared;
 pub use workload::{EvictionError, OwnerKind, PdbInput, WorkloadPodInput};
 
 use tracked::Tracked;
@@ -115,14 +117,14 @@ pub struct SimCluster {
     sequence: u64,
     rng: Rng,
     namespace: String,
-    nodes: Tracked<String, Node>,
+    nodes: Tracked<String, Shared<Node>>,
     node_rt: HashMap<String, nodes::NodeRt>,
-    pods: Tracked<Key, Pod>,
+    pods: Tracked<Key, Shared<Pod>>,
     pod_rt: HashMap<Key, workload::PodRt>,
     pods_by_node: HashMap<String, BTreeSet<Key>>,
     pods_by_job: HashMap<String, BTreeSet<Key>>,
     unscheduled: BTreeSet<Key>,
-    jobs: Tracked<String, Job>,
+    jobs: Tracked<String, Shared<Job>>,
     job_rt: HashMap<String, jobs::JobRt>,
     config_maps: Tracked<Key, ConfigMap>,
     pdbs: Tracked<Key, PodDisruptionBudget>,
@@ -183,15 +185,15 @@ impl SimCluster {
         &self.namespace
     }
     /// Every node by name.
-    pub fn nodes(&self) -> &BTreeMap<String, Node> {
+    pub fn nodes(&self) -> &BTreeMap<String, Shared<Node>> {
         &self.nodes
     }
     /// Every pod by `(namespace, name)`.
-    pub fn pods(&self) -> &BTreeMap<Key, Pod> {
+    pub fn pods(&self) -> &BTreeMap<Key, Shared<Pod>> {
         &self.pods
     }
     /// Every Job (operator namespace) by name.
-    pub fn jobs(&self) -> &BTreeMap<String, Job> {
+    pub fn jobs(&self) -> &BTreeMap<String, Shared<Job>> {
         &self.jobs
     }
     /// Every ConfigMap by `(namespace, name)`.
@@ -243,6 +245,7 @@ impl SimCluster {
             .into_iter()
             .flatten()
             .filter_map(|k| self.pods.get(k))
+            .map(|p| &**p)
     }
 
     /// The keys of the pods bound to a node, copied so the caller may change the pods.
@@ -262,6 +265,7 @@ impl SimCluster {
             .into_iter()
             .flatten()
             .filter_map(|k| self.pods.get(k))
+            .map(|p| &**p)
     }
 
     /// The world as one reconcile pass sees it; `memory` is the reconciler's in-memory state.
@@ -274,9 +278,11 @@ impl SimCluster {
         snapshot
     }
 
-    /// Brings a previous snapshot up to date (its `memory` is left alone). Objects whose
-    /// resourceVersion did not change are reused instead of cloned again, which is what makes
-    /// passes over large fleets cheap: every write in the simulator moves the resourceVersion.
+    /// Brings a previous snapshot up to date (its `memory` is left alone). Nodes, pods and
+    /// Jobs are the world's own allocations ([`Shared`]): an object nothing wrote since the
+    /// last snapshot is the same `Arc`, which is what lets the engine's cache recognise it,
+    /// and holding one costs no copy. The other kinds are few and are reused while their
+    /// resourceVersion did not move.
     pub fn refresh_snapshot(&self, snapshot: &mut Snapshot) {
         let ns = self.namespace.as_str();
         snapshot.now = self.now;
@@ -286,8 +292,8 @@ impl SimCluster {
         refresh(&mut snapshot.policies, self.policies.values(), |p| {
             &p.metadata
         });
-        refresh_shared(&mut snapshot.nodes, self.nodes.values(), |n| &n.metadata);
-        refresh_shared(
+        share(&mut snapshot.nodes, self.nodes.values());
+        share(
             &mut snapshot.jobs,
             self.jobs.values().filter(|j| {
                 j.metadata
@@ -295,15 +301,13 @@ impl SimCluster {
                     .as_ref()
                     .is_some_and(|l| l.contains_key(nodewright_schema::keys::JOB_LABEL_NAME))
             }),
-            |j| &j.metadata,
         );
-        refresh_shared(
+        share(
             &mut snapshot.pods,
             self.pods.values().filter(|p| {
                 p.metadata.namespace.as_deref() == Some(ns)
                     || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
             }),
-            |p| &p.metadata,
         );
         refresh(
             &mut snapshot.config_maps,
@@ -433,34 +437,6 @@ fn refresh<'a, T: Clone + 'a>(
     current: impl Iterator<Item = &'a T>,
     meta: impl Fn(&T) -> &ObjectMeta,
 ) {
-    refresh_held(old, current, meta, |held| held, T::clone);
-}
-
-/// [`refresh`] for objects the snapshot shares (`Arc`): an unchanged object stays the same
-/// allocation, which is what lets the engine's cache recognise it.
-fn refresh_shared<'a, T: Clone + 'a>(
-    old: &mut Vec<Arc<T>>,
-    current: impl Iterator<Item = &'a T>,
-    meta: impl Fn(&T) -> &ObjectMeta,
-) {
-    refresh_held(
-        old,
-        current,
-        meta,
-        |held| &**held,
-        |object| Arc::new(object.clone()),
-    );
-}
-
-/// Rebuilds `old` in the order of `current`, keeping each held object whose key, uid and
-/// resourceVersion are unchanged and making a fresh one (`hold`) otherwise.
-fn refresh_held<'a, T: 'a, H>(
-    old: &mut Vec<H>,
-    current: impl Iterator<Item = &'a T>,
-    meta: impl Fn(&T) -> &ObjectMeta,
-    view: impl Fn(&H) -> &T,
-    hold: impl Fn(&T) -> H,
-) {
     fn key(m: &ObjectMeta) -> (&str, &str) {
         (
             m.namespace.as_deref().unwrap_or_default(),
@@ -470,15 +446,21 @@ fn refresh_held<'a, T: 'a, H>(
     let mut previous = std::mem::take(old).into_iter().peekable();
     for object in current {
         let m = meta(object);
-        while previous.peek().is_some_and(|p| key(meta(view(p))) < key(m)) {
+        while previous.peek().is_some_and(|p| key(meta(p)) < key(m)) {
             previous.next();
         }
         let reused = previous.next_if(|p| {
-            let pm = meta(view(p));
+            let pm = meta(p);
             key(pm) == key(m) && pm.uid == m.uid && pm.resource_version == m.resource_version
         });
-        old.push(reused.unwrap_or_else(|| hold(object)));
+        old.push(reused.unwrap_or_else(|| object.clone()));
     }
+}
+
+/// Replaces `old` with the world's own allocations of `current`.
+fn share<'a, T: 'a>(old: &mut Vec<Arc<T>>, current: impl Iterator<Item = &'a Shared<T>>) {
+    old.clear();
+    old.extend(current.map(Shared::arc));
 }
 
 impl std::fmt::Debug for SimCluster {

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 use nodewright_schema::keys;
 
 use super::util;
-use super::{SimCluster, Timer};
+use super::{Shared, SimCluster, Timer};
 
 /// A node as a scenario or an outside party declares it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -138,7 +138,7 @@ impl SimCluster {
             }),
         };
         self.node_rt.insert(input.name.clone(), rt);
-        self.nodes.insert(input.name.clone(), node);
+        self.nodes.insert(input.name.clone(), Shared::new(node));
         self.sync_lifecycle_taints(&input.name);
         self.taint_manager(&input.name);
         self.settle();

@@ -16,7 +16,7 @@ use nodewright_schema::keys;
 use super::nodes::{is_ready, is_schedulable, taints};
 use super::packages::ContainerResult;
 use super::util;
-use super::{Key, SimCluster, Timer};
+use super::{Key, Shared, SimCluster, Timer};
 
 /// Who owns a workload pod (spec/scenarios.md §2 `owner`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -381,7 +381,7 @@ impl SimCluster {
                 .or_default()
                 .insert(key.clone());
         }
-        self.pods.insert(key.clone(), pod);
+        self.pods.insert(key.clone(), Shared::new(pod));
         self.pod_rt.insert(key, rt);
     }
 
@@ -400,7 +400,7 @@ impl SimCluster {
             }
             self.dirty_jobs.insert(job.clone());
         }
-        Some((pod, rt))
+        Some((pod.into_inner(), rt))
     }
 
     /// The kubelet acknowledges a bound pod when its node is Ready.
@@ -411,7 +411,7 @@ impl SimCluster {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
             return;
         };
-        if !self.nodes.get(&node).is_some_and(is_ready)
+        if !self.nodes.get(&node).is_some_and(|n| is_ready(n))
             || is_terminal(pod)
             || pod.metadata.deletion_timestamp.is_some()
         {
@@ -514,10 +514,10 @@ impl SimCluster {
     pub fn pod_after_deletion(&self, key: &Key, grace: Option<i64>) -> Option<Pod> {
         let pod = self.pods.get(key)?;
         if pod.metadata.deletion_timestamp.is_some() {
-            return Some(pod.clone());
+            return Some((**pod).clone());
         }
         let grace = termination_grace(pod, grace)?;
-        let mut pod = pod.clone();
+        let mut pod = (**pod).clone();
         let until = util::add(self.now, Duration::from_secs(grace.unsigned_abs()));
         pod.metadata.deletion_timestamp = Some(util::time(until));
         pod.metadata.deletion_grace_period_seconds = Some(grace);
@@ -810,7 +810,7 @@ impl SimCluster {
                         p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
                     )
             })
-            .map(|(_, p)| p)
+            .map(|(_, p)| &**p)
             .collect();
         let healthy = pods
             .iter()
@@ -820,7 +820,7 @@ impl SimCluster {
                         .as_ref()
                         .and_then(|s| s.node_name.as_ref())
                         .and_then(|n| self.nodes.get(n))
-                        .is_some_and(is_ready)
+                        .is_some_and(|n| is_ready(n))
             })
             .count() as i32;
         let expected = pods
