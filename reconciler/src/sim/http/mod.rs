@@ -16,8 +16,10 @@
 
 pub mod admission;
 pub mod error;
+pub mod openapi;
 pub mod paging;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod select;
 pub mod server;

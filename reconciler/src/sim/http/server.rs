@@ -224,10 +224,65 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     };
     tracing::debug!(%method, %path, ?query, "sim serve request");
     let table = super::table::wanted(&accept);
-    match dispatch(&shared, &method, &path, &query, &content_type, &body, table) {
+    let prepared = super::protobuf::json_body(&content_type, body).and_then(|(ct, body)| {
+        super::protobuf::negotiate(&accept)?;
+        let warnings = check_fields(&shared, &method, &path, &query, &ct, &body)?;
+        Ok((ct, body, warnings))
+    });
+    let (content_type, body, warnings) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => return e.into_response(),
+    };
+    let mut response = match dispatch(&shared, &method, &path, &query, &content_type, &body, table)
+    {
         Ok(response) => response,
         Err(e) => e.into_response(),
+    };
+    for warning in warnings {
+        if let Ok(value) = header::HeaderValue::from_str(&warning) {
+            response.headers_mut().append(header::WARNING, value);
+        }
     }
+    response
+}
+
+/// Field validation of a create, update or patch body against the kind's OpenAPI schema
+/// (`fieldValidation`: `Strict` refuses unknown fields, `Warn`, the default, answers them as
+/// `Warning` headers, `Ignore`). JSON patches name no fields; their result is not checked.
+fn check_fields(
+    shared: &Shared,
+    method: &Method,
+    path: &str,
+    query: &HashMap<String, String>,
+    content_type: &str,
+    body: &Bytes,
+) -> Result<Vec<String>, ApiError> {
+    let options = match *method {
+        Method::POST => "CreateOptions",
+        Method::PUT => "UpdateOptions",
+        Method::PATCH => "PatchOptions",
+        _ => return Ok(Vec::new()),
+    };
+    let Route::Resource { rid, sub, .. } = route(path) else {
+        return Ok(Vec::new());
+    };
+    if !matches!(sub.as_deref(), None | Some("status"))
+        || body.is_empty()
+        || content_type.starts_with("application/json-patch")
+    {
+        return Ok(Vec::new());
+    }
+    // A body that does not parse is refused by the handler with its own message.
+    let Ok(value) = parse_body(content_type, body) else {
+        return Ok(Vec::new());
+    };
+    super::openapi::check_fields(
+        &shared.world,
+        &RESOURCES[rid],
+        query.get("fieldValidation").map(String::as_str),
+        options,
+        &value,
+    )
 }
 
 fn dispatch(
@@ -246,10 +301,13 @@ fn dispatch(
             format!("the server could not find the requested resource ({path})"),
         )
     };
+    if let Some(response) = super::openapi::serve(&shared.world, path, query) {
+        return response;
+    }
     match route(path) {
         Route::Root => Ok(json_response(
             200,
-            &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]}),
+            &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/readyz", "/version"]}),
         )),
         Route::Version => Ok(json_response(
             200,
