@@ -358,7 +358,7 @@ fn dispatch(
                     let scope = namespace.as_deref().filter(|_| def.namespaced);
                     timeout_seconds(query)?;
                     if flag(query, "watch") {
-                        watch(shared, rid, scope.map(str::to_string), sel, query)
+                        watch(shared, rid, scope.map(str::to_string), sel, query, table)
                     } else {
                         list(shared, rid, scope, &sel, query, table)
                     }
@@ -740,7 +740,12 @@ fn bookmark(rid: Rid, rv: u64, initial_end: bool) -> Bytes {
 /// What a watch over `(namespace, selectors)` reports for one log entry, if anything: a
 /// MODIFIED that moves an object into or out of the selection is reported as ADDED or
 /// DELETED, as the apiserver does.
-fn filtered(entry: &LogEntry, namespace: Option<&str>, sel: &Selectors) -> Option<Bytes> {
+fn filtered(
+    entry: &LogEntry,
+    namespace: Option<&str>,
+    sel: &Selectors,
+    shown: impl Fn(&Value) -> Value,
+) -> Option<Bytes> {
     if let Some(ns) = namespace {
         let object_ns = entry
             .object
@@ -765,7 +770,7 @@ fn filtered(entry: &LogEntry, namespace: Option<&str>, sel: &Selectors) -> Optio
         other if now => other,
         _ => return None,
     };
-    Some(event_line(type_, &entry.object))
+    Some(event_line(type_, &shown(&entry.object)))
 }
 
 struct WatchState {
@@ -778,6 +783,8 @@ struct WatchState {
     queue: VecDeque<Bytes>,
     deadline: tokio::time::Instant,
     bookmarks: bool,
+    /// Whether events carry a one-row Table instead of the object (`kubectl get -w`).
+    table: bool,
     done: bool,
 }
 
@@ -787,6 +794,7 @@ fn watch(
     namespace: Option<String>,
     sel: Selectors,
     query: &HashMap<String, String>,
+    table: bool,
 ) -> Result<Response, ApiError> {
     let timeout = timeout_seconds(query)?.unwrap_or(DEFAULT_WATCH);
     let bookmarks = flag(query, "allowWatchBookmarks");
@@ -808,7 +816,8 @@ fn watch(
     let cursor = shared.world.read(|inner| {
         if from.is_none() || send_initial {
             for object in inner.list(rid, namespace.as_deref(), &sel) {
-                queue.push_back(event_line("ADDED", &object));
+                let shown = watched(rid, table, inner);
+                queue.push_back(event_line("ADDED", &shown(&object)));
             }
             let rv = inner.resource_version();
             if send_initial {
@@ -829,6 +838,7 @@ fn watch(
         queue,
         deadline: watch_deadline(timeout),
         bookmarks,
+        table,
         done: false,
     };
     let stream = futures::stream::unfold(state, |mut st| async move {
@@ -846,7 +856,12 @@ fn watch(
                 }
                 for entry in inner.entries_after(st.cursor) {
                     if entry.rid == st.rid
-                        && let Some(line) = filtered(entry, st.namespace.as_deref(), &st.sel)
+                        && let Some(line) = filtered(
+                            entry,
+                            st.namespace.as_deref(),
+                            &st.sel,
+                            watched(st.rid, st.table, inner),
+                        )
                     {
                         st.queue.push_back(line);
                     }
@@ -896,6 +911,23 @@ fn watch(
 
 /// When a watch of `timeout` ends. Any int64 of seconds is a valid timeout; one beyond what
 /// the clock can represent means the watch runs until the client leaves.
+/// How a watch shows an object: itself, or for a Table watch a Table of its one row, as
+/// the apiserver converts each event's object.
+fn watched(rid: Rid, table: bool, inner: &super::world::Inner) -> impl Fn(&Value) -> Value {
+    let (rv, now) = (inner.resource_version(), inner.sim.now());
+    move |object: &Value| {
+        if !table {
+            return object.clone();
+        }
+        let rv = object
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(rv);
+        super::table::table(rid, &[object], rv, now)
+    }
+}
+
 fn watch_deadline(timeout: Duration) -> tokio::time::Instant {
     const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
     let now = tokio::time::Instant::now();
