@@ -14,7 +14,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use nodewright_reconciler::sim::http::{ServeOptions, SimServer};
 use nodewright_reconciler::sim::{ModelRunner, NodeInput, PackageModels, SimCluster};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NS: &str = "nodewright";
 
@@ -148,15 +148,11 @@ async fn kubectl_apply_create_and_replace_validate_against_the_served_openapi() 
     assert!(out.contains("configmap/settings replaced"), "{out}");
 
     let client = server.client().await.unwrap();
-    let nodewrights: Api<Value> = Api::all_with(
-        client.clone(),
-        &kube::discovery::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("nodewright.nvidia.com", "v1alpha1", "NodeWright"),
-            "nodewrights",
-        ),
+    let nodewrights: Api<nodewright_schema::NodeWright> = Api::all(client.clone());
+    assert_eq!(
+        nodewrights.get("gpu-tuning").await.unwrap().spec.priority,
+        150
     );
-    let stored = nodewrights.get("gpu-tuning").await.unwrap();
-    assert_eq!(stored["spec"]["priority"], 150);
     let cms: Api<ConfigMap> = Api::namespaced(client, NS);
     assert_eq!(cms.get("settings").await.unwrap().data.unwrap()["k"], "two");
 }

@@ -514,6 +514,19 @@ mod tests {
         assert_eq!(go_duration(1_500_000_000), "1.5s");
     }
 
+    proptest::proptest! {
+        /// Any bytes inside a well-formed envelope of a served kind decode or are a 400.
+        #[test]
+        fn garbage_messages_never_panic(
+            kind in proptest::sample::select(&["Pod", "ConfigMap", "Namespace", "Node"][..]),
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+        ) {
+            if let Err(e) = json_body(PROTOBUF, Bytes::from(envelope("v1", kind, &raw))) {
+                proptest::prop_assert_eq!(e.code, 400);
+            }
+        }
+    }
+
     #[test]
     fn unknown_kinds_and_garbage_are_refused() {
         let e = json_body(
