@@ -109,10 +109,13 @@ fn builtin_schema(def: &ResourceDef, generator: &mut SchemaGenerator) -> Option<
     }
 }
 
+/// The built-in kinds and the component schemas by name.
+type Builtins = (Vec<KindSchema>, BTreeMap<String, Arc<Value>>);
+
 /// The built-in kinds and their definitions, with the extensions of the Kubernetes document.
 /// Built once: they depend only on the binary.
-fn builtins() -> &'static (Vec<KindSchema>, BTreeMap<String, Arc<Value>>) {
-    static BUILTINS: OnceLock<(Vec<KindSchema>, BTreeMap<String, Arc<Value>>)> = OnceLock::new();
+fn builtins() -> &'static Builtins {
+    static BUILTINS: OnceLock<Builtins> = OnceLock::new();
     BUILTINS.get_or_init(|| {
         let mut generator = SchemaSettings::openapi3().into_generator();
         let mut kinds = Vec::new();
@@ -357,29 +360,10 @@ impl Catalog {
         })
     }
 
-    /// The schema named `name`, following `$ref`s and single-element `allOf` wrappers.
-    fn resolve<'a>(&'a self, mut schema: &'a Value) -> &'a Value {
-        for _ in 0..16 {
-            if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
-                match target
-                    .strip_prefix(REF_V3)
-                    .and_then(|name| self.schemas.get(name))
-                {
-                    Some(next) => schema = next,
-                    None => return schema,
-                }
-            } else if let Some([only]) = schema
-                .get("allOf")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                && schema.get("properties").is_none()
-            {
-                schema = only;
-            } else {
-                return schema;
-            }
+    fn lookup(&self) -> SchemaLookup<'_> {
+        SchemaLookup {
+            schemas: &self.schemas,
         }
-        schema
     }
 
     /// The fields of `object` that the schema of `kind` does not declare, as kube-apiserver
@@ -393,8 +377,8 @@ impl Catalog {
         out
     }
 
-    fn walk(&self, schema: &Value, value: &Value, path: String, out: &mut Vec<String>) {
-        let schema = self.resolve(schema);
+    fn walk<'s>(&'s self, schema: &'s Value, value: &Value, path: String, out: &mut Vec<String>) {
+        let schema = self.lookup().resolve(schema);
         if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
             || schema.get("x-kubernetes-int-or-string").is_some()
             || schema.get("x-kubernetes-embedded-resource").is_some()
@@ -433,6 +417,58 @@ impl Catalog {
             _ => {}
         }
     }
+}
+
+/// Reads schemas of one document: follows `$ref`s and finds fields.
+pub struct SchemaLookup<'a> {
+    schemas: &'a BTreeMap<String, Arc<Value>>,
+}
+
+impl<'a> SchemaLookup<'a> {
+    /// `schema` itself, or what its `$ref` (or a single-element `allOf` around one) names.
+    pub fn resolve(&self, mut schema: &'a Value) -> &'a Value {
+        for _ in 0..16 {
+            if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+                match target
+                    .strip_prefix(REF_V3)
+                    .and_then(|name| self.schemas.get(name))
+                {
+                    Some(next) => schema = next,
+                    None => return schema,
+                }
+            } else if let Some([only]) = schema
+                .get("allOf")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                && schema.get("properties").is_none()
+            {
+                schema = only;
+            } else {
+                return schema;
+            }
+        }
+        schema
+    }
+
+    /// The schema of the member `key` of an object of (resolved) `schema`: its property or,
+    /// for a map, its values' schema. The property's own extensions stay on what is returned.
+    pub fn field(&self, schema: &'a Value, key: &str) -> Option<&'a Value> {
+        schema
+            .get("properties")
+            .and_then(|p| p.get(key))
+            .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
+    }
+}
+
+/// The schema lookup of the built-in kinds and the schema of `def`'s objects, when `def` is a
+/// built-in kind (strategic merge patch applies to those only).
+pub fn builtin_schema_of(def: &ResourceDef) -> Option<(SchemaLookup<'static>, &'static Value)> {
+    let (kinds, schemas) = builtins();
+    let kind = kinds
+        .iter()
+        .find(|k| k.group == def.group && k.version == def.version && k.plural == def.plural)?;
+    let schema = schemas.get(&kind.schema)?;
+    Some((SchemaLookup { schemas }, &**schema))
 }
 
 fn collect_refs(value: &Value, out: &mut Vec<String>) {

@@ -467,6 +467,11 @@ fn dispatch(
                         if content_type.starts_with("application/json-patch") {
                             super::patch::json_patch(&mut new, &patch)
                                 .map_err(|e| ApiError::invalid(rid, &key.1, e.to_string()))?;
+                        } else if content_type.starts_with("application/strategic-merge-patch")
+                            && let Some((lookup, schema)) =
+                                super::openapi::builtin_schema_of(&RESOURCES[rid])
+                        {
+                            super::strategic::apply(&lookup, Some(schema), &mut new, &patch);
                         } else {
                             super::patch::merge(&mut new, &patch);
                         }
