@@ -371,3 +371,48 @@ async fn the_python_client_runs_its_workflows() {
     let cms: Api<ConfigMap> = Api::namespaced(client, "py-team");
     assert_eq!(cms.get("settings").await.unwrap().data.unwrap()["k"], "v");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_patch_merges_list_elements_by_their_merge_key() {
+    if skip_without_kubectl() {
+        return;
+    }
+    let server = serve(1.0).await;
+    // kubectl patch sends a strategic merge patch: the new condition joins the list by its
+    // `type` and the node's Ready condition stays.
+    let (code, out, err) = kubectl(
+        &server,
+        &[
+            "patch",
+            "node",
+            "n2",
+            "--subresource=status",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"DiskPressure","status":"True","reason":"Full","message":"disk full"}]}}"#,
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{out} {err}");
+    let nodes: Api<Node> = Api::all(server.client().await.unwrap());
+    let conditions = nodes
+        .get("n2")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .conditions
+        .unwrap();
+    let mut types: Vec<(String, String)> = conditions
+        .into_iter()
+        .map(|c| (c.type_, c.status))
+        .collect();
+    types.sort();
+    assert_eq!(
+        types,
+        [
+            ("DiskPressure".to_string(), "True".to_string()),
+            ("Ready".to_string(), "True".to_string())
+        ]
+    );
+}
