@@ -370,15 +370,54 @@ impl Catalog {
     /// names them in strict field validation (`spec.foo`, `spec.containers[0].bar`). Keys of a
     /// strategic merge patch's directives (`$patch`, `$setElementOrder/…`, …) are not fields.
     pub fn unknown_fields(&self, kind: &KindSchema, object: &Value) -> Vec<String> {
-        let mut out = Vec::new();
-        if let Some(schema) = self.schemas.get(&kind.schema) {
-            self.walk(schema, object, String::new(), &mut out);
+        match self.schemas.get(&kind.schema) {
+            Some(schema) => self.lookup().unknown_fields(schema, object),
+            None => Vec::new(),
         }
+    }
+}
+
+/// Reads schemas of one document: follows `$ref`s and finds fields.
+pub struct SchemaLookup<'a> {
+    schemas: &'a BTreeMap<String, Arc<Value>>,
+}
+
+impl<'a> SchemaLookup<'a> {
+    /// `schema` itself, or what its `$ref` (or a single-element `allOf` around one) names.
+    pub fn resolve(&self, mut schema: &'a Value) -> &'a Value {
+        for _ in 0..16 {
+            if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+                match target
+                    .strip_prefix(REF_V3)
+                    .and_then(|name| self.schemas.get(name))
+                {
+                    Some(next) => schema = next,
+                    None => return schema,
+                }
+            } else if let Some([only]) = schema
+                .get("allOf")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                && schema.get("properties").is_none()
+            {
+                schema = only;
+            } else {
+                return schema;
+            }
+        }
+        schema
+    }
+
+    /// The fields of `object` that `schema` does not declare (see
+    /// [`Catalog::unknown_fields`]).
+    pub fn unknown_fields(&self, schema: &'a Value, object: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        self.walk(schema, object, String::new(), &mut out);
         out
     }
 
-    fn walk<'s>(&'s self, schema: &'s Value, value: &Value, path: String, out: &mut Vec<String>) {
-        let schema = self.lookup().resolve(schema);
+    fn walk(&self, schema: &'a Value, value: &Value, path: String, out: &mut Vec<String>) {
+        let schema = self.resolve(schema);
         if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
             || schema.get("x-kubernetes-int-or-string").is_some()
             || schema.get("x-kubernetes-embedded-resource").is_some()
@@ -416,38 +455,6 @@ impl Catalog {
             }
             _ => {}
         }
-    }
-}
-
-/// Reads schemas of one document: follows `$ref`s and finds fields.
-pub struct SchemaLookup<'a> {
-    schemas: &'a BTreeMap<String, Arc<Value>>,
-}
-
-impl<'a> SchemaLookup<'a> {
-    /// `schema` itself, or what its `$ref` (or a single-element `allOf` around one) names.
-    pub fn resolve(&self, mut schema: &'a Value) -> &'a Value {
-        for _ in 0..16 {
-            if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
-                match target
-                    .strip_prefix(REF_V3)
-                    .and_then(|name| self.schemas.get(name))
-                {
-                    Some(next) => schema = next,
-                    None => return schema,
-                }
-            } else if let Some([only]) = schema
-                .get("allOf")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                && schema.get("properties").is_none()
-            {
-                schema = only;
-            } else {
-                return schema;
-            }
-        }
-        schema
     }
 
     /// The schema of the member `key` of an object of (resolved) `schema`: its property or,
@@ -801,12 +808,18 @@ pub fn check_fields(
     if directive == "Ignore" {
         return Ok(Vec::new());
     }
-    let catalog = catalog(world);
-    let Some(kind) = catalog.kind(def.group, def.version, def.plural) else {
-        return Ok(Vec::new());
+    // Built-in kinds need no look at the served CRDs.
+    let fields = match builtin_schema_of(def) {
+        Some((lookup, schema)) => lookup.unknown_fields(schema, body),
+        None => {
+            let catalog = catalog(world);
+            match catalog.kind(def.group, def.version, def.plural) {
+                Some(kind) => catalog.unknown_fields(kind, body),
+                None => return Ok(Vec::new()),
+            }
+        }
     };
-    let unknown: Vec<String> = catalog
-        .unknown_fields(kind, body)
+    let unknown: Vec<String> = fields
         .into_iter()
         .map(|field| format!("unknown field {field:?}"))
         .collect();
