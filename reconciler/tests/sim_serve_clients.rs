@@ -195,10 +195,21 @@ async fn kubectl_strict_validation_refuses_an_unknown_field_and_writes_nothing()
         err.contains("strict decoding error: unknown field \"spec.bogusField\""),
         "{err}"
     );
-    // `--validate=warn` writes and reports the field, as on a real server.
+    // `--validate=warn` reports the field and writes the object without it, as a real
+    // server drops what its schema does not declare.
     let (code, _, err) = kubectl(&server, &["apply", "--validate=warn", "-f", "-"], &typo).await;
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("unknown field \"datum\""), "{err}");
+    let (code, out, err) = kubectl(
+        &server,
+        &["get", "configmap", "typo", "-n", NS, "-o", "json"],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let stored: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(stored.get("datum").is_none(), "{out}");
+    assert_eq!(stored["metadata"]["name"], "typo");
     let (code, out, _) = kubectl(&server, &["get", "nodewrights", "-o", "name"], "").await;
     assert_eq!((code, out.trim()), (0, ""));
 }
@@ -357,6 +368,7 @@ async fn the_python_client_runs_its_workflows() {
         "ok namespace and configmap created",
         "ok missing configmap is a 404 NotFound",
         "ok strict field validation refused datum",
+        "ok unknown field warned about and dropped",
         "ok dynamic client found NodeWright through discovery",
         "ok dry run stored nothing",
         "ok job succeeded",

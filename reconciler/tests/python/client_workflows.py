@@ -74,6 +74,19 @@ body = response.read().decode()
 assert response.status == 400 and 'unknown field \\"datum\\"' in body, (response.status, body)
 print("ok strict field validation refused datum")
 
+# Without a directive the server warns (Warn is the default) and drops the field.
+request = api.param_serialize(
+    "POST", "/api/v1/namespaces/{namespace}/configmaps", path_params={"namespace": "py-team"},
+    header_params={"Content-Type": "application/json", "Accept": "application/json"},
+    body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typo"}, "datum": {}},
+    auth_settings=["BearerToken"])
+response = api.call_api(*request)
+body = response.read().decode()
+warning = response.getheader("Warning") or ""
+assert response.status == 201 and "datum" not in body, (response.status, body)
+assert warning == '299 - "unknown field \\"datum\\""', warning
+print("ok unknown field warned about and dropped")
+
 # The dynamic client finds kinds through discovery, custom resources included.
 from kubernetes.dynamic import DynamicClient
 dynamic = DynamicClient(api)

@@ -369,9 +369,14 @@ impl Catalog {
     /// The fields of `object` that the schema of `kind` does not declare, as kube-apiserver
     /// names them in strict field validation (`spec.foo`, `spec.containers[0].bar`). Keys of a
     /// strategic merge patch's directives (`$patch`, `$setElementOrder/…`, …) are not fields.
-    pub fn unknown_fields(&self, kind: &KindSchema, object: &Value) -> Vec<String> {
+    pub fn unknown_fields(
+        &self,
+        kind: &KindSchema,
+        object: &mut Value,
+        prune: bool,
+    ) -> Vec<String> {
         match self.schemas.get(&kind.schema) {
-            Some(schema) => self.lookup().unknown_fields(schema, object),
+            Some(schema) => self.lookup().unknown_fields(schema, object, prune),
             None => Vec::new(),
         }
     }
@@ -409,14 +414,27 @@ impl<'a> SchemaLookup<'a> {
     }
 
     /// The fields of `object` that `schema` does not declare (see
-    /// [`Catalog::unknown_fields`]).
-    pub fn unknown_fields(&self, schema: &'a Value, object: &Value) -> Vec<String> {
+    /// [`Catalog::unknown_fields`]); with `prune`, they are removed from `object`, as the
+    /// apiserver drops them when it does not refuse them.
+    pub fn unknown_fields(
+        &self,
+        schema: &'a Value,
+        object: &mut Value,
+        prune: bool,
+    ) -> Vec<String> {
         let mut out = Vec::new();
-        self.walk(schema, object, String::new(), &mut out);
+        self.walk(schema, object, String::new(), prune, &mut out);
         out
     }
 
-    fn walk(&self, schema: &'a Value, value: &Value, path: String, out: &mut Vec<String>) {
+    fn walk(
+        &self,
+        schema: &'a Value,
+        value: &mut Value,
+        path: String,
+        prune: bool,
+        out: &mut Vec<String>,
+    ) {
         let schema = self.resolve(schema);
         if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
             || schema.get("x-kubernetes-int-or-string").is_some()
@@ -431,7 +449,8 @@ impl<'a> SchemaLookup<'a> {
                 if properties.is_none() && additional.is_none() {
                     return;
                 }
-                for (key, child) in map {
+                let mut unknown = Vec::new();
+                for (key, child) in map.iter_mut() {
                     if key.starts_with('$') {
                         continue;
                     }
@@ -441,15 +460,25 @@ impl<'a> SchemaLookup<'a> {
                         format!("{path}.{key}")
                     };
                     match properties.and_then(|p| p.get(key)).or(additional) {
-                        Some(child_schema) => self.walk(child_schema, child, child_path, out),
-                        None => out.push(child_path),
+                        Some(child_schema) => {
+                            self.walk(child_schema, child, child_path, prune, out)
+                        }
+                        None => {
+                            out.push(child_path);
+                            unknown.push(key.clone());
+                        }
+                    }
+                }
+                if prune {
+                    for key in unknown {
+                        map.remove(&key);
                     }
                 }
             }
             Value::Array(items) => {
                 if let Some(item_schema) = schema.get("items") {
-                    for (i, item) in items.iter().enumerate() {
-                        self.walk(item_schema, item, format!("{path}[{i}]"), out);
+                    for (i, item) in items.iter_mut().enumerate() {
+                        self.walk(item_schema, item, format!("{path}[{i}]"), prune, out);
                     }
                 }
             }
@@ -782,14 +811,15 @@ pub fn serve(
 
 /// Field validation of a write's body for the resource `def` (see
 /// [`Catalog::unknown_fields`]): the warnings to answer with, or the refusal of `Strict`.
-/// `options` names the write's options kind for the refusal of an unknown directive.
+/// Unknown fields that are not refused are removed from `body` (the `bool`: whether any
+/// was). `options` names the write's options kind for the refusal of an unknown directive.
 pub fn check_fields(
     world: &World,
     def: &ResourceDef,
     directive: Option<&str>,
     options: &str,
-    body: &Value,
-) -> Result<Vec<String>, ApiError> {
+    body: &mut Value,
+) -> Result<(Vec<String>, bool), ApiError> {
     let directive = directive.filter(|d| !d.is_empty()).unwrap_or("Warn");
     if !matches!(directive, "Strict" | "Warn" | "Ignore") {
         let why = format!(
@@ -805,17 +835,15 @@ pub fn check_fields(
             "causes": [{"reason": "FieldValueNotSupported", "message": why, "field": "fieldValidation"}],
         })));
     }
-    if directive == "Ignore" {
-        return Ok(Vec::new());
-    }
+    let prune = directive != "Strict";
     // Built-in kinds need no look at the served CRDs.
     let fields = match builtin_schema_of(def) {
-        Some((lookup, schema)) => lookup.unknown_fields(schema, body),
+        Some((lookup, schema)) => lookup.unknown_fields(schema, body, prune),
         None => {
             let catalog = catalog(world);
             match catalog.kind(def.group, def.version, def.plural) {
-                Some(kind) => catalog.unknown_fields(kind, body),
-                None => return Ok(Vec::new()),
+                Some(kind) => catalog.unknown_fields(kind, body, prune),
+                None => return Ok((Vec::new(), false)),
             }
         }
     };
@@ -823,8 +851,8 @@ pub fn check_fields(
         .into_iter()
         .map(|field| format!("unknown field {field:?}"))
         .collect();
-    if unknown.is_empty() {
-        return Ok(Vec::new());
+    if unknown.is_empty() || directive == "Ignore" {
+        return Ok((Vec::new(), prune && !unknown.is_empty()));
     }
     if directive == "Strict" {
         return Err(ApiError::bad_request(format!(
@@ -834,10 +862,11 @@ pub fn check_fields(
             version = def.version,
         )));
     }
-    Ok(unknown
+    let warnings = unknown
         .iter()
         .map(|w| format!("299 - {}", serde_json::to_string(w).unwrap_or_default()))
-        .collect())
+        .collect();
+    Ok((warnings, true))
 }
 
 #[cfg(test)]
@@ -910,7 +939,7 @@ mod tests {
     fn unknown_fields_are_named_by_their_path() {
         let catalog = catalog();
         let pods = catalog.kind("", "v1", "pods").unwrap().clone();
-        let pod = json!({
+        let mut pod = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "labels": {"a": "b"}, "colour": "red"},
             "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicyy": "x",
@@ -918,15 +947,20 @@ mod tests {
                      "$setElementOrder/containers": [{"name": "c"}]},
         });
         assert_eq!(
-            catalog.unknown_fields(&pods, &pod),
+            catalog.unknown_fields(&pods, &mut pod, true),
             vec!["metadata.colour", "spec.containers[0].imagePullPolicyy"]
         );
+        assert_eq!(pod["metadata"], json!({"name": "p", "labels": {"a": "b"}}));
+        assert!(catalog.unknown_fields(&pods, &mut pod, false).is_empty());
         let nodewrights = catalog
             .kind("nodewright.nvidia.com", "v1alpha1", "nodewrights")
             .unwrap()
             .clone();
-        let unknown =
-            catalog.unknown_fields(&nodewrights, &json!({"spec": {"packages": {}, "bogus": 1}}));
+        let unknown = catalog.unknown_fields(
+            &nodewrights,
+            &mut json!({"spec": {"packages": {}, "bogus": 1}}),
+            false,
+        );
         assert_eq!(unknown, vec!["spec.bogus"]);
     }
 }

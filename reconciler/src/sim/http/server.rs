@@ -226,8 +226,8 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     let table = super::table::wanted(&accept);
     let prepared = super::protobuf::json_body(&content_type, body).and_then(|(ct, body)| {
         super::protobuf::negotiate(&accept)?;
-        let warnings = check_fields(&shared, &method, &path, &query, &ct, &body)?;
-        Ok((ct, body, warnings))
+        let (warnings, pruned) = check_fields(&shared, &method, &path, &query, &ct, &body)?;
+        Ok((ct, pruned.unwrap_or(body), warnings))
     });
     let (content_type, body, warnings) = match prepared {
         Ok(prepared) => prepared,
@@ -248,7 +248,8 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
 
 /// Field validation of a create, update or patch body against the kind's OpenAPI schema
 /// (`fieldValidation`: `Strict` refuses unknown fields, `Warn`, the default, answers them as
-/// `Warning` headers, `Ignore`). JSON patches name no fields; their result is not checked.
+/// `Warning` headers, `Ignore`): the warnings and, when unknown fields were dropped, the body
+/// without them (as JSON). JSON patches name no fields; their result is not checked.
 fn check_fields(
     shared: &Shared,
     method: &Method,
@@ -256,33 +257,35 @@ fn check_fields(
     query: &HashMap<String, String>,
     content_type: &str,
     body: &Bytes,
-) -> Result<Vec<String>, ApiError> {
+) -> Result<(Vec<String>, Option<Bytes>), ApiError> {
     let options = match *method {
         Method::POST => "CreateOptions",
         Method::PUT => "UpdateOptions",
         Method::PATCH => "PatchOptions",
-        _ => return Ok(Vec::new()),
+        _ => return Ok((Vec::new(), None)),
     };
     let Route::Resource { rid, sub, .. } = route(path) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
     if !matches!(sub.as_deref(), None | Some("status"))
         || body.is_empty()
         || content_type.starts_with("application/json-patch")
     {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     // A body that does not parse is refused by the handler with its own message.
-    let Ok(value) = parse_body(content_type, body) else {
-        return Ok(Vec::new());
+    let Ok(mut value) = parse_body(content_type, body) else {
+        return Ok((Vec::new(), None));
     };
-    super::openapi::check_fields(
+    let (warnings, pruned) = super::openapi::check_fields(
         &shared.world,
         &RESOURCES[rid],
         query.get("fieldValidation").map(String::as_str),
         options,
-        &value,
-    )
+        &mut value,
+    )?;
+    // JSON is YAML too, so an apply patch's YAML body may go on as JSON.
+    Ok((warnings, pruned.then(|| Bytes::from(value.to_string()))))
 }
 
 fn dispatch(
