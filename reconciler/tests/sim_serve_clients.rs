@@ -289,14 +289,19 @@ async fn kubectl_get_watch_keeps_its_columns() {
     }
     let server = serve(1.0).await;
     let config = kubeconfig(&server);
-    let mut child = kubectl_command(&config, &["get", "nodes", "-w"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The list comes first; the cordon after it arrives as a watch event.
+    let watch = |args: &[&str]| {
+        kubectl_command(&config, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let node_watch = watch(&["get", "nodes", "-w"]);
+    let pod_watch = watch(&["get", "pods", "-n", NS, "-w"]);
+    // The lists come first; the cordon and the Job's pod after them arrive as watch events.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let nodes: Api<Node> = Api::all(server.client().await.unwrap());
+    let client = server.client().await.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
     nodes
         .patch(
             "n1",
@@ -305,10 +310,20 @@ async fn kubectl_get_watch_keeps_its_columns() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    child.kill().unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let jobs: Api<Job> = Api::namespaced(client, NS);
+    let job = json!({"metadata": {"name": "hello"}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "nodeName": "n0",
+        "containers": [{"name": "hello", "image": "example/hello:1"}]}}}});
+    jobs.create(&Default::default(), &serde_json::from_value(job).unwrap())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let output = |mut child: std::process::Child| {
+        child.kill().unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = output(node_watch);
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("NAME"), "{text}");
     let event = lines
@@ -318,6 +333,21 @@ async fn kubectl_get_watch_keeps_its_columns() {
         .unwrap_or_else(|| panic!("no watch event line for n1: {text}"));
     let cells: Vec<&str> = event.split_whitespace().collect();
     assert_eq!(cells[..2], ["n1", "Ready,SchedulingDisabled"], "{text}");
+    // Every pod event line has the pod's status and node columns.
+    let text = output(pod_watch);
+    let events: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.starts_with("hello-"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(
+        !events.is_empty(),
+        "no watch event for the Job's pod: {text}"
+    );
+    for cells in events {
+        assert_eq!(cells.len(), 4, "NAME STATUS NODE AGE: {text}");
+        assert_eq!(cells[2], "n0", "{text}");
+    }
 }
 
 /// The Python workflows (`tests/python/client_workflows.py`), or `None` when the official
