@@ -936,6 +936,27 @@ mod tests {
     }
 
     #[test]
+    fn the_v3_root_names_each_document_by_its_content_and_v2_refers_to_definitions() {
+        let builtins_only = Catalog::new(&[], &served_by_table);
+        let with_crds = catalog();
+        let url = |c: &Catalog, key: &str| c.v3_root()["paths"][key]["serverRelativeURL"].clone();
+        assert_eq!(url(&with_crds, "api/v1"), url(&builtins_only, "api/v1"));
+        let key = "apis/nodewright.nvidia.com/v1alpha1";
+        assert!(url(&builtins_only, key).is_null());
+        assert!(
+            url(&with_crds, key)
+                .as_str()
+                .unwrap()
+                .starts_with("/openapi/v3/apis/nodewright.nvidia.com/v1alpha1?hash=")
+        );
+        let v2 = with_crds.v2_document().to_string();
+        assert!(!v2.contains("#/components/"));
+        assert!(v2.contains(
+            "\"$ref\":\"#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta\""
+        ));
+    }
+
+    #[test]
     fn unknown_fields_are_named_by_their_path() {
         let catalog = catalog();
         let pods = catalog.kind("", "v1", "pods").unwrap().clone();
