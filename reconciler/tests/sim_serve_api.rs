@@ -1136,6 +1136,10 @@ const PATHS: &[&str] = &[
     "/healthz",
     "/readyz",
     "/livez",
+    "/openapi/v2",
+    "/openapi/v3",
+    "/openapi/v3/api/v1",
+    "/openapi/v3/apis/nodewright.nvidia.com/v1alpha1",
     "/api/v1/nodes",
     "/api/v1/nodes/n0",
     "/api/v1/nodes/n1/status",
@@ -1197,6 +1201,7 @@ const PARAMS: &[&str] = &[
     "sendInitialEvents",
     "dryRun",
     "fieldManager",
+    "fieldValidation",
     "force",
     "tailLines",
     "limitBytes",
@@ -1283,6 +1288,8 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
         1 => prop::collection::vec(any::<u8>(), 0..64),
         1 => Just(Vec::new()),
         1 => Just(b"\xff\xfe{\"metadata\":".to_vec()),
+        // A protobuf envelope around garbage.
+        1 => prop::collection::vec(any::<u8>(), 0..64).prop_map(|b| [&b"k8s\0"[..], &b].concat()),
     ]
 }
 

@@ -4,23 +4,27 @@
 //!
 //! Served: discovery (`/api`, `/apis`, group/version resource lists), list and watch (with
 //! resourceVersion, bookmarks, `sendInitialEvents`, label and field selectors), get, create,
-//! update, JSON merge patch, JSON patch, strategic merge patch as a merge patch (what kubectl
-//! cordon/label/annotate send), server-side apply, delete (finalizers, deletionTimestamp,
+//! update, JSON merge patch, JSON patch, strategic merge patch ([`strategic`]), server-side
+//! apply, delete (finalizers, deletionTimestamp,
 //! foreground Jobs, preconditions), `status` and `eviction` subresources, Leases and Events;
 //! `dryRun=All` on every write, `limit`/`continue` pages of one snapshot, the
 //! NamespaceLifecycle rules and namespace deletion through `Terminating`, validation of the
-//! modelled fields ([`admission`]), and `/healthz`, `/readyz`, `/livez`. Every refusal is a
+//! modelled fields ([`admission`]), OpenAPI documents and field validation ([`openapi`]),
+//! protobuf request bodies ([`protobuf`]), and `/healthz`, `/readyz`, `/livez`. Every refusal is a
 //! `Status` with kube-apiserver's code. docs/sim-serve.md lists what differs from a real
 //! API server. Every write is a simulator operation (see [`world`]); the simulator's clock
 //! runs in a background task at wall time × speed.
 
 pub mod admission;
 pub mod error;
+pub mod openapi;
 pub mod paging;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod select;
 pub mod server;
+pub mod strategic;
 pub mod table;
 pub mod world;
 

@@ -1,6 +1,6 @@
-//! Patch formats: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and the subset of
-//! strategic merge patch kubectl sends for cordon, label and annotate (treated as a merge
-//! patch: lists are replaced whole).
+//! Patch formats: JSON merge patch (RFC 7386) and JSON patch (RFC 6902). A strategic merge
+//! patch of a custom resource is read as a merge patch; built-in kinds have
+//! [`super::strategic`].
 
 use serde_json::Value;
 

@@ -224,10 +224,68 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     };
     tracing::debug!(%method, %path, ?query, "sim serve request");
     let table = super::table::wanted(&accept);
-    match dispatch(&shared, &method, &path, &query, &content_type, &body, table) {
+    let prepared = super::protobuf::json_body(&content_type, body).and_then(|(ct, body)| {
+        super::protobuf::negotiate(&accept)?;
+        let (warnings, pruned) = check_fields(&shared, &method, &path, &query, &ct, &body)?;
+        Ok((ct, pruned.unwrap_or(body), warnings))
+    });
+    let (content_type, body, warnings) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => return e.into_response(),
+    };
+    let mut response = match dispatch(&shared, &method, &path, &query, &content_type, &body, table)
+    {
         Ok(response) => response,
         Err(e) => e.into_response(),
+    };
+    for warning in warnings {
+        if let Ok(value) = header::HeaderValue::from_str(&warning) {
+            response.headers_mut().append(header::WARNING, value);
+        }
     }
+    response
+}
+
+/// Field validation of a create, update or patch body against the kind's OpenAPI schema
+/// (`fieldValidation`: `Strict` refuses unknown fields, `Warn`, the default, answers them as
+/// `Warning` headers, `Ignore`): the warnings and, when unknown fields were dropped, the body
+/// without them (as JSON). JSON patches name no fields; their result is not checked.
+fn check_fields(
+    shared: &Shared,
+    method: &Method,
+    path: &str,
+    query: &HashMap<String, String>,
+    content_type: &str,
+    body: &Bytes,
+) -> Result<(Vec<String>, Option<Bytes>), ApiError> {
+    let options = match *method {
+        Method::POST => "CreateOptions",
+        Method::PUT => "UpdateOptions",
+        Method::PATCH => "PatchOptions",
+        _ => return Ok((Vec::new(), None)),
+    };
+    let Route::Resource { rid, sub, .. } = route(path) else {
+        return Ok((Vec::new(), None));
+    };
+    if !matches!(sub.as_deref(), None | Some("status"))
+        || body.is_empty()
+        || content_type.starts_with("application/json-patch")
+    {
+        return Ok((Vec::new(), None));
+    }
+    // A body that does not parse is refused by the handler with its own message.
+    let Ok(mut value) = parse_body(content_type, body) else {
+        return Ok((Vec::new(), None));
+    };
+    let (warnings, pruned) = super::openapi::check_fields(
+        &shared.world,
+        &RESOURCES[rid],
+        query.get("fieldValidation").map(String::as_str),
+        options,
+        &mut value,
+    )?;
+    // JSON is YAML too, so an apply patch's YAML body may go on as JSON.
+    Ok((warnings, pruned.then(|| Bytes::from(value.to_string()))))
 }
 
 fn dispatch(
@@ -246,10 +304,13 @@ fn dispatch(
             format!("the server could not find the requested resource ({path})"),
         )
     };
+    if let Some(response) = super::openapi::serve(&shared.world, path, query) {
+        return response;
+    }
     match route(path) {
         Route::Root => Ok(json_response(
             200,
-            &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]}),
+            &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/readyz", "/version"]}),
         )),
         Route::Version => Ok(json_response(
             200,
@@ -300,7 +361,7 @@ fn dispatch(
                     let scope = namespace.as_deref().filter(|_| def.namespaced);
                     timeout_seconds(query)?;
                     if flag(query, "watch") {
-                        watch(shared, rid, scope.map(str::to_string), sel, query)
+                        watch(shared, rid, scope.map(str::to_string), sel, query, table)
                     } else {
                         list(shared, rid, scope, &sel, query, table)
                     }
@@ -409,6 +470,11 @@ fn dispatch(
                         if content_type.starts_with("application/json-patch") {
                             super::patch::json_patch(&mut new, &patch)
                                 .map_err(|e| ApiError::invalid(rid, &key.1, e.to_string()))?;
+                        } else if content_type.starts_with("application/strategic-merge-patch")
+                            && let Some((lookup, schema)) =
+                                super::openapi::builtin_schema_of(&RESOURCES[rid])
+                        {
+                            super::strategic::apply(&lookup, Some(schema), &mut new, &patch);
                         } else {
                             super::patch::merge(&mut new, &patch);
                         }
@@ -694,7 +760,12 @@ fn bookmark(rid: Rid, rv: u64, initial_end: bool) -> Bytes {
 /// What a watch over `(namespace, selectors)` reports for one log entry, if anything: a
 /// MODIFIED that moves an object into or out of the selection is reported as ADDED or
 /// DELETED, as the apiserver does.
-fn filtered(entry: &LogEntry, namespace: Option<&str>, sel: &Selectors) -> Option<Bytes> {
+fn filtered(
+    entry: &LogEntry,
+    namespace: Option<&str>,
+    sel: &Selectors,
+    shown: Option<&dyn Fn(&Value) -> Value>,
+) -> Option<Bytes> {
     if let Some(ns) = namespace {
         let object_ns = entry
             .object
@@ -719,7 +790,10 @@ fn filtered(entry: &LogEntry, namespace: Option<&str>, sel: &Selectors) -> Optio
         other if now => other,
         _ => return None,
     };
-    Some(event_line_of(type_, entry.object_json()))
+    Some(match shown {
+        Some(shown) => event_line(type_, &shown(&entry.object)),
+        None => event_line_of(type_, entry.object_json()),
+    })
 }
 
 struct WatchState {
@@ -732,6 +806,8 @@ struct WatchState {
     queue: VecDeque<Bytes>,
     deadline: tokio::time::Instant,
     bookmarks: bool,
+    /// Whether events carry a one-row Table instead of the object (`kubectl get -w`).
+    table: bool,
     done: bool,
 }
 
@@ -741,6 +817,7 @@ fn watch(
     namespace: Option<String>,
     sel: Selectors,
     query: &HashMap<String, String>,
+    table: bool,
 ) -> Result<Response, ApiError> {
     let timeout = timeout_seconds(query)?.unwrap_or(DEFAULT_WATCH);
     let bookmarks = flag(query, "allowWatchBookmarks");
@@ -761,8 +838,12 @@ fn watch(
     rx.borrow_and_update();
     let cursor = shared.world.read(|inner| {
         if from.is_none() || send_initial {
+            let view = table.then(|| table_row(rid, inner));
             for object in inner.list(rid, namespace.as_deref(), &sel) {
-                queue.push_back(event_line("ADDED", &object));
+                queue.push_back(match &view {
+                    Some(view) => event_line("ADDED", &view(&object)),
+                    None => event_line("ADDED", &object),
+                });
             }
             let rv = inner.resource_version();
             if send_initial {
@@ -783,6 +864,7 @@ fn watch(
         queue,
         deadline: watch_deadline(timeout),
         bookmarks,
+        table,
         done: false,
     };
     let stream = futures::stream::unfold(state, |mut st| async move {
@@ -797,6 +879,7 @@ fn watch(
             // The lock is held only to collect the new changes; selecting and encoding them
             // happen outside it, so a busy watch never stalls the writers.
             let mut fresh = Vec::new();
+            let mut view = None;
             let gone = st.world.read(|inner| {
                 if st.cursor < inner.floor() {
                     return true;
@@ -807,11 +890,15 @@ fn watch(
                         .filter(|entry| entry.rid == st.rid)
                         .cloned(),
                 );
+                if st.table {
+                    view = Some(table_row(st.rid, inner));
+                }
                 st.cursor = st.cursor.max(inner.resource_version());
                 false
             });
             for entry in &fresh {
-                if let Some(line) = filtered(entry, st.namespace.as_deref(), &st.sel) {
+                let shown = view.as_ref().map(|v| v as &dyn Fn(&Value) -> Value);
+                if let Some(line) = filtered(entry, st.namespace.as_deref(), &st.sel, shown) {
                     st.queue.push_back(line);
                 }
             }
@@ -853,6 +940,20 @@ fn watch(
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| ApiError::new(500, "InternalError", "watch".into()).into_response()))
+}
+
+/// How a Table watch shows an object: a Table of its one row, as the apiserver converts
+/// each event's object.
+fn table_row(rid: Rid, inner: &super::world::Inner) -> impl Fn(&Value) -> Value + use<> {
+    let (rv, now) = (inner.resource_version(), inner.sim.now());
+    move |object: &Value| {
+        let rv = object
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(rv);
+        super::table::table(rid, &[object], rv, now)
+    }
 }
 
 /// When a watch of `timeout` ends. Any int64 of seconds is a valid timeout; one beyond what

@@ -86,9 +86,17 @@ impl LogEntry {
     }
 }
 
-/// How much of the simulator's event record is published.
+/// What is published of the simulator: where each object is served, and how much of the
+/// event record.
 #[derive(Default)]
 struct Seen {
+    nodes: BTreeMap<String, ObjKey>,
+    pods: BTreeMap<Key, ObjKey>,
+    jobs: BTreeMap<String, ObjKey>,
+    config_maps: BTreeMap<Key, ObjKey>,
+    pdbs: BTreeMap<Key, ObjKey>,
+    nodewrights: BTreeMap<String, ObjKey>,
+    policies: BTreeMap<String, ObjKey>,
     events: usize,
 }
 
@@ -177,7 +185,7 @@ fn decode<T: serde::de::DeserializeOwned>(value: &Value, rid: Rid) -> Result<T, 
 fn sync_kind<K: Ord + Clone, T>(
     rid: Rid,
     current: &mut Tracked<K, T>,
-    served: impl Fn(&K) -> ObjKey,
+    served: &mut BTreeMap<K, ObjKey>,
     counter: &mut u64,
     objects: &mut BTreeMap<ObjKey, Arc<Value>>,
     out: &mut Vec<LogEntry>,
@@ -185,9 +193,8 @@ fn sync_kind<K: Ord + Clone, T>(
     T: Resource + Serialize,
 {
     for k in current.take_changed() {
-        let key = served(&k);
         let Some(obj) = current.get_mut_unrecorded(&k) else {
-            if let Some(prev) = objects.remove(&key) {
+            if let Some(prev) = served.remove(&k).and_then(|key| objects.remove(&key)) {
                 *counter += 1;
                 let mut value = (*prev).clone();
                 value["metadata"]["resourceVersion"] = json!(counter.to_string());
@@ -202,6 +209,8 @@ fn sync_kind<K: Ord + Clone, T>(
             continue;
         };
         let mut value = to_value(obj);
+        // The served key comes from the object: a simulator key may leave out its namespace.
+        let key = key_of(&value);
         let prev = objects.get(&key);
         let type_ = match prev {
             Some(p) if **p == value => continue,
@@ -223,6 +232,7 @@ fn sync_kind<K: Ord + Clone, T>(
             }
         };
         let value = Arc::new(value);
+        served.insert(k, key.clone());
         let prev = objects.insert(key, value.clone());
         out.push(LogEntry::new(rv_of(&value), rid, type_, value, prev));
     }
@@ -877,13 +887,14 @@ impl Inner {
     /// Publishes every change of the simulator's objects since the last call.
     pub fn publish(&mut self) {
         let mut out = Vec::new();
-        let Inner { sim, objects, .. } = self;
-        let namespace = sim.namespace().to_string();
+        let Inner {
+            sim, objects, seen, ..
+        } = self;
         let counter = &mut sim.resource_version;
         sync_kind(
             resources::NODES,
             &mut sim.nodes,
-            |name: &String| (String::new(), name.clone()),
+            &mut seen.nodes,
             counter,
             &mut objects[resources::NODES],
             &mut out,
@@ -891,7 +902,7 @@ impl Inner {
         sync_kind(
             resources::PODS,
             &mut sim.pods,
-            Key::clone,
+            &mut seen.pods,
             counter,
             &mut objects[resources::PODS],
             &mut out,
@@ -899,7 +910,7 @@ impl Inner {
         sync_kind(
             resources::JOBS,
             &mut sim.jobs,
-            |name: &String| (namespace.clone(), name.clone()),
+            &mut seen.jobs,
             counter,
             &mut objects[resources::JOBS],
             &mut out,
@@ -907,7 +918,7 @@ impl Inner {
         sync_kind(
             resources::CONFIG_MAPS,
             &mut sim.config_maps,
-            Key::clone,
+            &mut seen.config_maps,
             counter,
             &mut objects[resources::CONFIG_MAPS],
             &mut out,
@@ -915,7 +926,7 @@ impl Inner {
         sync_kind(
             resources::PDBS,
             &mut sim.pdbs,
-            Key::clone,
+            &mut seen.pdbs,
             counter,
             &mut objects[resources::PDBS],
             &mut out,
@@ -923,7 +934,7 @@ impl Inner {
         sync_kind(
             resources::NODEWRIGHTS,
             &mut sim.nodewrights,
-            |name: &String| (String::new(), name.clone()),
+            &mut seen.nodewrights,
             counter,
             &mut objects[resources::NODEWRIGHTS],
             &mut out,
@@ -931,7 +942,7 @@ impl Inner {
         sync_kind(
             resources::POLICIES,
             &mut sim.policies,
-            |name: &String| (String::new(), name.clone()),
+            &mut seen.policies,
             counter,
             &mut objects[resources::POLICIES],
             &mut out,
