@@ -17,6 +17,7 @@ pub mod http;
 mod jobs;
 pub mod logs;
 mod nodes;
+pub mod pods;
 pub mod packages;
 pub mod util;
 mod workload;

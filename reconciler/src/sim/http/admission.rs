@@ -14,6 +14,8 @@ use super::resources::{self, Rid};
 
 /// The taint effects a node accepts.
 const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+/// The restart policies a pod accepts.
+const POD_RESTART_POLICIES: [&str; 3] = ["Always", "OnFailure", "Never"];
 /// The restart policies a Job's pod template accepts.
 const JOB_RESTART_POLICIES: [&str; 2] = ["OnFailure", "Never"];
 
@@ -70,6 +72,7 @@ pub fn validate(rid: Rid, value: &Value) -> Vec<FieldError> {
     match rid {
         resources::NODES => errors.extend(node_taints(value)),
         resources::JOBS => errors.extend(job_restart_policy(value)),
+        resources::PODS => errors.extend(pod_spec(value)),
         _ => {}
     }
     errors
@@ -234,4 +237,51 @@ mod tests {
             "spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\""
         );
     }
+}
+
+/// A pod's spec: at least one container, each named and with an image, names unique, and a
+/// known restart policy.
+fn pod_spec(value: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let containers = value
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if containers.is_empty() {
+        errors.push(FieldError::required("spec.containers"));
+    }
+    let inits = value
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    for (list, field) in [(inits, "spec.initContainers"), (containers, "spec.containers")] {
+        for (i, c) in list.iter().enumerate() {
+            let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+            if name.is_empty() {
+                errors.push(FieldError::required(format!("{field}[{i}].name")));
+            } else if !seen.insert(name.to_string()) {
+                errors.push(FieldError {
+                    field: format!("{field}[{i}].name"),
+                    reason: "FieldValueDuplicate",
+                    message: format!("Duplicate value: {name:?}"),
+                });
+            }
+            if c.get("image").and_then(Value::as_str).is_none_or(str::is_empty) {
+                errors.push(FieldError::required(format!("{field}[{i}].image")));
+            }
+        }
+    }
+    if let Some(policy) = value.pointer("/spec/restartPolicy").and_then(Value::as_str)
+        && !POD_RESTART_POLICIES.contains(&policy)
+    {
+        errors.push(FieldError::not_supported(
+            "spec.restartPolicy",
+            policy,
+            &POD_RESTART_POLICIES,
+        ));
+    }
+    errors
 }

@@ -15,7 +15,9 @@
 //! runs in a background task at wall time × speed.
 
 pub mod admission;
+pub mod crds;
 pub mod error;
+pub mod leases;
 pub mod paging;
 pub mod patch;
 pub mod resources;

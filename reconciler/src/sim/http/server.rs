@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::error::{ApiError, json_response};
-use super::resources::{self, RESOURCES, Rid};
+use super::resources::{self, Rid};
 use super::select::{FieldSelector, LabelSelector, Selectors};
 use super::world::{DeleteOpts, LogEntry, ObjKey, World};
 
@@ -49,7 +49,11 @@ enum Route {
     Unknown,
 }
 
-fn route(path: &str) -> Route {
+/// The route of `path`; resources are the built-ins and the CRDs `crds` serves.
+fn route(path: &str, crds: &super::crds::CrdRegistry) -> Route {
+    let find = |group: &str, version: &str, plural: &str| {
+        resources::find(group, version, plural).or_else(|| crds.find(group, version, plural))
+    };
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest) = match segments.as_slice() {
         [] => return Route::Root,
@@ -73,7 +77,7 @@ fn route(path: &str) -> Route {
     };
     let (namespace, rest) = match rest {
         ["namespaces", ns, plural, tail @ ..]
-            if resources::find(group, version, plural).is_some_and(|r| RESOURCES[r].namespaced) =>
+            if find(group, version, plural).is_some_and(|r| resources::def(r).namespaced) =>
         {
             (Some(ns.to_string()), [&[*plural][..], tail].concat())
         }
@@ -81,7 +85,7 @@ fn route(path: &str) -> Route {
     };
     let Some(rid) = rest
         .first()
-        .and_then(|plural| resources::find(group, version, plural))
+        .and_then(|plural| find(group, version, plural))
     else {
         return Route::Unknown;
     };
@@ -246,7 +250,7 @@ fn dispatch(
             format!("the server could not find the requested resource ({path})"),
         )
     };
-    match route(path) {
+    match shared.world.read(|inner| route(path, &inner.crds)) {
         Route::Root => Ok(json_response(
             200,
             &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]}),
@@ -263,11 +267,20 @@ fn dispatch(
             200,
             &resources::api_versions(&shared.address),
         )),
-        Route::Apis => Ok(json_response(200, &resources::api_group_list())),
-        Route::Group(g) => resources::api_group(&g)
+        Route::Apis => Ok(json_response(
+            200,
+            &shared
+                .world
+                .read(|inner| resources::api_group_list(&inner.crds)),
+        )),
+        Route::Group(g) => shared
+            .world
+            .read(|inner| resources::api_group(&inner.crds, &g))
             .map(|doc| json_response(200, &doc))
             .ok_or_else(not_found),
-        Route::ResourceList(g, v) => resources::resource_list(&g, &v)
+        Route::ResourceList(g, v) => shared
+            .world
+            .read(|inner| resources::resource_list(&inner.crds, &g, &v))
             .map(|doc| json_response(200, &doc))
             .ok_or_else(not_found),
         Route::Health(endpoint, check) => health(shared, endpoint, check.as_deref(), query),
@@ -278,7 +291,7 @@ fn dispatch(
             name,
             sub,
         } => {
-            let def = &RESOURCES[rid];
+            let def = resources::def(rid);
             if def.namespaced && name.is_some() && namespace.is_none() {
                 return Err(not_found());
             }
@@ -339,6 +352,48 @@ fn dispatch(
                             .get(rid, &key)
                             .map(|v| json_response(201, &v))
                             .ok_or_else(|| ApiError::not_found(rid, &key.1))
+                    })
+                }
+                (&Method::GET, Some(key), Some("scale")) => shared.world.read(|inner| {
+                    let object = inner.require(rid, &key)?;
+                    inner
+                        .crds
+                        .scale_of(rid, &object)
+                        .map(|scale| json_response(200, &scale))
+                        .ok_or_else(not_found)
+                }),
+                (&Method::PUT | &Method::PATCH, Some(key), Some("scale")) => {
+                    let dry_run = dry_run(query, None, "UpdateOptions")?;
+                    let body = parse_body(content_type, body)?;
+                    let write = |inner: &super::world::Inner| {
+                        let object = inner.require(rid, &key)?;
+                        let mut scale = inner.crds.scale_of(rid, &object).ok_or_else(not_found)?;
+                        if method == Method::PATCH {
+                            super::patch::merge(&mut scale, &body);
+                        } else {
+                            scale = body.clone();
+                        }
+                        let new = inner
+                            .crds
+                            .with_scale(rid, &object, &scale)
+                            .ok_or_else(not_found)?;
+                        Ok::<_, ApiError>(new)
+                    };
+                    if dry_run {
+                        return shared.world.read(|inner| {
+                            let new = write(inner)?;
+                            let stored = inner.update_dry_run(rid, &key, false, new)?;
+                            let scale = inner.crds.scale_of(rid, &stored).ok_or_else(not_found)?;
+                            Ok(json_response(200, &scale))
+                        });
+                    }
+                    shared.world.with(|inner| {
+                        let new = write(inner)?;
+                        inner.update(rid, &key, false, new)?;
+                        inner.publish();
+                        let object = inner.require(rid, &key)?;
+                        let scale = inner.crds.scale_of(rid, &object).ok_or_else(not_found)?;
+                        Ok(json_response(200, &scale))
                     })
                 }
                 (&Method::GET, Some(key), Some("log")) if rid == resources::PODS => {
@@ -544,9 +599,9 @@ fn health(
 /// A body of the wrong kind is a 400, as on the apiserver.
 fn check_kind(rid: Rid, value: &Value) -> Result<(), ApiError> {
     match value.get("kind").and_then(Value::as_str) {
-        Some(kind) if kind != RESOURCES[rid].kind => Err(ApiError::bad_request(format!(
+        Some(kind) if kind != resources::def(rid).kind => Err(ApiError::bad_request(format!(
             "the body is a {kind}, expected a {}",
-            RESOURCES[rid].kind
+            resources::def(rid).kind
         ))),
         _ => Ok(()),
     }
@@ -581,7 +636,7 @@ fn respond_or(
 }
 
 fn deleted_status(rid: Rid, key: &ObjKey, before: Option<&Value>) -> Response {
-    let def = &RESOURCES[rid];
+    let def = resources::def(rid);
     let uid = before
         .and_then(|b| b.pointer("/metadata/uid"))
         .cloned()
@@ -625,7 +680,7 @@ fn list(
     query: &HashMap<String, String>,
     table: bool,
 ) -> Result<Response, ApiError> {
-    let def = &RESOURCES[rid];
+    let def = resources::def(rid);
     let request = super::paging::list_request(query, integer(query, "limit")?)?;
     let (page, now) = shared.world.read(|inner| {
         let at = request.snapshot(inner.resource_version(), inner.floor())?;
@@ -668,7 +723,7 @@ fn event_line(type_: &str, object: &Value) -> Bytes {
 }
 
 fn bookmark(rid: Rid, rv: u64, initial_end: bool) -> Bytes {
-    let def = &RESOURCES[rid];
+    let def = resources::def(rid);
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
