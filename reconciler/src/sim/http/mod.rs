@@ -23,6 +23,7 @@ pub mod patch;
 pub mod resources;
 pub mod select;
 pub mod server;
+pub mod smp;
 pub mod table;
 pub mod world;
 

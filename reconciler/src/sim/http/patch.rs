@@ -1,6 +1,5 @@
-//! Patch formats: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and the subset of
-//! strategic merge patch kubectl sends for cordon, label and annotate (treated as a merge
-//! patch: lists are replaced whole).
+//! Patch formats: JSON merge patch (RFC 7386) and JSON patch (RFC 6902); strategic merge
+//! patch is [`super::smp`].
 
 use serde_json::Value;
 

@@ -226,12 +226,17 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
             return ApiError::bad_request(format!("cannot read the body: {e}")).into_response();
         }
     };
-    tracing::debug!(%method, %path, ?query, "sim serve request");
+    tracing::trace!(%method, %path, %content_type, body = %String::from_utf8_lossy(&body), "request body");
     let table = super::table::wanted(&accept);
-    match dispatch(&shared, &method, &path, &query, &content_type, &body, table) {
+    let response = match dispatch(&shared, &method, &path, &query, &content_type, &body, table) {
         Ok(response) => response,
-        Err(e) => e.into_response(),
-    }
+        Err(e) => {
+            tracing::debug!(%method, %path, code = e.code, message = %e.message, "refused");
+            e.into_response()
+        }
+    };
+    tracing::debug!(%method, %path, ?query, code = response.status().as_u16(), "sim serve request");
+    response
 }
 
 fn dispatch(
@@ -459,11 +464,28 @@ fn dispatch(
                     let patch = parse_body(content_type, body)?;
                     let status = sub.is_some();
                     let apply = content_type.starts_with("application/apply-patch") && !status;
+                    let strategic = content_type.starts_with("application/strategic-merge-patch");
+                    if strategic && shared.world.read(|inner| inner.crds.by_rid(rid).is_some()) {
+                        // Custom resources declare no patch strategies: the apiserver
+                        // refuses the format.
+                        return Err(ApiError::new(
+                            415,
+                            "UnsupportedMediaType",
+                            format!(
+                                "the body of the request was in an unknown format - accepted \
+                                 media types include: application/json-patch+json, \
+                                 application/merge-patch+json, application/apply-patch+yaml \
+                                 ({content_type})"
+                            ),
+                        ));
+                    }
                     let patched = |old: &Value| -> Result<Value, ApiError> {
                         let mut new = old.clone();
                         if content_type.starts_with("application/json-patch") {
                             super::patch::json_patch(&mut new, &patch)
                                 .map_err(|e| ApiError::invalid(rid, &key.1, e.to_string()))?;
+                        } else if strategic {
+                            super::smp::apply(&mut new, &patch);
                         } else {
                             super::patch::merge(&mut new, &patch);
                         }

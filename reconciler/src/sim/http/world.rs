@@ -1339,6 +1339,19 @@ impl Inner {
             }
             (resources::NODES, true) => {
                 let (before, after): (Node, Node) = (decode(&old, rid)?, decode(&new, rid)?);
+                // The node status strategy resets only the spec: labels and annotations
+                // written through `nodes/status` are kept (controllers rely on it).
+                let mut meta = node_patch(&before, &after);
+                meta.add_taints.clear();
+                meta.remove_taints.clear();
+                meta.unschedulable = None;
+                if !meta.is_empty() {
+                    let outcome = self
+                        .sim
+                        .execute(&Action::PatchNode(meta))
+                        .map_err(sim_error)?;
+                    outcome_error(outcome, rid, name)?;
+                }
                 let (was, now) = (conditions(&before), conditions(&after));
                 let set: Vec<NodeCondition> =
                     now.iter().filter(|c| !was.contains(c)).cloned().collect();
