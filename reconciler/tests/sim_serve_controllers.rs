@@ -262,11 +262,7 @@ async fn a_crd_created_through_the_api_is_served_with_its_schema_and_subresource
     }
 
     // Watches report changes; deleting the CRD takes its objects and its endpoint with it.
-    let mut events = std::pin::pin!(
-        api.watch(&WatchParams::default(), "0")
-            .await
-            .unwrap()
-    );
+    let mut events = std::pin::pin!(api.watch(&WatchParams::default(), "0").await.unwrap());
     use futures::StreamExt;
     let first = events.next().await.unwrap().unwrap();
     assert!(
@@ -307,8 +303,9 @@ async fn kubectl_applies_a_crd_and_its_objects_and_scales_them() {
     )
     .await;
     assert_eq!(code, 0, "{err}");
-    let manifest =
-        format!("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: {NS}\nspec:\n  image: x\n");
+    let manifest = format!(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: {NS}\nspec:\n  image: x\n"
+    );
     let (code, out, err) = kubectl(
         &server,
         &["apply", "--validate=false", "-f", "-"],
@@ -353,7 +350,8 @@ fn stage_pod(name: &str, node: Option<&str>, interrupt: bool) -> Pod {
         "command": ["/bin/sh"], "args": ["-c", "mkdir -p /root/x && cp -r /skyhook-package/* /root/x"],
     })];
     if interrupt {
-        let payload = base64::engine::general_purpose::STANDARD.encode(r#"{"type":"node_restart"}"#);
+        let payload =
+            base64::engine::general_purpose::STANDARD.encode(r#"{"type":"node_restart"}"#);
         inits = vec![json!({"name": "interrupt", "image": agent,
                             "args": ["interrupt", "/root", "/var/lib/skyhook/x", payload]})];
     } else {
@@ -401,7 +399,10 @@ async fn a_pod_created_through_the_api_runs_its_init_containers_in_order_then_ke
     let client = server.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client, NS);
     let created = pods
-        .create(&PostParams::default(), &stage_pod("stage", Some("n1"), false))
+        .create(
+            &PostParams::default(),
+            &stage_pod("stage", Some("n1"), false),
+        )
         .await
         .unwrap();
     // The apiserver's defaulting.
@@ -438,10 +439,15 @@ async fn a_pod_created_through_the_api_runs_its_init_containers_in_order_then_ke
         )
         .await
         .unwrap();
-    assert!(log.contains("mode=apply package=example.com/pkg:1.0.0"), "{log}");
+    assert!(
+        log.contains("mode=apply package=example.com/pkg:1.0.0"),
+        "{log}"
+    );
 
     // Deletion is graceful: the pod terminates, then it is gone.
-    pods.delete("stage", &DeleteParams::default()).await.unwrap();
+    pods.delete("stage", &DeleteParams::default())
+        .await
+        .unwrap();
     eventually("the stage pod is gone", || async {
         pods.get_opt("stage").await.unwrap().is_none()
     })
@@ -456,7 +462,10 @@ async fn a_pod_created_through_the_api_runs_its_init_containers_in_order_then_ke
             .unwrap_err(),
     );
     assert_eq!(code, 422);
-    assert!(message.contains("spec.containers: Required value"), "{message}");
+    assert!(
+        message.contains("spec.containers: Required value"),
+        "{message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -501,7 +510,9 @@ async fn an_unbound_pod_is_scheduled_onto_a_node_whose_taints_it_tolerates() {
         .tolerations
         .get_or_insert_with(Vec::new)
         .push(serde_json::from_value(json!({"key": "dedicated", "operator": "Exists"})).unwrap());
-    pods.create(&PostParams::default(), &tolerant).await.unwrap();
+    pods.create(&PostParams::default(), &tolerant)
+        .await
+        .unwrap();
     let bound = pods.get("tolerant").await.unwrap().spec.unwrap().node_name;
     assert!(matches!(bound.as_deref(), Some("n0" | "n1")), "{bound:?}");
     eventually("the scheduled pod runs", || async {
@@ -518,9 +529,12 @@ async fn an_api_pods_reboot_interrupt_reboots_its_node_and_then_completes() {
     let boot = |n: Node| n.status.unwrap().node_info.unwrap().boot_id;
     let before = boot(nodes.get("n2").await.unwrap());
     let pods: Api<Pod> = Api::namespaced(client, NS);
-    pods.create(&PostParams::default(), &stage_pod("reboot", Some("n2"), true))
-        .await
-        .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &stage_pod("reboot", Some("n2"), true),
+    )
+    .await
+    .unwrap();
     eventually("the interrupt completes after the reboot", || async {
         let pod = pods.get("reboot").await.unwrap();
         init_states(&pod) == vec![("interrupt".to_string(), Some(0))] && ready(&pod)
@@ -528,7 +542,10 @@ async fn an_api_pods_reboot_interrupt_reboots_its_node_and_then_completes() {
     .await;
     let pod = pods.get("reboot").await.unwrap();
     let restarts = pod.status.unwrap().init_container_statuses.unwrap()[0].restart_count;
-    assert_eq!(restarts, 1, "the interrupt container ran again after the boot");
+    assert_eq!(
+        restarts, 1,
+        "the interrupt container ran again after the boot"
+    );
     assert_ne!(boot(nodes.get("n2").await.unwrap()), before);
 }
 
@@ -572,4 +589,101 @@ async fn every_node_has_a_lease_its_kubelet_renews_and_a_full_status() {
     assert!(!out.contains("Failed to get lease"), "{out}");
     assert!(out.contains("HolderIdentity:  n0"), "{out}");
     assert!(out.contains("InternalIP:"), "{out}");
+}
+
+/// n0 runs a DaemonSet pod, a ReplicaSet pod under a PodDisruptionBudget that allows one
+/// disruption, and an unmanaged pod.
+fn drain_world() -> SimCluster {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use nodewright_reconciler::sim::{OwnerKind, PdbInput, WorkloadPodInput};
+    let mut sim = world();
+    for (name, app, owner) in [
+        ("agent", "agent", OwnerKind::DaemonSet),
+        ("web", "web", OwnerKind::ReplicaSet),
+        ("solo", "solo", OwnerKind::None),
+    ] {
+        sim.add_workload_pod(WorkloadPodInput {
+            name: name.into(),
+            namespace: "apps".into(),
+            node: Some("n0".into()),
+            labels: [("app".to_string(), app.to_string())].into(),
+            owner,
+            tolerations: vec![],
+            empty_dir: false,
+            run_for: None,
+            grace_seconds: Some(2),
+        });
+    }
+    sim.add_pdb(PdbInput {
+        name: "web".into(),
+        namespace: "apps".into(),
+        selector: [("app".to_string(), "web".to_string())].into(),
+        min_available: None,
+        max_unavailable: Some(IntOrString::Int(1)),
+    });
+    sim
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drain_classifies_pods_by_their_apps_v1_owners() {
+    let server = SimServer::start(
+        drain_world(),
+        ServeOptions {
+            port: 0,
+            speed: 20.0,
+            tick: Duration::from_millis(20),
+        },
+    )
+    .await
+    .unwrap();
+    let client = server.client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "apps");
+    let agent = pods.get("agent").await.unwrap();
+    let owner = &agent.metadata.owner_references.unwrap()[0];
+    let daemon_sets: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "apps",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "DaemonSet"),
+            "daemonsets",
+        ),
+    );
+    let daemon_set = daemon_sets.get(&owner.name).await.unwrap();
+    assert_eq!(daemon_set.metadata.uid.as_deref(), Some(owner.uid.as_str()));
+
+    if which("kubectl").is_none() {
+        println!("SKIP: kubectl is not on PATH (drain)");
+        return;
+    }
+    let (code, _, err) = kubectl(&server, &["drain", "n0", "--ignore-daemonsets"], "").await;
+    assert_ne!(code, 0);
+    assert!(err.contains("declare no controller"), "{err}");
+    assert!(err.contains("apps/solo"), "{err}");
+    let (code, out, err) = kubectl(
+        &server,
+        &[
+            "drain",
+            "n0",
+            "--ignore-daemonsets",
+            "--force",
+            "--timeout=60s",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("ignoring DaemonSet-managed Pods: apps/agent"),
+        "{err}"
+    );
+    assert!(out.contains("node/n0 drained"), "{out}");
+    let on_n0: Vec<String> = pods
+        .list(&ListParams::default().fields("spec.nodeName=n0"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(on_n0, ["agent"], "only the DaemonSet pod stays");
 }

@@ -17,8 +17,8 @@ pub mod http;
 mod jobs;
 pub mod logs;
 mod nodes;
-pub mod pods;
 pub mod packages;
+pub mod pods;
 pub mod util;
 mod workload;
 

@@ -79,8 +79,7 @@ pub fn default_pod(pod: &mut Pod) {
     let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
     for key in [keys::TAINT_NOT_READY, keys::TAINT_UNREACHABLE] {
         let covered = tolerations.iter().any(|t| {
-            t.key.as_deref() == Some(key)
-                && t.effect.as_deref().is_none_or(|e| e == "NoExecute")
+            t.key.as_deref() == Some(key) && t.effect.as_deref().is_none_or(|e| e == "NoExecute")
         });
         if !covered {
             tolerations.push(Toleration {

@@ -202,13 +202,39 @@ mod tests {
         let obj = json!({"metadata": {"name": "x",
             "labels": {"ok/key": "v", "bad key": "v", "k": "bad value"},
             "annotations": {"example.com/Fine": "any text", "-bad": ""}}});
-        let fields: Vec<String> = validate(resources::PODS, &obj)
+        let fields: Vec<String> = validate(resources::CONFIG_MAPS, &obj)
             .iter()
             .map(|e| e.field.clone())
             .collect();
         assert_eq!(
             fields,
             ["metadata.labels", "metadata.labels", "metadata.annotations"]
+        );
+    }
+
+    #[test]
+    fn a_pod_needs_named_containers_with_images_and_a_known_restart_policy() {
+        let pod = json!({"metadata": {"name": "p"}, "spec": {
+            "restartPolicy": "Sometimes",
+            "initContainers": [{"name": "a", "image": "x"}],
+            "containers": [{"name": "a", "image": "x"}, {"name": "", "image": ""}]}});
+        let fields: Vec<(String, &str)> = validate(resources::PODS, &pod)
+            .iter()
+            .map(|e| (e.field.clone(), e.reason))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("spec.containers[0].name".to_string(), "FieldValueDuplicate"),
+                ("spec.containers[1].name".to_string(), "FieldValueRequired"),
+                ("spec.containers[1].image".to_string(), "FieldValueRequired"),
+                ("spec.restartPolicy".to_string(), "FieldValueNotSupported"),
+            ]
+        );
+        let empty = json!({"metadata": {"name": "p"}, "spec": {"containers": []}});
+        assert_eq!(
+            validate(resources::PODS, &empty)[0].field,
+            "spec.containers"
         );
     }
 
@@ -257,7 +283,10 @@ fn pod_spec(value: &Value) -> Vec<FieldError> {
         .map(Vec::as_slice)
         .unwrap_or_default();
     let mut seen = std::collections::BTreeSet::new();
-    for (list, field) in [(inits, "spec.initContainers"), (containers, "spec.containers")] {
+    for (list, field) in [
+        (inits, "spec.initContainers"),
+        (containers, "spec.containers"),
+    ] {
         for (i, c) in list.iter().enumerate() {
             let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
             if name.is_empty() {
@@ -269,7 +298,10 @@ fn pod_spec(value: &Value) -> Vec<FieldError> {
                     message: format!("Duplicate value: {name:?}"),
                 });
             }
-            if c.get("image").and_then(Value::as_str).is_none_or(str::is_empty) {
+            if c.get("image")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
                 errors.push(FieldError::required(format!("{field}[{i}].image")));
             }
         }

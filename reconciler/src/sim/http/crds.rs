@@ -103,9 +103,7 @@ pub fn validate_crd(crd: &Value) -> Vec<FieldError> {
         errors.push(FieldError {
             field: "metadata.name".into(),
             reason: "FieldValueInvalid",
-            message: format!(
-                "Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"
-            ),
+            message: format!("Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"),
         });
     }
     let scope = text(crd, "/spec/scope");
@@ -252,9 +250,9 @@ impl CrdRegistry {
 
     /// Whether the resource `def` has a `scale` subresource.
     pub fn has_scale(&self, def: &resources::ResourceDef) -> bool {
-        self.crds.values().any(|c| {
-            !c.builtin && c.scale.is_some() && std::ptr::eq(resources::def(c.rid), def)
-        })
+        self.crds
+            .values()
+            .any(|c| !c.builtin && c.scale.is_some() && std::ptr::eq(resources::def(c.rid), def))
     }
 
     /// The custom resources served (those no built-in serves).
@@ -466,7 +464,9 @@ fn default(value: &mut Value, schema: &Value) {
             if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
                 for (key, field_schema) in properties {
                     if let Some(default) = field_schema.get("default")
-                        && map.get(key).is_none_or(|v| v.is_null() && !flag(field_schema, "nullable"))
+                        && map
+                            .get(key)
+                            .is_none_or(|v| v.is_null() && !flag(field_schema, "nullable"))
                     {
                         map.insert(key.clone(), default.clone());
                     }
@@ -476,9 +476,8 @@ fn default(value: &mut Value, schema: &Value) {
                         default(field, field_schema);
                     }
                 }
-            } else if let Some(additional) = schema
-                .get("additionalProperties")
-                .filter(|a| a.is_object())
+            } else if let Some(additional) =
+                schema.get("additionalProperties").filter(|a| a.is_object())
             {
                 for field in map.values_mut() {
                     default(field, additional);
@@ -673,9 +672,7 @@ fn validate(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldErr
                 }
             }
             let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema
-                .get("additionalProperties")
-                .filter(|a| a.is_object());
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
             for (key, field) in map {
                 if path.is_empty() && ["apiVersion", "kind", "metadata"].contains(&key.as_str()) {
                     continue;

@@ -56,10 +56,7 @@ impl Inner {
             .collect();
         for name in gone {
             self.node_leases.renewed.remove(&name);
-            self.remove_generic(
-                resources::LEASES,
-                &(NODE_LEASE_NAMESPACE.to_string(), name),
-            );
+            self.remove_generic(resources::LEASES, &(NODE_LEASE_NAMESPACE.to_string(), name));
         }
         for (name, uid) in due {
             let key = (NODE_LEASE_NAMESPACE.to_string(), name.clone());

@@ -15,6 +15,7 @@
 //! runs in a background task at wall time × speed.
 
 pub mod admission;
+pub mod apps;
 pub mod crds;
 pub mod error;
 pub mod leases;

@@ -156,6 +156,46 @@ pub static RESOURCES: &[ResourceDef] = &[
         &["crd", "crds"],
         true,
     ),
+    builtin(
+        "apps",
+        "v1",
+        "daemonsets",
+        "daemonset",
+        "DaemonSet",
+        true,
+        &["ds"],
+        true,
+    ),
+    builtin(
+        "apps",
+        "v1",
+        "replicasets",
+        "replicaset",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        true,
+    ),
+    builtin(
+        "apps",
+        "v1",
+        "statefulsets",
+        "statefulset",
+        "StatefulSet",
+        true,
+        &["sts"],
+        true,
+    ),
+    builtin(
+        "apps",
+        "v1",
+        "deployments",
+        "deployment",
+        "Deployment",
+        true,
+        &["deploy"],
+        true,
+    ),
 ];
 
 /// Nodes.
@@ -182,6 +222,14 @@ pub const EVENTS: Rid = 9;
 pub const NAMESPACES: Rid = 10;
 /// CustomResourceDefinitions.
 pub const CRDS: Rid = 11;
+/// apps/v1 DaemonSets.
+pub const DAEMON_SETS: Rid = 12;
+/// apps/v1 ReplicaSets.
+pub const REPLICA_SETS: Rid = 13;
+/// apps/v1 StatefulSets.
+pub const STATEFUL_SETS: Rid = 14;
+/// apps/v1 Deployments.
+pub const DEPLOYMENTS: Rid = 15;
 
 /// Definitions of custom resources, process-wide so a [`Rid`] names one definition for
 /// every server. Each distinct definition is interned once and kept: CRD definitions are
@@ -294,7 +342,10 @@ fn group_doc(group: &str, version: &str) -> Value {
 
 /// `GET /apis`.
 pub fn api_group_list(crds: &CrdRegistry) -> Value {
-    let groups: Vec<Value> = groups(crds).into_iter().map(|(g, v)| group_doc(g, v)).collect();
+    let groups: Vec<Value> = groups(crds)
+        .into_iter()
+        .map(|(g, v)| group_doc(g, v))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -310,8 +361,7 @@ pub fn api_group(crds: &CrdRegistry, group: &str) -> Option<Value> {
 /// `GET /api/v1` or `GET /apis/<group>/<version>`, when served.
 pub fn resource_list(crds: &CrdRegistry, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
-    for r in served(crds).filter(|r| r.group == group && r.version == version)
-    {
+    for r in served(crds).filter(|r| r.group == group && r.version == version) {
         let verbs = [
             "create",
             "delete",

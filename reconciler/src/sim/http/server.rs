@@ -83,10 +83,7 @@ fn route(path: &str, crds: &super::crds::CrdRegistry) -> Route {
         }
         _ => (None, rest.to_vec()),
     };
-    let Some(rid) = rest
-        .first()
-        .and_then(|plural| find(group, version, plural))
-    else {
+    let Some(rid) = rest.first().and_then(|plural| find(group, version, plural)) else {
         return Route::Unknown;
     };
     if rest.len() > 3 {

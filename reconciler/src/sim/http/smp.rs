@@ -13,7 +13,11 @@ use serde_json::{Map, Value};
 fn merge_key(field: &str) -> Option<&'static str> {
     Some(match field {
         "conditions" | "addresses" => "type",
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes"
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
         | "imagePullSecrets" => "name",
         "volumeMounts" => "mountPath",
         "volumeDevices" => "devicePath",
@@ -184,7 +188,10 @@ mod tests {
                 {"type": "New", "status": "True"},
             ])
         );
-        assert_eq!(node["spec"]["taints"], json!([{"key": "y", "effect": "NoExecute"}]));
+        assert_eq!(
+            node["spec"]["taints"],
+            json!([{"key": "y", "effect": "NoExecute"}])
+        );
         assert_eq!(node["metadata"]["finalizers"], json!(["a", "b"]));
     }
 
@@ -200,7 +207,10 @@ mod tests {
                              "labels": {"$patch": "replace", "only": "this"}},
             }),
         );
-        assert_eq!(pod["spec"]["containers"], json!([{"name": "a", "image": "y"}]));
+        assert_eq!(
+            pod["spec"]["containers"],
+            json!([{"name": "a", "image": "y"}])
+        );
         assert_eq!(pod["metadata"]["finalizers"], json!(["g"]));
         assert_eq!(pod["metadata"]["labels"], json!({"only": "this"}));
     }

@@ -851,14 +851,31 @@ impl Inner {
 
     /// Stores an object the server itself keeps, with a new resourceVersion; `old` is the
     /// previous value (identity fields are kept from it).
-    pub(super) fn put_generic(&mut self, rid: Rid, mut value: Value, old: Option<&Value>) -> Arc<Value> {
+    pub(super) fn put_generic(
+        &mut self,
+        rid: Rid,
+        value: Value,
+        old: Option<&Value>,
+    ) -> Arc<Value> {
+        self.put_generic_as(rid, value, old, None)
+    }
+
+    /// [`Self::put_generic`], with the uid of a new object given (an owner other objects
+    /// already reference).
+    pub(super) fn put_generic_as(
+        &mut self,
+        rid: Rid,
+        mut value: Value,
+        old: Option<&Value>,
+        uid: Option<String>,
+    ) -> Arc<Value> {
         if rid == resources::CRDS {
             super::crds::establish(&mut value, &to_value(&util::time(self.sim.now())));
         }
         let identity = match old {
             Some(old) => Identity::Kept(old),
             None => Identity::New {
-                uid: self.sim.rng.uid(),
+                uid: uid.unwrap_or_else(|| self.sim.rng.uid()),
                 created: to_value(&util::time(self.sim.now())),
             },
         };
@@ -968,9 +985,15 @@ impl Inner {
             &mut out,
         );
         out.sort_by_key(|e| e.rv);
+        let added_pods: Vec<Arc<Value>> = out
+            .iter()
+            .filter(|e| e.rid == resources::PODS && e.type_ == "ADDED")
+            .map(|e| e.object.clone())
+            .collect();
         for entry in out {
             self.append(entry);
         }
+        self.publish_workload_owners(&added_pods);
         // Events the simulator recorded (in-process, or through events.k8s.io) appear as core
         // v1 Events, the way the apiserver serves one store under both groups.
         let fresh: Vec<_> = self.sim.events[self.seen.events..].to_vec();
