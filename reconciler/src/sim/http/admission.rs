@@ -171,6 +171,59 @@ fn job_restart_policy(value: &Value) -> Vec<FieldError> {
     )]
 }
 
+/// A pod's spec: at least one container, each named and with an image, names unique, and a
+/// known restart policy.
+fn pod_spec(value: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let containers = value
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if containers.is_empty() {
+        errors.push(FieldError::required("spec.containers"));
+    }
+    let inits = value
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    for (list, field) in [
+        (inits, "spec.initContainers"),
+        (containers, "spec.containers"),
+    ] {
+        for (i, c) in list.iter().enumerate() {
+            let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+            if name.is_empty() {
+                errors.push(FieldError::required(format!("{field}[{i}].name")));
+            } else if !seen.insert(name.to_string()) {
+                errors.push(FieldError {
+                    field: format!("{field}[{i}].name"),
+                    reason: "FieldValueDuplicate",
+                    message: format!("Duplicate value: {name:?}"),
+                });
+            }
+            if c.get("image")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                errors.push(FieldError::required(format!("{field}[{i}].image")));
+            }
+        }
+    }
+    if let Some(policy) = value.pointer("/spec/restartPolicy").and_then(Value::as_str)
+        && !POD_RESTART_POLICIES.contains(&policy)
+    {
+        errors.push(FieldError::not_supported(
+            "spec.restartPolicy",
+            policy,
+            &POD_RESTART_POLICIES,
+        ));
+    }
+    errors
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,57 +316,4 @@ mod tests {
             "spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\""
         );
     }
-}
-
-/// A pod's spec: at least one container, each named and with an image, names unique, and a
-/// known restart policy.
-fn pod_spec(value: &Value) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    let containers = value
-        .pointer("/spec/containers")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    if containers.is_empty() {
-        errors.push(FieldError::required("spec.containers"));
-    }
-    let inits = value
-        .pointer("/spec/initContainers")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let mut seen = std::collections::BTreeSet::new();
-    for (list, field) in [
-        (inits, "spec.initContainers"),
-        (containers, "spec.containers"),
-    ] {
-        for (i, c) in list.iter().enumerate() {
-            let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
-            if name.is_empty() {
-                errors.push(FieldError::required(format!("{field}[{i}].name")));
-            } else if !seen.insert(name.to_string()) {
-                errors.push(FieldError {
-                    field: format!("{field}[{i}].name"),
-                    reason: "FieldValueDuplicate",
-                    message: format!("Duplicate value: {name:?}"),
-                });
-            }
-            if c.get("image")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                errors.push(FieldError::required(format!("{field}[{i}].image")));
-            }
-        }
-    }
-    if let Some(policy) = value.pointer("/spec/restartPolicy").and_then(Value::as_str)
-        && !POD_RESTART_POLICIES.contains(&policy)
-    {
-        errors.push(FieldError::not_supported(
-            "spec.restartPolicy",
-            policy,
-            &POD_RESTART_POLICIES,
-        ));
-    }
-    errors
 }

@@ -365,10 +365,10 @@ impl CrdRegistry {
         {
             scale["status"]["selector"] = value.clone();
         }
-        if meta.get("namespace").is_none() {
-            if let Some(m) = scale["metadata"].as_object_mut() {
-                m.remove("namespace");
-            }
+        if meta.get("namespace").is_none()
+            && let Some(m) = scale["metadata"].as_object_mut()
+        {
+            m.remove("namespace");
         }
         Some(scale)
     }
