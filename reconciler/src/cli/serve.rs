@@ -107,6 +107,14 @@ pub fn run(command: SimCommand) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
+    // Requests are logged at debug (`RUST_LOG=nodewright_reconciler=debug`): what a client
+    // sent and what it was answered, to see why another controller does what it does.
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -730,6 +730,11 @@ impl SimCluster {
         let idx = rt.container;
         let spec = pod.spec.clone().unwrap_or_default();
         let inits = spec.init_containers.clone().unwrap_or_default();
+        let api_pod = matches!(rt.kind, PodKind::Api);
+        if idx >= inits.len() && api_pod {
+            self.api_pod_running(key);
+            return;
+        }
         if idx >= inits.len() {
             // The main containers (`done`: `exit 0`) finish at once.
             let pod = self.pods.get_mut(key).expect("checked above");
@@ -752,7 +757,11 @@ impl SimCluster {
         let container = &inits[idx];
         let args = container.args.clone().unwrap_or_default();
         let mode = args.first().cloned().unwrap_or_else(|| "copy".to_string());
-        let (image, version) = package_of(pod);
+        let (image, version) = if api_pod {
+            super::pods::api_pod_package(pod)
+        } else {
+            package_of(pod)
+        };
         let node = spec.node_name.clone().unwrap_or_default();
         let boot = self
             .nodes

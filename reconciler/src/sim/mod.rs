@@ -18,6 +18,7 @@ mod jobs;
 pub mod logs;
 mod nodes;
 pub mod packages;
+pub mod pods;
 pub mod shared;
 mod tracked;
 pub mod util;

@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo, Taint,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use nodewright_schema::keys;
 
 use super::util;
@@ -89,6 +91,25 @@ pub fn taints(node: &Node) -> &[Taint] {
         .unwrap_or_default()
 }
 
+/// A node's capacity or allocatable: CPU, memory, pods.
+fn node_resources(cpu: &str, memory: &str, pods: &str) -> BTreeMap<String, Quantity> {
+    [("cpu", cpu), ("memory", memory), ("pods", pods)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+        .collect()
+}
+
+/// A stable private address for a node, from its name (10.x.y.z).
+fn node_ip(name: &str) -> String {
+    let seed = util::seed_from(name);
+    format!(
+        "10.{}.{}.{}",
+        (seed >> 16) & 0xff,
+        (seed >> 8) & 0xff,
+        (seed & 0xfe) + 1
+    )
+}
+
 impl SimCluster {
     /// Adds a node (Ready, with a boot id). Replaces a node with the same name.
     pub fn add_node(&mut self, input: NodeInput) {
@@ -129,10 +150,30 @@ impl SimCluster {
                 node_info: Some(NodeSystemInfo {
                     boot_id: boot_id(&input.name, 1),
                     machine_id: format!("{:032x}", util::seed_from(&input.name)),
+                    system_uuid: format!("{:032x}", util::seed_from(&input.name) ^ 1),
                     kubelet_version: "v1.33.0".into(),
+                    kube_proxy_version: "v1.33.0".into(),
+                    kernel_version: "6.8.0-sim".into(),
+                    os_image: "NodeWright simulated node".into(),
+                    container_runtime_version: "containerd://2.0.0".into(),
                     operating_system: "linux".into(),
                     architecture: "amd64".into(),
                     ..NodeSystemInfo::default()
+                }),
+                capacity: Some(node_resources("8", "32Gi", "110")),
+                allocatable: Some(node_resources("7800m", "31Gi", "110")),
+                addresses: Some(vec![
+                    NodeAddress {
+                        type_: "InternalIP".into(),
+                        address: node_ip(&input.name),
+                    },
+                    NodeAddress {
+                        type_: "Hostname".into(),
+                        address: input.name.clone(),
+                    },
+                ]),
+                daemon_endpoints: Some(NodeDaemonEndpoints {
+                    kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
                 }),
                 ..NodeStatus::default()
             }),

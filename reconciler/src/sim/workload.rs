@@ -156,6 +156,8 @@ pub(super) enum PodKind {
         base: String,
         run_for: Option<Duration>,
     },
+    /// Created through the API: run by the Job pods' kubelet, main containers kept running.
+    Api,
 }
 
 impl PodRt {
@@ -418,7 +420,7 @@ impl SimCluster {
             return;
         }
         match self.pod_rt.get(key).map(|r| r.kind.clone()) {
-            Some(PodKind::Job { .. }) => self.job_pod_start(key),
+            Some(PodKind::Job { .. } | PodKind::Api) => self.job_pod_start(key),
             Some(PodKind::Workload { run_for, .. }) => self.workload_start(key, run_for),
             None => {}
         }
@@ -974,7 +976,7 @@ impl SimCluster {
             return;
         }
         match self.pod_rt.get(key).map(|r| r.kind.clone()) {
-            Some(PodKind::Job { .. }) => self.job_pod_node_down(key),
+            Some(PodKind::Job { .. } | PodKind::Api) => self.job_pod_node_down(key),
             Some(PodKind::Workload { .. }) => {
                 let now = util::time(self.now);
                 if let Some(rt) = self.pod_rt.get_mut(key) {
@@ -998,7 +1000,7 @@ impl SimCluster {
         let restart = rt.restart_on_boot;
         let started = rt.started;
         match rt.kind.clone() {
-            PodKind::Job { .. } => {
+            PodKind::Job { .. } | PodKind::Api => {
                 if restart {
                     self.job_pod_restart_after_boot(key);
                 } else if !started {

@@ -14,6 +14,8 @@ use super::resources::{self, Rid};
 
 /// The taint effects a node accepts.
 const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+/// The restart policies a pod accepts.
+const POD_RESTART_POLICIES: [&str; 3] = ["Always", "OnFailure", "Never"];
 /// The restart policies a Job's pod template accepts.
 const JOB_RESTART_POLICIES: [&str; 2] = ["OnFailure", "Never"];
 
@@ -70,6 +72,7 @@ pub fn validate(rid: Rid, value: &Value) -> Vec<FieldError> {
     match rid {
         resources::NODES => errors.extend(node_taints(value)),
         resources::JOBS => errors.extend(job_restart_policy(value)),
+        resources::PODS => errors.extend(pod_spec(value)),
         _ => {}
     }
     errors
@@ -168,6 +171,59 @@ fn job_restart_policy(value: &Value) -> Vec<FieldError> {
     )]
 }
 
+/// A pod's spec: at least one container, each named and with an image, names unique, and a
+/// known restart policy.
+fn pod_spec(value: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let containers = value
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if containers.is_empty() {
+        errors.push(FieldError::required("spec.containers"));
+    }
+    let inits = value
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    for (list, field) in [
+        (inits, "spec.initContainers"),
+        (containers, "spec.containers"),
+    ] {
+        for (i, c) in list.iter().enumerate() {
+            let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+            if name.is_empty() {
+                errors.push(FieldError::required(format!("{field}[{i}].name")));
+            } else if !seen.insert(name.to_string()) {
+                errors.push(FieldError {
+                    field: format!("{field}[{i}].name"),
+                    reason: "FieldValueDuplicate",
+                    message: format!("Duplicate value: {name:?}"),
+                });
+            }
+            if c.get("image")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                errors.push(FieldError::required(format!("{field}[{i}].image")));
+            }
+        }
+    }
+    if let Some(policy) = value.pointer("/spec/restartPolicy").and_then(Value::as_str)
+        && !POD_RESTART_POLICIES.contains(&policy)
+    {
+        errors.push(FieldError::not_supported(
+            "spec.restartPolicy",
+            policy,
+            &POD_RESTART_POLICIES,
+        ));
+    }
+    errors
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,13 +255,39 @@ mod tests {
         let obj = json!({"metadata": {"name": "x",
             "labels": {"ok/key": "v", "bad key": "v", "k": "bad value"},
             "annotations": {"example.com/Fine": "any text", "-bad": ""}}});
-        let fields: Vec<String> = validate(resources::PODS, &obj)
+        let fields: Vec<String> = validate(resources::CONFIG_MAPS, &obj)
             .iter()
             .map(|e| e.field.clone())
             .collect();
         assert_eq!(
             fields,
             ["metadata.labels", "metadata.labels", "metadata.annotations"]
+        );
+    }
+
+    #[test]
+    fn a_pod_needs_named_containers_with_images_and_a_known_restart_policy() {
+        let pod = json!({"metadata": {"name": "p"}, "spec": {
+            "restartPolicy": "Sometimes",
+            "initContainers": [{"name": "a", "image": "x"}],
+            "containers": [{"name": "a", "image": "x"}, {"name": "", "image": ""}]}});
+        let fields: Vec<(String, &str)> = validate(resources::PODS, &pod)
+            .iter()
+            .map(|e| (e.field.clone(), e.reason))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("spec.containers[0].name".to_string(), "FieldValueDuplicate"),
+                ("spec.containers[1].name".to_string(), "FieldValueRequired"),
+                ("spec.containers[1].image".to_string(), "FieldValueRequired"),
+                ("spec.restartPolicy".to_string(), "FieldValueNotSupported"),
+            ]
+        );
+        let empty = json!({"metadata": {"name": "p"}, "spec": {"containers": []}});
+        assert_eq!(
+            validate(resources::PODS, &empty)[0].field,
+            "spec.containers"
         );
     }
 

@@ -4,7 +4,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::resources::{RESOURCES, Rid};
+use super::resources::{self, Rid};
 
 /// A failed request: HTTP code, `reason`, message and optional `details`.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,12 +37,12 @@ impl ApiError {
     }
 
     fn about(rid: Rid, name: &str) -> Value {
-        let def = &RESOURCES[rid];
+        let def = resources::def(rid);
         json!({"name": name, "group": def.group, "kind": def.plural})
     }
 
     fn qualified(rid: Rid) -> String {
-        let def = &RESOURCES[rid];
+        let def = resources::def(rid);
         if def.group.is_empty() {
             def.plural.to_string()
         } else {
@@ -95,14 +95,14 @@ impl ApiError {
 
     /// 422 Invalid.
     pub fn invalid(rid: Rid, name: &str, why: String) -> Self {
-        let kind = RESOURCES[rid].kind;
+        let kind = resources::def(rid).kind;
         ApiError::new(
             422,
             "Invalid",
             format!("{kind} \"{name}\" is invalid: {why}"),
         )
         .with_details(
-            json!({"name": name, "group": RESOURCES[rid].group, "kind": kind,
+            json!({"name": name, "group": resources::def(rid).group, "kind": kind,
                    "causes": [{"reason": "FieldValueInvalid", "message": why}]}),
         )
     }
@@ -110,7 +110,7 @@ impl ApiError {
     /// 422 Invalid with every field error, in apimachinery's words (`Kind "name" is invalid:
     /// field: message`, several in brackets).
     pub fn invalid_fields(rid: Rid, name: &str, errors: &[super::admission::FieldError]) -> Self {
-        let kind = RESOURCES[rid].kind;
+        let kind = resources::def(rid).kind;
         let rendered: Vec<String> = errors.iter().map(ToString::to_string).collect();
         let why = match rendered.as_slice() {
             [one] => one.clone(),
@@ -122,7 +122,7 @@ impl ApiError {
             .collect();
         // The name is quoted as Go's `%q` does.
         ApiError::new(422, "Invalid", format!("{kind} {name:?} is invalid: {why}")).with_details(
-            json!({"name": name, "group": RESOURCES[rid].group, "kind": kind,
+            json!({"name": name, "group": resources::def(rid).group, "kind": kind,
                                  "causes": causes}),
         )
     }

@@ -10,13 +10,20 @@
 //! `dryRun=All` on every write, `limit`/`continue` pages of one snapshot, the
 //! NamespaceLifecycle rules and namespace deletion through `Terminating`, validation of the
 //! modelled fields ([`admission`]), OpenAPI documents and field validation ([`openapi`]),
-//! protobuf request bodies ([`protobuf`]), and `/healthz`, `/readyz`, `/livez`. Every refusal is a
+//! protobuf request bodies ([`protobuf`]), strategic merge patch of built-ins ([`strategic`]),
+//! and `/healthz`, `/readyz`, `/livez`. Other controllers run on it: CRDs created through the
+//! API are served ([`crds`]), pods created through the API run on the simulated kubelet
+//! ([`crate::sim::pods`]), workload pods' `apps/v1` owners are served ([`apps`]), and every
+//! node keeps a lease ([`leases`]). Every refusal is a
 //! `Status` with kube-apiserver's code. docs/sim-serve.md lists what differs from a real
 //! API server. Every write is a simulator operation (see [`world`]); the simulator's clock
 //! runs in a background task at wall time × speed.
 
 pub mod admission;
+pub mod apps;
+pub mod crds;
 pub mod error;
+pub mod leases;
 pub mod openapi;
 pub mod paging;
 pub mod patch;

@@ -765,8 +765,13 @@ pub fn served_by_table(group: &str, version: &str, plural: &str) -> bool {
 
 /// The catalog of what `world` serves now: the built-ins and its served CRDs.
 pub fn catalog(world: &World) -> Catalog {
-    let crds = world.read(|inner| inner.list(CRDS, None, &Selectors::default()));
-    Catalog::new(&crds, &served_by_table)
+    world.read(|inner| {
+        let crds = inner.list(CRDS, None, &Selectors::default());
+        let served = |g: &str, v: &str, p: &str| {
+            served_by_table(g, v, p) || inner.crds.find(g, v, p).is_some()
+        };
+        Catalog::new(&crds, &served)
+    })
 }
 
 /// `/openapi/v2`, `/openapi/v3` and `/openapi/v3/<group-version>`; `None` for other paths.

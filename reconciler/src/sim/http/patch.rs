@@ -1,6 +1,6 @@
-//! Patch formats: JSON merge patch (RFC 7386) and JSON patch (RFC 6902). A strategic merge
-//! patch of a custom resource is read as a merge patch; built-in kinds have
-//! [`super::strategic`].
+//! Patch formats: JSON merge patch (RFC 7386) and JSON patch (RFC 6902); strategic merge
+//! patch of built-in kinds is [`super::strategic`] (custom resources refuse it, as on a real
+//! server).
 
 use serde_json::Value;
 

@@ -1,6 +1,14 @@
 //! The resources `sim serve` speaks, and the discovery documents built from them.
+//!
+//! Built-in resources are the static [`RESOURCES`]; resources of CustomResourceDefinitions
+//! created through the API get their definitions interned here ([`intern`]) and which of
+//! them a server serves is its [`super::crds::CrdRegistry`].
+
+use std::sync::RwLock;
 
 use serde_json::{Value, json};
+
+use super::crds::CrdRegistry;
 
 /// One served resource (a group/version/plural triple).
 #[derive(Debug)]
@@ -39,7 +47,7 @@ pub type Rid = usize;
 
 // One positional constructor keeps the table below readable as a table.
 #[allow(clippy::too_many_arguments)]
-const fn def(
+const fn builtin(
     group: &'static str,
     version: &'static str,
     plural: &'static str,
@@ -64,10 +72,10 @@ const fn def(
 /// Every served resource. The order of the first seven matches the simulator's collections
 /// (see `Rid` constants below).
 pub static RESOURCES: &[ResourceDef] = &[
-    def("", "v1", "nodes", "node", "Node", false, &["no"], true),
-    def("", "v1", "pods", "pod", "Pod", true, &["po"], true),
-    def("batch", "v1", "jobs", "job", "Job", true, &[], true),
-    def(
+    builtin("", "v1", "nodes", "node", "Node", false, &["no"], true),
+    builtin("", "v1", "pods", "pod", "Pod", true, &["po"], true),
+    builtin("batch", "v1", "jobs", "job", "Job", true, &[], true),
+    builtin(
         "",
         "v1",
         "configmaps",
@@ -77,7 +85,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         &["cm"],
         false,
     ),
-    def(
+    builtin(
         "policy",
         "v1",
         "poddisruptionbudgets",
@@ -87,7 +95,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         &["pdb"],
         true,
     ),
-    def(
+    builtin(
         "nodewright.nvidia.com",
         "v1alpha1",
         "nodewrights",
@@ -97,7 +105,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         &[],
         true,
     ),
-    def(
+    builtin(
         "nodewright.nvidia.com",
         "v1alpha1",
         "deploymentpolicies",
@@ -107,7 +115,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         &[],
         false,
     ),
-    def(
+    builtin(
         "coordination.k8s.io",
         "v1",
         "leases",
@@ -117,8 +125,8 @@ pub static RESOURCES: &[ResourceDef] = &[
         &[],
         false,
     ),
-    def("", "v1", "events", "event", "Event", true, &["ev"], false),
-    def(
+    builtin("", "v1", "events", "event", "Event", true, &["ev"], false),
+    builtin(
         "events.k8s.io",
         "v1",
         "events",
@@ -128,7 +136,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         &["ev"],
         false,
     ),
-    def(
+    builtin(
         "",
         "v1",
         "namespaces",
@@ -138,7 +146,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         &["ns"],
         true,
     ),
-    def(
+    builtin(
         "apiextensions.k8s.io",
         "v1",
         "customresourcedefinitions",
@@ -146,6 +154,46 @@ pub static RESOURCES: &[ResourceDef] = &[
         "CustomResourceDefinition",
         false,
         &["crd", "crds"],
+        true,
+    ),
+    builtin(
+        "apps",
+        "v1",
+        "daemonsets",
+        "daemonset",
+        "DaemonSet",
+        true,
+        &["ds"],
+        true,
+    ),
+    builtin(
+        "apps",
+        "v1",
+        "replicasets",
+        "replicaset",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        true,
+    ),
+    builtin(
+        "apps",
+        "v1",
+        "statefulsets",
+        "statefulset",
+        "StatefulSet",
+        true,
+        &["sts"],
+        true,
+    ),
+    builtin(
+        "apps",
+        "v1",
+        "deployments",
+        "deployment",
+        "Deployment",
+        true,
+        &["deploy"],
         true,
     ),
 ];
@@ -174,6 +222,86 @@ pub const EVENTS: Rid = 9;
 pub const NAMESPACES: Rid = 10;
 /// CustomResourceDefinitions.
 pub const CRDS: Rid = 11;
+/// apps/v1 DaemonSets.
+pub const DAEMON_SETS: Rid = 12;
+/// apps/v1 ReplicaSets.
+pub const REPLICA_SETS: Rid = 13;
+/// apps/v1 StatefulSets.
+pub const STATEFUL_SETS: Rid = 14;
+/// apps/v1 Deployments.
+pub const DEPLOYMENTS: Rid = 15;
+
+/// Definitions of custom resources, process-wide so a [`Rid`] names one definition for
+/// every server. Each distinct definition is interned once and kept: CRD definitions are
+/// few, and a rid must stay valid while any server may still hold it.
+static CUSTOM: RwLock<Vec<&'static ResourceDef>> = RwLock::new(Vec::new());
+
+/// The definition of a built-in or interned custom resource.
+pub fn def(rid: Rid) -> &'static ResourceDef {
+    if let Some(def) = RESOURCES.get(rid) {
+        return def;
+    }
+    let custom = CUSTOM.read().unwrap_or_else(|e| e.into_inner());
+    // Rids beyond RESOURCES are minted only by `intern`, which never removes an entry.
+    custom
+        .get(rid - RESOURCES.len())
+        .copied()
+        .expect("a custom rid is minted by intern and never removed")
+}
+
+/// The fields of a custom resource's definition, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CustomDef {
+    /// API group.
+    pub group: String,
+    /// Version.
+    pub version: String,
+    /// Plural.
+    pub plural: String,
+    /// Singular.
+    pub singular: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Short names.
+    pub short_names: Vec<String>,
+    /// Whether the `status` subresource is enabled.
+    pub status: bool,
+}
+
+fn same(def: &ResourceDef, custom: &CustomDef) -> bool {
+    def.group == custom.group
+        && def.version == custom.version
+        && def.plural == custom.plural
+        && def.singular == custom.singular
+        && def.kind == custom.kind
+        && def.namespaced == custom.namespaced
+        && def.status == custom.status
+        && def.short_names.iter().eq(custom.short_names.iter())
+}
+
+/// The rid of a custom resource definition, interning it on first sight.
+pub fn intern(custom: &CustomDef) -> Rid {
+    let mut table = CUSTOM.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = table.iter().position(|d| same(d, custom)) {
+        return RESOURCES.len() + i;
+    }
+    let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
+    let short_names: Vec<&'static str> = custom.short_names.iter().map(|s| leak(s)).collect();
+    let def: &'static ResourceDef = Box::leak(Box::new(ResourceDef {
+        group: leak(&custom.group),
+        version: leak(&custom.version),
+        plural: leak(&custom.plural),
+        singular: leak(&custom.singular),
+        kind: leak(&custom.kind),
+        namespaced: custom.namespaced,
+        short_names: Box::leak(short_names.into_boxed_slice()),
+        status: custom.status,
+    }));
+    table.push(def);
+    RESOURCES.len() + table.len() - 1
+}
 
 /// The resource for a group, version and plural.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<Rid> {
@@ -182,10 +310,15 @@ pub fn find(group: &str, version: &str, plural: &str) -> Option<Rid> {
         .position(|r| r.group == group && r.version == version && r.plural == plural)
 }
 
+/// Every served definition: the built-ins, then the registry's custom resources.
+fn served<'a>(crds: &'a CrdRegistry) -> impl Iterator<Item = &'static ResourceDef> + 'a {
+    RESOURCES.iter().chain(crds.rids().map(def))
+}
+
 /// The groups other than core, in order of first appearance.
-fn groups() -> Vec<(&'static str, &'static str)> {
+fn groups(crds: &CrdRegistry) -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&'static str, &'static str)> = Vec::new();
-    for r in RESOURCES {
+    for r in served(crds) {
         if !r.group.is_empty() && !out.iter().any(|(g, _)| *g == r.group) {
             out.push((r.group, r.version));
         }
@@ -208,14 +341,17 @@ fn group_doc(group: &str, version: &str) -> Value {
 }
 
 /// `GET /apis`.
-pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = groups().into_iter().map(|(g, v)| group_doc(g, v)).collect();
+pub fn api_group_list(crds: &CrdRegistry) -> Value {
+    let groups: Vec<Value> = groups(crds)
+        .into_iter()
+        .map(|(g, v)| group_doc(g, v))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// `GET /apis/<group>`, when served.
-pub fn api_group(group: &str) -> Option<Value> {
-    let (g, v) = groups().into_iter().find(|(g, _)| *g == group)?;
+pub fn api_group(crds: &CrdRegistry, group: &str) -> Option<Value> {
+    let (g, v) = groups(crds).into_iter().find(|(g, _)| *g == group)?;
     let mut doc = group_doc(g, v);
     doc["kind"] = json!("APIGroup");
     doc["apiVersion"] = json!("v1");
@@ -223,12 +359,9 @@ pub fn api_group(group: &str) -> Option<Value> {
 }
 
 /// `GET /api/v1` or `GET /apis/<group>/<version>`, when served.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+pub fn resource_list(crds: &CrdRegistry, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
-    for r in RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-    {
+    for r in served(crds).filter(|r| r.group == group && r.version == version) {
         let verbs = [
             "create",
             "delete",
@@ -253,6 +386,17 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "singularName": "",
                 "namespaced": r.namespaced,
                 "kind": r.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if crds.has_scale(r) {
+            resources.push(json!({
+                "name": format!("{}/scale", r.plural),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
                 "verbs": ["get", "patch", "update"],
             }));
         }

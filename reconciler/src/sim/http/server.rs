@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::error::{ApiError, json_response};
-use super::resources::{self, RESOURCES, Rid};
+use super::resources::{self, Rid};
 use super::select::{FieldSelector, LabelSelector, Selectors};
 use super::world::{DeleteOpts, LogEntry, ObjKey, World};
 
@@ -49,7 +49,11 @@ enum Route {
     Unknown,
 }
 
-fn route(path: &str) -> Route {
+/// The route of `path`; resources are the built-ins and the CRDs `crds` serves.
+fn route(path: &str, crds: &super::crds::CrdRegistry) -> Route {
+    let find = |group: &str, version: &str, plural: &str| {
+        resources::find(group, version, plural).or_else(|| crds.find(group, version, plural))
+    };
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest) = match segments.as_slice() {
         [] => return Route::Root,
@@ -73,16 +77,13 @@ fn route(path: &str) -> Route {
     };
     let (namespace, rest) = match rest {
         ["namespaces", ns, plural, tail @ ..]
-            if resources::find(group, version, plural).is_some_and(|r| RESOURCES[r].namespaced) =>
+            if find(group, version, plural).is_some_and(|r| resources::def(r).namespaced) =>
         {
             (Some(ns.to_string()), [&[*plural][..], tail].concat())
         }
         _ => (None, rest.to_vec()),
     };
-    let Some(rid) = rest
-        .first()
-        .and_then(|plural| resources::find(group, version, plural))
-    else {
+    let Some(rid) = rest.first().and_then(|plural| find(group, version, plural)) else {
         return Route::Unknown;
     };
     if rest.len() > 3 {
@@ -222,7 +223,7 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
             return ApiError::bad_request(format!("cannot read the body: {e}")).into_response();
         }
     };
-    tracing::debug!(%method, %path, ?query, "sim serve request");
+    tracing::trace!(%method, %path, %content_type, body = %String::from_utf8_lossy(&body), "request body");
     let table = super::table::wanted(&accept);
     let prepared = super::protobuf::json_body(&content_type, body).and_then(|(ct, body)| {
         super::protobuf::negotiate(&accept)?;
@@ -236,8 +237,12 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     let mut response = match dispatch(&shared, &method, &path, &query, &content_type, &body, table)
     {
         Ok(response) => response,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            tracing::debug!(%method, %path, code = e.code, message = %e.message, "refused");
+            e.into_response()
+        }
     };
+    tracing::debug!(%method, %path, ?query, code = response.status().as_u16(), "sim serve request");
     for warning in warnings {
         if let Ok(value) = header::HeaderValue::from_str(&warning) {
             response.headers_mut().append(header::WARNING, value);
@@ -264,7 +269,8 @@ fn check_fields(
         Method::PATCH => "PatchOptions",
         _ => return Ok((Vec::new(), None)),
     };
-    let Route::Resource { rid, sub, .. } = route(path) else {
+    let Route::Resource { rid, sub, .. } = shared.world.read(|inner| route(path, &inner.crds))
+    else {
         return Ok((Vec::new(), None));
     };
     if !matches!(sub.as_deref(), None | Some("status"))
@@ -279,7 +285,7 @@ fn check_fields(
     };
     let (warnings, pruned) = super::openapi::check_fields(
         &shared.world,
-        &RESOURCES[rid],
+        resources::def(rid),
         query.get("fieldValidation").map(String::as_str),
         options,
         &mut value,
@@ -307,7 +313,7 @@ fn dispatch(
     if let Some(response) = super::openapi::serve(&shared.world, path, query) {
         return response;
     }
-    match route(path) {
+    match shared.world.read(|inner| route(path, &inner.crds)) {
         Route::Root => Ok(json_response(
             200,
             &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/readyz", "/version"]}),
@@ -324,11 +330,20 @@ fn dispatch(
             200,
             &resources::api_versions(&shared.address),
         )),
-        Route::Apis => Ok(json_response(200, &resources::api_group_list())),
-        Route::Group(g) => resources::api_group(&g)
+        Route::Apis => Ok(json_response(
+            200,
+            &shared
+                .world
+                .read(|inner| resources::api_group_list(&inner.crds)),
+        )),
+        Route::Group(g) => shared
+            .world
+            .read(|inner| resources::api_group(&inner.crds, &g))
             .map(|doc| json_response(200, &doc))
             .ok_or_else(not_found),
-        Route::ResourceList(g, v) => resources::resource_list(&g, &v)
+        Route::ResourceList(g, v) => shared
+            .world
+            .read(|inner| resources::resource_list(&inner.crds, &g, &v))
             .map(|doc| json_response(200, &doc))
             .ok_or_else(not_found),
         Route::Health(endpoint, check) => health(shared, endpoint, check.as_deref(), query),
@@ -339,7 +354,7 @@ fn dispatch(
             name,
             sub,
         } => {
-            let def = &RESOURCES[rid];
+            let def = resources::def(rid);
             if def.namespaced && name.is_some() && namespace.is_none() {
                 return Err(not_found());
             }
@@ -400,6 +415,48 @@ fn dispatch(
                             .get(rid, &key)
                             .map(|v| json_response(201, &v))
                             .ok_or_else(|| ApiError::not_found(rid, &key.1))
+                    })
+                }
+                (&Method::GET, Some(key), Some("scale")) => shared.world.read(|inner| {
+                    let object = inner.require(rid, &key)?;
+                    inner
+                        .crds
+                        .scale_of(rid, &object)
+                        .map(|scale| json_response(200, &scale))
+                        .ok_or_else(not_found)
+                }),
+                (&Method::PUT | &Method::PATCH, Some(key), Some("scale")) => {
+                    let dry_run = dry_run(query, None, "UpdateOptions")?;
+                    let body = parse_body(content_type, body)?;
+                    let write = |inner: &super::world::Inner| {
+                        let object = inner.require(rid, &key)?;
+                        let mut scale = inner.crds.scale_of(rid, &object).ok_or_else(not_found)?;
+                        if method == Method::PATCH {
+                            super::patch::merge(&mut scale, &body);
+                        } else {
+                            scale = body.clone();
+                        }
+                        let new = inner
+                            .crds
+                            .with_scale(rid, &object, &scale)
+                            .ok_or_else(not_found)?;
+                        Ok::<_, ApiError>(new)
+                    };
+                    if dry_run {
+                        return shared.world.read(|inner| {
+                            let new = write(inner)?;
+                            let stored = inner.update_dry_run(rid, &key, false, new)?;
+                            let scale = inner.crds.scale_of(rid, &stored).ok_or_else(not_found)?;
+                            Ok(json_response(200, &scale))
+                        });
+                    }
+                    shared.world.with(|inner| {
+                        let new = write(inner)?;
+                        inner.update(rid, &key, false, new)?;
+                        inner.publish();
+                        let object = inner.require(rid, &key)?;
+                        let scale = inner.crds.scale_of(rid, &object).ok_or_else(not_found)?;
+                        Ok(json_response(200, &scale))
                     })
                 }
                 (&Method::GET, Some(key), Some("log")) if rid == resources::PODS => {
@@ -465,14 +522,29 @@ fn dispatch(
                     let patch = parse_body(content_type, body)?;
                     let status = sub.is_some();
                     let apply = content_type.starts_with("application/apply-patch") && !status;
+                    let strategic = content_type.starts_with("application/strategic-merge-patch");
+                    if strategic && shared.world.read(|inner| inner.crds.by_rid(rid).is_some()) {
+                        // Custom resources declare no patch strategies: the apiserver
+                        // refuses the format.
+                        return Err(ApiError::new(
+                            415,
+                            "UnsupportedMediaType",
+                            format!(
+                                "the body of the request was in an unknown format - accepted \
+                                 media types include: application/json-patch+json, \
+                                 application/merge-patch+json, application/apply-patch+yaml \
+                                 ({content_type})"
+                            ),
+                        ));
+                    }
                     let patched = |old: &Value| -> Result<Value, ApiError> {
                         let mut new = old.clone();
                         if content_type.starts_with("application/json-patch") {
                             super::patch::json_patch(&mut new, &patch)
                                 .map_err(|e| ApiError::invalid(rid, &key.1, e.to_string()))?;
-                        } else if content_type.starts_with("application/strategic-merge-patch")
+                        } else if strategic
                             && let Some((lookup, schema)) =
-                                super::openapi::builtin_schema_of(&RESOURCES[rid])
+                                super::openapi::builtin_schema_of(resources::def(rid))
                         {
                             super::strategic::apply(&lookup, Some(schema), &mut new, &patch);
                         } else {
@@ -610,9 +682,9 @@ fn health(
 /// A body of the wrong kind is a 400, as on the apiserver.
 fn check_kind(rid: Rid, value: &Value) -> Result<(), ApiError> {
     match value.get("kind").and_then(Value::as_str) {
-        Some(kind) if kind != RESOURCES[rid].kind => Err(ApiError::bad_request(format!(
+        Some(kind) if kind != resources::def(rid).kind => Err(ApiError::bad_request(format!(
             "the body is a {kind}, expected a {}",
-            RESOURCES[rid].kind
+            resources::def(rid).kind
         ))),
         _ => Ok(()),
     }
@@ -647,7 +719,7 @@ fn respond_or(
 }
 
 fn deleted_status(rid: Rid, key: &ObjKey, before: Option<&Value>) -> Response {
-    let def = &RESOURCES[rid];
+    let def = resources::def(rid);
     let uid = before
         .and_then(|b| b.pointer("/metadata/uid"))
         .cloned()
@@ -691,7 +763,7 @@ fn list(
     query: &HashMap<String, String>,
     table: bool,
 ) -> Result<Response, ApiError> {
-    let def = &RESOURCES[rid];
+    let def = resources::def(rid);
     let request = super::paging::list_request(query, integer(query, "limit")?)?;
     let (page, now) = shared.world.read(|inner| {
         let at = request.snapshot(inner.resource_version(), inner.floor())?;
@@ -746,7 +818,7 @@ fn event_line_of(type_: &str, object_json: &Bytes) -> Bytes {
 }
 
 fn bookmark(rid: Rid, rv: u64, initial_end: bool) -> Bytes {
-    let def = &RESOURCES[rid];
+    let def = resources::def(rid);
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});

@@ -86,6 +86,29 @@ impl LogEntry {
     }
 }
 
+/// The published objects, one map per resource; custom resources' maps appear on first write.
+#[derive(Default)]
+struct Store(Vec<BTreeMap<ObjKey, Arc<Value>>>);
+
+/// What a resource without objects reads as.
+static NO_OBJECTS: BTreeMap<ObjKey, Arc<Value>> = BTreeMap::new();
+
+impl std::ops::Index<Rid> for Store {
+    type Output = BTreeMap<ObjKey, Arc<Value>>;
+    fn index(&self, rid: Rid) -> &Self::Output {
+        self.0.get(rid).unwrap_or(&NO_OBJECTS)
+    }
+}
+
+impl std::ops::IndexMut<Rid> for Store {
+    fn index_mut(&mut self, rid: Rid) -> &mut Self::Output {
+        if self.0.len() <= rid {
+            self.0.resize_with(rid + 1, BTreeMap::new);
+        }
+        &mut self.0[rid]
+    }
+}
+
 /// What is published of the simulator: where each object is served, and how much of the
 /// event record.
 #[derive(Default)]
@@ -104,8 +127,12 @@ struct Seen {
 pub struct Inner {
     /// The simulated cluster.
     pub sim: SimCluster,
-    objects: Vec<BTreeMap<ObjKey, Arc<Value>>>,
+    objects: Store,
     seen: Seen,
+    /// The CustomResourceDefinitions served (see [`super::crds`]).
+    pub crds: super::crds::CrdRegistry,
+    /// The simulated kubelets' lease renewals (see [`super::leases`]).
+    pub(super) node_leases: super::leases::NodeLeases,
     log: VecDeque<Arc<LogEntry>>,
     floor: u64,
     fail_updates: u32,
@@ -173,7 +200,7 @@ fn decode<T: serde::de::DeserializeOwned>(value: &Value, rid: Rid) -> Result<T, 
         ApiError::invalid(
             rid,
             &key_of(value).1,
-            format!("cannot decode {}: {e}", RESOURCES[rid].kind),
+            format!("cannot decode {}: {e}", resources::def(rid).kind),
         )
     })
 }
@@ -362,7 +389,7 @@ fn require_object(rid: Rid, value: &Value) -> Result<(), ApiError> {
         "the object provided is unrecognized (must be of type {}): couldn't get version/kind; \
          json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion \
          string; Kind string }}",
-        RESOURCES[rid].kind,
+        resources::def(rid).kind,
         json_type(value)
     )))
 }
@@ -400,7 +427,7 @@ fn stamp(rid: Rid, value: &mut Value, identity: Identity<'_>) {
             meta["creationTimestamp"] = created;
         }
     }
-    let def = &RESOURCES[rid];
+    let def = resources::def(rid);
     value["apiVersion"] = json!(def.api_version());
     value["kind"] = json!(def.kind);
 }
@@ -410,6 +437,11 @@ fn stamp(rid: Rid, value: &mut Value, identity: Identity<'_>) {
 fn admitted(rid: Rid, value: &Value, old: Option<&Value>, status: bool) -> Result<Value, ApiError> {
     Ok(match rid {
         resources::NODES => to_value(&decode::<Node>(value, rid)?),
+        resources::PODS if old.is_none() => {
+            let mut pod = decode::<Pod>(value, rid)?;
+            crate::sim::pods::default_pod(&mut pod);
+            to_value(&pod)
+        }
         resources::PODS => to_value(&decode::<Pod>(value, rid)?),
         resources::JOBS => to_value(&decode::<Job>(value, rid)?),
         resources::CONFIG_MAPS => to_value(&decode::<ConfigMap>(value, rid)?),
@@ -459,7 +491,7 @@ fn writable(rid: Rid, status: bool) -> Result<(), ApiError> {
             format!(
                 "{} of {} are written by the simulated controllers, not through the API",
                 if status { "status" } else { "objects" },
-                RESOURCES[rid].plural
+                resources::def(rid).plural
             ),
         )),
         _ => Ok(()),
@@ -575,7 +607,7 @@ fn applied_object(rid: Rid, key: &ObjKey, mut applied: Value) -> Result<Value, A
         applied["metadata"] = json!({});
     }
     applied["metadata"]["name"] = json!(key.1);
-    if RESOURCES[rid].namespaced {
+    if resources::def(rid).namespaced {
         applied["metadata"]["namespace"] = json!(key.0);
     }
     Ok(applied)
@@ -615,7 +647,9 @@ impl World {
     pub fn new(sim: SimCluster) -> Self {
         let mut inner = Inner {
             sim,
-            objects: vec![BTreeMap::new(); RESOURCES.len()],
+            objects: Store::default(),
+            crds: Default::default(),
+            node_leases: Default::default(),
             seen: Seen::default(),
             log: VecDeque::new(),
             floor: 0,
@@ -817,6 +851,7 @@ impl Inner {
         let mut namespaces: Vec<String> = vec![
             "default".into(),
             "kube-system".into(),
+            super::leases::NODE_LEASE_NAMESPACE.into(),
             self.sim.namespace().to_string(),
         ];
         for (ns, _) in self.sim.pods.keys() {
@@ -846,11 +881,31 @@ impl Inner {
 
     /// Stores an object the server itself keeps, with a new resourceVersion; `old` is the
     /// previous value (identity fields are kept from it).
-    fn put_generic(&mut self, rid: Rid, mut value: Value, old: Option<&Value>) -> Arc<Value> {
+    pub(super) fn put_generic(
+        &mut self,
+        rid: Rid,
+        value: Value,
+        old: Option<&Value>,
+    ) -> Arc<Value> {
+        self.put_generic_as(rid, value, old, None)
+    }
+
+    /// [`Self::put_generic`], with the uid of a new object given (an owner other objects
+    /// already reference).
+    pub(super) fn put_generic_as(
+        &mut self,
+        rid: Rid,
+        mut value: Value,
+        old: Option<&Value>,
+        uid: Option<String>,
+    ) -> Arc<Value> {
+        if rid == resources::CRDS {
+            super::crds::establish(&mut value, &to_value(&util::time(self.sim.now())));
+        }
         let identity = match old {
             Some(old) => Identity::Kept(old),
             None => Identity::New {
-                uid: self.sim.rng.uid(),
+                uid: uid.unwrap_or_else(|| self.sim.rng.uid()),
                 created: to_value(&util::time(self.sim.now())),
             },
         };
@@ -858,6 +913,9 @@ impl Inner {
         let rv = self.next_rv();
         value["metadata"]["resourceVersion"] = json!(rv.to_string());
         let value = Arc::new(value);
+        if rid == resources::CRDS && value.pointer("/metadata/deletionTimestamp").is_none() {
+            self.crds.register(&value);
+        }
         let prev = self.objects[rid].insert(key_of(&value), value.clone());
         self.append(LogEntry::new(
             rv,
@@ -869,7 +927,16 @@ impl Inner {
         value
     }
 
-    fn remove_generic(&mut self, rid: Rid, key: &ObjKey) {
+    pub(super) fn remove_generic(&mut self, rid: Rid, key: &ObjKey) {
+        if rid == resources::CRDS
+            && let Some(served) = self.crds.unregister(&key.1)
+        {
+            // The CRD's custom resources go with it, as the apiextensions finalizer does.
+            let keys: Vec<ObjKey> = self.objects[served].keys().cloned().collect();
+            for key in keys {
+                self.remove_generic(served, &key);
+            }
+        }
         if let Some(old) = self.objects[rid].remove(key) {
             let rv = self.next_rv();
             let mut value = (*old).clone();
@@ -948,9 +1015,15 @@ impl Inner {
             &mut out,
         );
         out.sort_by_key(|e| e.rv);
+        let added_pods: Vec<Arc<Value>> = out
+            .iter()
+            .filter(|e| e.rid == resources::PODS && e.type_ == "ADDED")
+            .map(|e| e.object.clone())
+            .collect();
         for entry in out {
             self.append(entry);
         }
+        self.publish_workload_owners(&added_pods);
         // Events the simulator recorded (in-process, or through events.k8s.io) appear as core
         // v1 Events, the way the apiserver serves one store under both groups.
         let fresh: Vec<_> = self.sim.events[self.seen.events..].to_vec();
@@ -978,6 +1051,7 @@ impl Inner {
             });
             self.put_generic(resources::CORE_EVENTS, value, None);
         }
+        self.renew_node_leases();
         if !self.terminating.is_empty() {
             self.finish_namespaces();
         }
@@ -1003,7 +1077,7 @@ impl Inner {
         if !value["metadata"].is_object() {
             value["metadata"] = json!({});
         }
-        if RESOURCES[rid].namespaced {
+        if resources::def(rid).namespaced {
             value["metadata"]["namespace"] = json!(namespace);
         }
         let name = match value.pointer("/metadata/name").and_then(Value::as_str) {
@@ -1023,12 +1097,12 @@ impl Inner {
             },
         };
         value["metadata"]["name"] = json!(name);
-        if RESOURCES[rid].namespaced {
+        if resources::def(rid).namespaced {
             self.namespace_lifecycle(rid, namespace, &name)?;
         }
         admit_fields(rid, &name, &value)?;
         let key: ObjKey = (
-            if RESOURCES[rid].namespaced {
+            if resources::def(rid).namespaced {
                 namespace.to_string()
             } else {
                 String::new()
@@ -1037,13 +1111,6 @@ impl Inner {
         );
         if self.get(rid, &key).is_some() {
             return Err(ApiError::already_exists(rid, &name));
-        }
-        if rid == resources::PODS {
-            return Err(ApiError::new(
-                405,
-                "MethodNotAllowed",
-                "the simulator creates pods through Jobs and scenario workloads only".into(),
-            ));
         }
         Ok((key, value))
     }
@@ -1089,8 +1156,9 @@ impl Inner {
         }
         self.terminating.insert(namespace.clone());
         self.sim.delete_namespace_contents(&namespace);
-        for (rid, def) in RESOURCES.iter().enumerate() {
-            if !def.namespaced || sim_kind(rid) {
+        let rids: Vec<Rid> = self.all_rids().collect();
+        for rid in rids {
+            if !resources::def(rid).namespaced || sim_kind(rid) {
                 continue;
             }
             for key in self.keys_in(rid, &namespace) {
@@ -1098,6 +1166,11 @@ impl Inner {
             }
         }
         self.finish_namespaces();
+    }
+
+    /// Every resource this server serves: the built-ins and the registry's custom ones.
+    fn all_rids(&self) -> impl Iterator<Item = Rid> + '_ {
+        (0..RESOURCES.len()).chain(self.crds.rids())
     }
 
     /// The keys of `rid`'s objects in `namespace`.
@@ -1116,8 +1189,8 @@ impl Inner {
             .terminating
             .iter()
             .filter(|ns| {
-                (0..RESOURCES.len())
-                    .filter(|rid| RESOURCES[*rid].namespaced)
+                self.all_rids()
+                    .filter(|rid| resources::def(*rid).namespaced)
                     .all(|rid| self.keys_in(rid, ns).is_empty())
             })
             .cloned()
@@ -1126,6 +1199,32 @@ impl Inner {
             self.terminating.remove(&ns);
             self.remove_generic(resources::NAMESPACES, &(String::new(), ns));
         }
+    }
+
+    /// What a write of an object the server keeps itself stores: a CRD validated as
+    /// apiextensions validates it, a custom resource admitted by its CRD's schema and
+    /// strategy ([`super::crds::CrdRegistry::admit`]); other kinds as sent.
+    fn admit_generic(
+        &self,
+        rid: Rid,
+        old: Option<&Value>,
+        new: Value,
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        let name = key_of(&new).1;
+        if rid == resources::CRDS {
+            let errors = super::crds::validate_crd(&new);
+            if !errors.is_empty() {
+                return Err(ApiError::invalid_fields(rid, &name, &errors));
+            }
+            return Ok(new);
+        }
+        if self.crds.by_rid(rid).is_none() {
+            return Ok(new);
+        }
+        self.crds
+            .admit(rid, old, &new, status)
+            .map_err(|errors| ApiError::invalid_fields(rid, &name, &errors))
     }
 
     /// POST with `dryRun=All`: every check of [`Self::create`] and the object as it would be
@@ -1140,6 +1239,7 @@ impl Inner {
         // the simulator's sequence of names is left as it was.
         let mut rng = self.sim.rng.clone();
         let (_, value) = self.prepare_create(rid, namespace, value, &mut rng)?;
+        let value = self.admit_generic(rid, None, value, false)?;
         let mut stored = admitted(rid, &value, None, false)?;
         stamp(
             rid,
@@ -1180,6 +1280,12 @@ impl Inner {
                     .sim
                     .execute(&Action::CreateJob(Box::new(job)))
                     .map_err(sim_error)?;
+                outcome_error(outcome, rid, &name)?;
+            }
+            resources::PODS => {
+                let mut pod: Pod = decode(&value, rid)?;
+                crate::sim::pods::default_pod(&mut pod);
+                let outcome = self.sim.create_api_pod(pod);
                 outcome_error(outcome, rid, &name)?;
             }
             resources::CONFIG_MAPS => {
@@ -1230,6 +1336,7 @@ impl Inner {
                 self.put_generic(rid, value, None);
             }
             _ => {
+                let value = self.admit_generic(rid, None, value, false)?;
                 self.put_generic(rid, value, None);
             }
         }
@@ -1285,6 +1392,19 @@ impl Inner {
             }
             (resources::NODES, true) => {
                 let (before, after): (Node, Node) = (decode(&old, rid)?, decode(&new, rid)?);
+                // The node status strategy resets only the spec: labels and annotations
+                // written through `nodes/status` are kept (controllers rely on it).
+                let mut meta = node_patch(&before, &after);
+                meta.add_taints.clear();
+                meta.remove_taints.clear();
+                meta.unschedulable = None;
+                if !meta.is_empty() {
+                    let outcome = self
+                        .sim
+                        .execute(&Action::PatchNode(meta))
+                        .map_err(sim_error)?;
+                    outcome_error(outcome, rid, name)?;
+                }
                 let (was, now) = (conditions(&before), conditions(&after));
                 let set: Vec<NodeCondition> =
                     now.iter().filter(|c| !was.contains(c)).cloned().collect();
@@ -1370,6 +1490,7 @@ impl Inner {
                 if finished {
                     self.remove_generic(rid, key);
                 } else {
+                    let new = self.admit_generic(rid, Some(&old), new, status)?;
                     self.put_generic(rid, new, Some(&old));
                 }
                 Ok(())
@@ -1393,6 +1514,7 @@ impl Inner {
         same_name(key, &new)?;
         update_preconditions(rid, &key.1, &old, &new)?;
         admit_fields(rid, &key.1, &new)?;
+        let new = self.admit_generic(rid, Some(&old), new, status)?;
         let mut stored = admitted(rid, &new, Some(&old), status)?;
         stamp(rid, &mut stored, Identity::Kept(&old));
         stored["metadata"]["resourceVersion"] = old
