@@ -1161,6 +1161,14 @@ const PATHS: &[&str] = &[
     "/apis/nodewright.nvidia.com/v1alpha1/nodewrights",
     "/apis/nodewright.nvidia.com/v1alpha1/nodewrights/rollout/status",
     "/apis/nodewright.nvidia.com/v1alpha1/deploymentpolicies/p",
+    "/apis/apps/v1/namespaces/apps/daemonsets",
+    "/apis/apps/v1/namespaces/apps/deployments/d/scale",
+    "/apis/apps/v1/replicasets",
+    "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n0",
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com",
+    "/apis/example.com/v1/namespaces/default/widgets",
+    "/apis/example.com/v1/namespaces/default/widgets/w/scale",
+    "/api/v1/namespaces/default/pods/p/status",
 ];
 
 /// Methods, writes weighted up: they are where bodies are read.
@@ -1340,6 +1348,40 @@ fn no_request_shape_makes_a_handler_panic_and_every_refusal_is_a_status() {
         .unwrap();
     let server = runtime.block_on(serve());
     let address = server.address();
+    // A CRD created through the API, so its resources are fuzzed too.
+    let crd = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {
+                    "status": {},
+                    "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}
+                },
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "replicas": {"type": "integer", "minimum": 0, "default": 1},
+                        "size": {"type": "string", "enum": ["s", "m"]}
+                    }},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}}
+            }]
+        }
+    });
+    let created = raw(
+        address,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        "application/json",
+        crd.to_string().as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(created.code, 201, "{}", created.text());
     let config = ProptestConfig {
         cases: 2048,
         failure_persistence: None,
