@@ -459,10 +459,7 @@ fn rollout_passes(settings: &Settings, shown: usize) {
     for i in 0..NODES {
         sim.add_node(NodeInput {
             name: format!("gpu-{i}"),
-            labels: BTreeMap::from([(
-                "nvidia.com/gpu.present".to_string(),
-                "true".to_string(),
-            )]),
+            labels: BTreeMap::from([("nvidia.com/gpu.present".to_string(), "true".to_string())]),
             ..NodeInput::default()
         });
     }
@@ -510,9 +507,10 @@ fn rollout_passes(settings: &Settings, shown: usize) {
             seen += 1;
         }
         let converged = plan.actions.is_empty()
-            && snap.nodewrights.iter().all(|nw| {
-                nw.status.as_ref().and_then(|s| s.status) == Some(Status::Complete)
-            });
+            && snap
+                .nodewrights
+                .iter()
+                .all(|nw| nw.status.as_ref().and_then(|s| s.status) == Some(Status::Complete));
         for a in &plan.actions {
             let _ = sim.execute(a);
         }
