@@ -45,6 +45,8 @@ mod scenario_tests;
 mod sim_tests;
 #[cfg(test)]
 pub mod testkit;
+#[cfg(test)]
+mod warm_prop_tests;
 
 use nodewright_schema::{Status, keys};
 
