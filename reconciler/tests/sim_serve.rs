@@ -2,6 +2,8 @@
 //! the API, 409 handling, PDB refusals, a full rollout compared with the in-process simulator,
 //! leader election between two replicas, and kubectl when it is installed.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -916,7 +918,7 @@ async fn with_two_replicas_only_the_leader_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reads_and_cordons_through_sim_serve() {
-    if which("kubectl").is_none() {
+    if common::kubectl::which("kubectl").is_none() {
         println!("kubectl is not on PATH; skipping the kubectl test");
         return;
     }
@@ -976,14 +978,6 @@ async fn kubectl_reads_and_cordons_through_sim_serve() {
         },
     )
     .await;
-}
-
-fn which(program: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|p| p.is_file())
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1376,7 +1370,7 @@ async fn container_logs_are_read_followed_and_snapshotted_over_http() {
     assert_eq!(annotations[keys::JOB_ANNOTATION_LAST_LOGS], whole);
 
     // kubectl logs reads the same text.
-    if which("kubectl").is_some() {
+    if common::kubectl::which("kubectl").is_some() {
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();

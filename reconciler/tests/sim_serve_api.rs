@@ -3,6 +3,8 @@
 //! refusal is a `Status` with the code kube-apiserver gives, and the health endpoints answer
 //! as kube-apiserver's do.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -352,7 +354,7 @@ async fn the_health_endpoints_answer_as_kube_apiserver_does() {
         status(&unknown);
     })
     .await;
-    if let Some(kubectl) = which("kubectl") {
+    if let Some(kubectl) = common::kubectl::which("kubectl") {
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
@@ -373,40 +375,6 @@ async fn the_health_endpoints_answer_as_kube_apiserver_does() {
         );
         assert!(text.contains("readyz check passed"), "{text}");
     }
-}
-
-/// Runs kubectl against `server`; returns (exit code, stdout, stderr).
-async fn kubectl(server: &SimServer, args: &[&str], stdin: &str) -> (i32, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let stdin = stdin.to_string();
-    blocking(move || {
-        let mut child = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(&args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        drop(dir);
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
 }
 
 fn config_map(name: &str, value: &str) -> ConfigMap {
@@ -607,7 +575,7 @@ async fn a_dry_run_write_answers_what_would_be_stored_and_stores_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_server_dry_run_and_diff_leave_the_cluster_unchanged() {
-    if which("kubectl").is_none() {
+    if common::kubectl::which("kubectl").is_none() {
         println!("kubectl is not on PATH; skipping the kubectl test");
         return;
     }
@@ -621,7 +589,7 @@ async fn kubectl_server_dry_run_and_diff_leave_the_cluster_unchanged() {
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {NS}\ndata:\n  k: {value}\n"
         )
     };
-    let (code, out, err) = kubectl(
+    let (code, out, err) = common::kubectl::run(
         &server,
         &["apply", "--validate=false", "--dry-run=server", "-f", "-"],
         &(manifest("fresh", "one") + "---\n" + &manifest("settings", "new")),
@@ -637,7 +605,7 @@ async fn kubectl_server_dry_run_and_diff_leave_the_cluster_unchanged() {
         "{out}"
     );
     let (code, out, err) =
-        kubectl(&server, &["diff", "-f", "-"], &manifest("settings", "new")).await;
+        common::kubectl::run(&server, &["diff", "-f", "-"], &manifest("settings", "new")).await;
     assert_eq!(
         code, 1,
         "kubectl diff exits 1 when there are differences: {out} {err}"
@@ -755,7 +723,7 @@ async fn namespaces_admit_content_only_while_they_exist_and_take_it_with_them() 
     );
 
     // kubectl waits for a namespace deletion to finish.
-    if which("kubectl").is_some() {
+    if common::kubectl::which("kubectl").is_some() {
         let team: Namespace =
             serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
         namespaces
@@ -766,7 +734,8 @@ async fn namespaces_admit_content_only_while_they_exist_and_take_it_with_them() 
             .create(&PostParams::default(), &config_map("c", "v"))
             .await
             .unwrap();
-        let (code, out, err) = kubectl(&server, &["delete", "namespace", "team"], "").await;
+        let (code, out, err) =
+            common::kubectl::run(&server, &["delete", "namespace", "team"], "").await;
         assert_eq!(code, 0, "{err}");
         assert!(out.contains("namespace \"team\" deleted"), "{out}");
         assert!(namespaces.get_opt("team").await.unwrap().is_none());
@@ -1041,9 +1010,9 @@ async fn lists_page_through_one_snapshot_and_old_versions_expire() {
     }
 
     // kubectl pages with --chunk-size and shows every node.
-    if which("kubectl").is_some() {
+    if common::kubectl::which("kubectl").is_some() {
         let (code, out, err) =
-            kubectl(&server, &["get", "nodes", "--chunk-size=2", "-v=6"], "").await;
+            common::kubectl::run(&server, &["get", "nodes", "--chunk-size=2", "-v=6"], "").await;
         assert_eq!(code, 0, "{err}");
         for name in ["n0", "n1", "n2", "n3"] {
             assert!(out.contains(name), "{name} in {out}");
@@ -1073,7 +1042,7 @@ async fn exact_list(
 async fn kubectl_logs_of_a_job_reads_that_jobs_pod() {
     use k8s_openapi::api::batch::v1::Job;
 
-    if which("kubectl").is_none() {
+    if common::kubectl::which("kubectl").is_none() {
         println!("kubectl is not on PATH; skipping the kubectl test");
         return;
     }
@@ -1097,7 +1066,7 @@ async fn kubectl_logs_of_a_job_reads_that_jobs_pod() {
         pods.list(&Default::default()).await.unwrap().items.len() >= 2
     })
     .await;
-    let (code, out, err) = kubectl(
+    let (code, out, err) = common::kubectl::run(
         &server,
         &["logs", "job/second", "--all-containers", "--prefix", "-v=6"],
         "",
@@ -1114,14 +1083,6 @@ async fn kubectl_logs_of_a_job_reads_that_jobs_pod() {
     );
     assert!(err.contains("/pods/second-"), "{err}");
     assert!(!err.contains("/pods/first-"), "{err}");
-}
-
-fn which(program: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|p| p.is_file())
-    })
 }
 
 /// The paths the server serves, each a prefix the fuzzer extends with garbage.

@@ -3,7 +3,8 @@
 //! typed `create` subcommands, Table watches) and the official Python client. Each test prints
 //! SKIP and passes when its client is not installed (`.ci/run` installs them).
 
-use std::io::Write;
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -39,88 +40,21 @@ async fn serve(speed: f64) -> SimServer {
     .unwrap()
 }
 
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|p| p.is_file())
-    })
-}
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A kubeconfig for `server` in a fresh directory (kept alive by the returned guard). Each
-/// kubectl run gets its own cache directory, so no discovery or OpenAPI document is reused
-/// from another server.
-fn kubeconfig(server: &SimServer) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&path).unwrap();
-    (dir, path)
-}
-
-fn kubectl_command(config: &(tempfile::TempDir, PathBuf), args: &[&str]) -> Command {
-    let mut command = Command::new("kubectl");
-    command
-        .arg("--kubeconfig")
-        .arg(&config.1)
-        .arg("--cache-dir")
-        .arg(config.0.path().join("cache"))
-        .args(args);
-    command
-}
-
-/// Runs kubectl against `server` with `stdin`; returns (exit code, stdout, stderr).
-async fn kubectl(server: &SimServer, args: &[&str], stdin: &str) -> (i32, String, String) {
-    let config = kubeconfig(server);
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let stdin = stdin.to_string();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut child = kubectl_command(&config, &args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-    .unwrap()
-}
-
-fn skip_without_kubectl() -> bool {
-    if which("kubectl").is_none() {
-        println!("SKIP: kubectl is not on PATH");
-        return true;
-    }
-    false
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_create_and_replace_validate_against_the_served_openapi() {
-    if skip_without_kubectl() {
+    if common::kubectl::skip_without_kubectl() {
         return;
     }
     let server = serve(1.0).await;
     let crds = nodewright_schema::crd::all_yaml();
-    let (code, out, err) = kubectl(&server, &["apply", "-f", "-"], &crds).await;
+    let (code, out, err) = common::kubectl::run(&server, &["apply", "-f", "-"], &crds).await;
     assert_eq!(code, 0, "nodewright crds | kubectl apply -f -: {out} {err}");
     let tuning = std::fs::read_to_string(repo().join("examples/fleet/gpu-tuning.yaml")).unwrap();
-    let (code, out, err) = kubectl(&server, &["apply", "-f", "-"], &tuning).await;
+    let (code, out, err) = common::kubectl::run(&server, &["apply", "-f", "-"], &tuning).await;
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("nodewright.nodewright.nvidia.com/gpu-tuning created"),
@@ -128,17 +62,17 @@ async fn kubectl_apply_create_and_replace_validate_against_the_served_openapi() 
     );
     // A second apply computes its patch from the served schema and the last-applied state.
     let raised = tuning.replace("priority: 100", "priority: 150");
-    let (code, out, err) = kubectl(&server, &["apply", "-f", "-"], &raised).await;
+    let (code, out, err) = common::kubectl::run(&server, &["apply", "-f", "-"], &raised).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("gpu-tuning configured"), "{out}");
 
     let config_map = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {NS}\ndata:\n  k: one\n"
     );
-    let (code, out, err) = kubectl(&server, &["create", "-f", "-"], &config_map).await;
+    let (code, out, err) = common::kubectl::run(&server, &["create", "-f", "-"], &config_map).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("configmap/settings created"), "{out}");
-    let (code, out, err) = kubectl(
+    let (code, out, err) = common::kubectl::run(
         &server,
         &["replace", "-f", "-"],
         &config_map.replace("k: one", "k: two"),
@@ -159,7 +93,7 @@ async fn kubectl_apply_create_and_replace_validate_against_the_served_openapi() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_strict_validation_refuses_an_unknown_field_and_writes_nothing() {
-    if skip_without_kubectl() {
+    if common::kubectl::skip_without_kubectl() {
         return;
     }
     let server = serve(1.0).await;
@@ -171,7 +105,7 @@ async fn kubectl_strict_validation_refuses_an_unknown_field_and_writes_nothing()
         &["apply", "--validate=strict", "-f", "-"],
         &["create", "-f", "-"],
     ] {
-        let (code, out, err) = kubectl(&server, args, &typo).await;
+        let (code, out, err) = common::kubectl::run(&server, args, &typo).await;
         assert_ne!(code, 0, "kubectl {args:?} accepted an unknown field: {out}");
         assert!(
             err.contains(
@@ -180,7 +114,7 @@ async fn kubectl_strict_validation_refuses_an_unknown_field_and_writes_nothing()
             "{err}"
         );
     }
-    let (code, _, err) = kubectl(
+    let (code, _, err) = common::kubectl::run(
         &server,
         &["apply", "-f", "-"],
         &nodewright_schema::crd::all_yaml(),
@@ -189,7 +123,7 @@ async fn kubectl_strict_validation_refuses_an_unknown_field_and_writes_nothing()
     assert_eq!(code, 0, "{err}");
     let tuning = std::fs::read_to_string(repo().join("examples/fleet/gpu-tuning.yaml")).unwrap();
     let bogus = tuning.replace("  priority: 100", "  priority: 100\n  bogusField: 1");
-    let (code, _, err) = kubectl(&server, &["apply", "-f", "-"], &bogus).await;
+    let (code, _, err) = common::kubectl::run(&server, &["apply", "-f", "-"], &bogus).await;
     assert_ne!(code, 0);
     assert!(
         err.contains("strict decoding error: unknown field \"spec.bogusField\""),
@@ -197,10 +131,11 @@ async fn kubectl_strict_validation_refuses_an_unknown_field_and_writes_nothing()
     );
     // `--validate=warn` reports the field and writes the object without it, as a real
     // server drops what its schema does not declare.
-    let (code, _, err) = kubectl(&server, &["apply", "--validate=warn", "-f", "-"], &typo).await;
+    let (code, _, err) =
+        common::kubectl::run(&server, &["apply", "--validate=warn", "-f", "-"], &typo).await;
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("unknown field \"datum\""), "{err}");
-    let (code, out, err) = kubectl(
+    let (code, out, err) = common::kubectl::run(
         &server,
         &["get", "configmap", "typo", "-n", NS, "-o", "json"],
         "",
@@ -210,22 +145,24 @@ async fn kubectl_strict_validation_refuses_an_unknown_field_and_writes_nothing()
     let stored: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(stored.get("datum").is_none(), "{out}");
     assert_eq!(stored["metadata"]["name"], "typo");
-    let (code, out, _) = kubectl(&server, &["get", "nodewrights", "-o", "name"], "").await;
+    let (code, out, _) =
+        common::kubectl::run(&server, &["get", "nodewrights", "-o", "name"], "").await;
     assert_eq!((code, out.trim()), (0, ""));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_explain_reads_built_in_and_custom_resource_schemas() {
-    if skip_without_kubectl() {
+    if common::kubectl::skip_without_kubectl() {
         return;
     }
     let server = serve(1.0).await;
-    let (code, out, err) = kubectl(&server, &["explain", "nodes.spec"], "").await;
+    let (code, out, err) = common::kubectl::run(&server, &["explain", "nodes.spec"], "").await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("KIND:       Node"), "{out}");
     assert!(out.contains("FIELD: spec <NodeSpec>"), "{out}");
     assert!(out.contains("unschedulable\t<boolean>"), "{out}");
-    let (code, out, err) = kubectl(&server, &["explain", "nodewrights.spec.packages"], "").await;
+    let (code, out, err) =
+        common::kubectl::run(&server, &["explain", "nodewrights.spec.packages"], "").await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("KIND:       NodeWright"), "{out}");
     assert!(out.contains("configInterrupts"), "{out}");
@@ -234,11 +171,12 @@ async fn kubectl_explain_reads_built_in_and_custom_resource_schemas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_typed_create_subcommands_send_protobuf_and_are_stored() {
-    if skip_without_kubectl() {
+    if common::kubectl::skip_without_kubectl() {
         return;
     }
     let server = serve(1.0).await;
-    let (code, _, err) = kubectl(&server, &["create", "namespace", "team", "-v=8"], "").await;
+    let (code, _, err) =
+        common::kubectl::run(&server, &["create", "namespace", "team", "-v=8"], "").await;
     assert_eq!(code, 0, "{err}");
     // What kubectl sent: the body is protobuf, as to any apiserver.
     assert!(
@@ -263,7 +201,7 @@ async fn kubectl_typed_create_subcommands_send_protobuf_and_are_stored() {
             "team",
         ],
     ] {
-        let (code, out, err) = kubectl(&server, args, "").await;
+        let (code, out, err) = common::kubectl::run(&server, args, "").await;
         assert_eq!(code, 0, "kubectl {args:?}: {out} {err}");
     }
     let client = server.client().await.unwrap();
@@ -284,13 +222,13 @@ async fn kubectl_typed_create_subcommands_send_protobuf_and_are_stored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_watch_keeps_its_columns() {
-    if skip_without_kubectl() {
+    if common::kubectl::skip_without_kubectl() {
         return;
     }
     let server = serve(1.0).await;
-    let config = kubeconfig(&server);
+    let config = common::kubectl::kubeconfig(&server);
     let watch = |args: &[&str]| {
-        kubectl_command(&config, args)
+        common::kubectl::command(&config, args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -353,7 +291,7 @@ async fn kubectl_get_watch_keeps_its_columns() {
 /// The Python workflows (`tests/python/client_workflows.py`), or `None` when the official
 /// client is not importable.
 async fn python(server: &SimServer) -> Option<(i32, String, String)> {
-    let importable = which("python3").is_some_and(|python| {
+    let importable = common::kubectl::which("python3").is_some_and(|python| {
         Command::new(python)
             .args(["-c", "import kubernetes"])
             .output()
@@ -363,7 +301,7 @@ async fn python(server: &SimServer) -> Option<(i32, String, String)> {
         println!("SKIP: the Python kubernetes client is not importable");
         return None;
     }
-    let config = kubeconfig(server);
+    let config = common::kubectl::kubeconfig(server);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/client_workflows.py");
     Some(
         tokio::task::spawn_blocking(move || {
@@ -416,13 +354,13 @@ async fn the_python_client_runs_its_workflows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_patch_merges_list_elements_by_their_merge_key() {
-    if skip_without_kubectl() {
+    if common::kubectl::skip_without_kubectl() {
         return;
     }
     let server = serve(1.0).await;
     // kubectl patch sends a strategic merge patch: the new condition joins the list by its
     // `type` and the node's Ready condition stays.
-    let (code, out, err) = kubectl(
+    let (code, out, err) = common::kubectl::run(
         &server,
         &[
             "patch",

@@ -3,7 +3,8 @@
 //! kubelet, and every node keeps a lease in `kube-node-lease`. Seen through kube-rs and,
 //! where it is installed, kubectl.
 
-use std::io::Write;
+mod common;
+
 use std::time::Duration;
 
 use base64::Engine;
@@ -69,49 +70,6 @@ fn refusal(e: kube::Error) -> (u16, String) {
         kube::Error::Api(status) => (status.code, status.message),
         other => panic!("not an API error: {other:?}"),
     }
-}
-
-fn which(program: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|p| p.is_file())
-    })
-}
-
-/// Runs kubectl against `server`; returns (exit code, stdout, stderr).
-async fn kubectl(server: &SimServer, args: &[&str], stdin: &str) -> (i32, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let stdin = stdin.to_string();
-    tokio::task::spawn_blocking(move || {
-        let mut child = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(&args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        drop(dir);
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-    .unwrap()
 }
 
 /// A namespaced `Widget` (example.com/v1) with a schema that defaults, prunes and validates,
@@ -283,15 +241,16 @@ async fn a_crd_created_through_the_api_is_served_with_its_schema_and_subresource
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_a_crd_and_its_objects_and_scales_them() {
-    if which("kubectl").is_none() {
+    if common::kubectl::which("kubectl").is_none() {
         println!("SKIP: kubectl is not on PATH");
         return;
     }
     let server = serve().await;
     let crd = serde_yaml::to_string(&widget_crd()).unwrap();
-    let (code, _, err) = kubectl(&server, &["apply", "--validate=false", "-f", "-"], &crd).await;
+    let (code, _, err) =
+        common::kubectl::run(&server, &["apply", "--validate=false", "-f", "-"], &crd).await;
     assert_eq!(code, 0, "{err}");
-    let (code, _, err) = kubectl(
+    let (code, _, err) = common::kubectl::run(
         &server,
         &[
             "wait",
@@ -306,7 +265,7 @@ async fn kubectl_applies_a_crd_and_its_objects_and_scales_them() {
     let manifest = format!(
         "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: {NS}\nspec:\n  image: x\n"
     );
-    let (code, out, err) = kubectl(
+    let (code, out, err) = common::kubectl::run(
         &server,
         &["apply", "--validate=false", "-f", "-"],
         &manifest,
@@ -314,17 +273,17 @@ async fn kubectl_applies_a_crd_and_its_objects_and_scales_them() {
     .await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("widget.example.com/w1 created"), "{out}");
-    let (code, out, err) = kubectl(&server, &["get", "wg", "-n", NS], "").await;
+    let (code, out, err) = common::kubectl::run(&server, &["get", "wg", "-n", NS], "").await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("w1"), "{out}");
-    let (code, _, err) = kubectl(
+    let (code, _, err) = common::kubectl::run(
         &server,
         &["scale", "widget/w1", "-n", NS, "--replicas=3"],
         "",
     )
     .await;
     assert_eq!(code, 0, "{err}");
-    let (_, out, _) = kubectl(
+    let (_, out, _) = common::kubectl::run(
         &server,
         &[
             "get",
@@ -580,11 +539,11 @@ async fn every_node_has_a_lease_its_kubelet_renews_and_a_full_status() {
     );
     assert!(!status.node_info.unwrap().kernel_version.is_empty());
 
-    if which("kubectl").is_none() {
+    if common::kubectl::which("kubectl").is_none() {
         println!("SKIP: kubectl is not on PATH (describe node)");
         return;
     }
-    let (code, out, err) = kubectl(&server, &["describe", "node", "n0"], "").await;
+    let (code, out, err) = common::kubectl::run(&server, &["describe", "node", "n0"], "").await;
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains("Failed to get lease"), "{out}");
     assert!(out.contains("HolderIdentity:  n0"), "{out}");
@@ -651,15 +610,16 @@ async fn kubectl_drain_classifies_pods_by_their_apps_v1_owners() {
     let daemon_set = daemon_sets.get(&owner.name).await.unwrap();
     assert_eq!(daemon_set.metadata.uid.as_deref(), Some(owner.uid.as_str()));
 
-    if which("kubectl").is_none() {
+    if common::kubectl::which("kubectl").is_none() {
         println!("SKIP: kubectl is not on PATH (drain)");
         return;
     }
-    let (code, _, err) = kubectl(&server, &["drain", "n0", "--ignore-daemonsets"], "").await;
+    let (code, _, err) =
+        common::kubectl::run(&server, &["drain", "n0", "--ignore-daemonsets"], "").await;
     assert_ne!(code, 0);
     assert!(err.contains("declare no controller"), "{err}");
     assert!(err.contains("apps/solo"), "{err}");
-    let (code, out, err) = kubectl(
+    let (code, out, err) = common::kubectl::run(
         &server,
         &[
             "drain",

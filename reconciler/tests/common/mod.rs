@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod forge_stub;
+pub mod kubectl;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

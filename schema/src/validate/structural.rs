@@ -105,7 +105,8 @@ fn unknown(path: &FieldPath) -> Violation {
     )
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// The type name kube-openapi's validation reports for a value.
+pub fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

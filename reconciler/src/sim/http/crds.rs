@@ -495,19 +495,6 @@ fn default(value: &mut Value, schema: &Value) {
     }
 }
 
-/// The type name kube-openapi's validation reports for a value.
-fn type_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 fn child(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
@@ -541,7 +528,7 @@ fn validate(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldErr
         }
         return;
     }
-    let actual = type_of(value);
+    let actual = nodewright_schema::validate::structural::json_type(value);
     let int_or_string = flag(schema, "x-kubernetes-int-or-string");
     if int_or_string {
         if actual != "integer" && actual != "string" {
