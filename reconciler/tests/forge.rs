@@ -431,6 +431,31 @@ async fn status_reporter_posts_each_change_once_and_retries_failures() {
     );
 }
 
+/// `nodewright run --until-converged` of `repo` on the simulated `fleet`, reporting to the
+/// GitHub forge at `url` as repository `fleet/os`.
+async fn run_with_github_forge(
+    repo: &std::path::Path,
+    fleet: &std::path::Path,
+    url: &str,
+) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(["run", "--repo"])
+        .arg(repo)
+        .arg("--sim-fleet")
+        .arg(fleet)
+        .args(["--speed", "0", "--no-progress", "--until-converged", "6h"])
+        .args(["--forge", "github"])
+        .env("NODEWRIGHT_FORGE_URL", url)
+        .env("NODEWRIGHT_FORGE_REPOSITORY", "fleet/os")
+        .env("NODEWRIGHT_FORGE_TOKEN", TOKEN)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("GITHUB_TOKEN")
+        .output()
+        .await
+        .unwrap()
+}
+
 /// End to end: `nodewright run --forge github` on examples/fleet with the embedded simulator
 /// posts commit statuses for each NodeWright on the commit it applied, pending while the
 /// rollout runs and success once complete, authenticated with the configured token.
@@ -454,22 +479,7 @@ packages:
 "#,
     )
     .unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodewright"))
-        .args(["run", "--repo"])
-        .arg(&repo.dir)
-        .arg("--sim-fleet")
-        .arg(&fleet)
-        .args(["--speed", "0", "--no-progress", "--until-converged", "6h"])
-        .args(["--forge", "github"])
-        .env("NODEWRIGHT_FORGE_URL", &url)
-        .env("NODEWRIGHT_FORGE_REPOSITORY", "fleet/os")
-        .env("NODEWRIGHT_FORGE_TOKEN", TOKEN)
-        .env_remove("KUBECONFIG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("GITHUB_TOKEN")
-        .output()
-        .await
-        .unwrap();
+    let out = run_with_github_forge(&repo.dir, &fleet, &url).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "run failed:\n{stderr}");
 
@@ -538,22 +548,7 @@ packages:
 "#,
     )
     .unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodewright"))
-        .args(["run", "--repo"])
-        .arg(&repo.dir)
-        .arg("--sim-fleet")
-        .arg(&fleet)
-        .args(["--speed", "0", "--no-progress", "--until-converged", "6h"])
-        .args(["--forge", "github"])
-        .env("NODEWRIGHT_FORGE_URL", &url)
-        .env("NODEWRIGHT_FORGE_REPOSITORY", "fleet/os")
-        .env("NODEWRIGHT_FORGE_TOKEN", TOKEN)
-        .env_remove("KUBECONFIG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("GITHUB_TOKEN")
-        .output()
-        .await
-        .unwrap();
+    let out = run_with_github_forge(&repo.dir, &fleet, &url).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "run failed:\n{stderr}");
 
