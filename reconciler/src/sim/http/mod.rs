@@ -24,6 +24,7 @@ pub mod apps;
 pub mod crds;
 pub mod error;
 pub mod leases;
+pub mod metrics;
 pub mod openapi;
 pub mod paging;
 pub mod patch;
@@ -142,6 +143,7 @@ impl SimServer {
         let shared = Arc::new(server::Shared {
             world: world.clone(),
             address: address.to_string(),
+            requests: metrics::RequestCounter::default(),
         });
         let router = axum::Router::new()
             .fallback(server::handle)

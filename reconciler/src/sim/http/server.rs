@@ -29,6 +29,8 @@ pub struct Shared {
     pub world: Arc<World>,
     /// `127.0.0.1:PORT`, for `/api`'s server address.
     pub address: String,
+    /// `apiserver_request_total`, served on `/metrics`.
+    pub requests: super::metrics::RequestCounter,
 }
 
 enum Route {
@@ -40,6 +42,8 @@ enum Route {
     ResourceList(String, String),
     /// `/healthz`, `/readyz`, `/livez`, optionally naming one check.
     Health(&'static str, Option<String>),
+    /// `/metrics`.
+    Metrics,
     Resource {
         rid: Rid,
         namespace: Option<String>,
@@ -58,6 +62,7 @@ fn route(path: &str, crds: &super::crds::CrdRegistry) -> Route {
     let (group, version, rest) = match segments.as_slice() {
         [] => return Route::Root,
         ["version"] => return Route::Version,
+        ["metrics"] => return Route::Metrics,
         [endpoint @ ("healthz" | "readyz" | "livez"), check @ ..] if check.len() <= 1 => {
             let endpoint = match *endpoint {
                 "healthz" => "healthz",
@@ -205,6 +210,12 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let query = query_map(request.uri().query());
+    let client = super::metrics::client_of(
+        request
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok()),
+    );
     let accept = request
         .headers()
         .get(header::ACCEPT)
@@ -243,12 +254,78 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
         }
     };
     tracing::debug!(%method, %path, ?query, code = response.status().as_u16(), "sim serve request");
+    shared.requests.record(request_labels(
+        &shared,
+        &method,
+        &path,
+        &query,
+        response.status().as_u16(),
+        client,
+    ));
     for warning in warnings {
         if let Ok(value) = header::HeaderValue::from_str(&warning) {
             response.headers_mut().append(header::WARNING, value);
         }
     }
     response
+}
+
+/// The `apiserver_request_total` series of one request, with kube-apiserver's verbs: a GET
+/// of a collection is `list` (`watch` with `watch=true` or `1`), a DELETE of one is
+/// `deletecollection`.
+fn request_labels(
+    shared: &Shared,
+    method: &Method,
+    path: &str,
+    query: &HashMap<String, String>,
+    code: u16,
+    client: String,
+) -> super::metrics::RequestLabels {
+    let mut labels = super::metrics::RequestLabels {
+        verb: method.as_str().to_ascii_lowercase(),
+        group: String::new(),
+        version: String::new(),
+        resource: String::new(),
+        subresource: String::new(),
+        scope: String::new(),
+        code,
+        client,
+    };
+    let Route::Resource {
+        rid,
+        namespace,
+        name,
+        sub,
+    } = shared.world.read(|inner| route(path, &inner.crds))
+    else {
+        return labels;
+    };
+    let def = resources::def(rid);
+    labels.verb = match (method, name.is_some()) {
+        (&Method::GET, false) if flag(query, "watch") => "watch",
+        (&Method::GET, false) => "list",
+        (&Method::GET, true) => "get",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, false) => "deletecollection",
+        (&Method::DELETE, true) => "delete",
+        _ => return labels,
+    }
+    .to_string();
+    labels.group = def.group.to_string();
+    labels.version = def.version.to_string();
+    labels.resource = def.plural.to_string();
+    labels.subresource = sub.unwrap_or_default();
+    labels.scope = if name.is_some() {
+        "resource"
+    } else if namespace.is_some() {
+        "namespace"
+    } else {
+        "cluster"
+    }
+    .to_string();
+    labels
 }
 
 /// Field validation of a create, update or patch body against the kind's OpenAPI schema
@@ -316,7 +393,7 @@ fn dispatch(
     match shared.world.read(|inner| route(path, &inner.crds)) {
         Route::Root => Ok(json_response(
             200,
-            &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/readyz", "/version"]}),
+            &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/metrics", "/openapi/v2", "/openapi/v3", "/readyz", "/version"]}),
         )),
         Route::Version => Ok(json_response(
             200,
@@ -347,6 +424,11 @@ fn dispatch(
             .map(|doc| json_response(200, &doc))
             .ok_or_else(not_found),
         Route::Health(endpoint, check) => health(shared, endpoint, check.as_deref(), query),
+        Route::Metrics => Response::builder()
+            .status(200)
+            .header(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")
+            .body(Body::from(shared.requests.render()))
+            .map_err(|e| ApiError::new(500, "InternalError", format!("metrics: {e}"))),
         Route::Unknown => Err(not_found()),
         Route::Resource {
             rid,
