@@ -42,6 +42,17 @@ class Conversion(unittest.TestCase):
         cm = {"apiVersion": "v1", "kind": "ConfigMap"}
         self.assertIs(uc.to_legacy(cm), cm)
 
+    def test_policy_strategies_get_the_webhook_defaults(self):
+        policy = {"kind": "DeploymentPolicy", "spec": {
+            "default": {"strategy": {"fixed": {"initialBatch": 2}}},
+            "compartments": [{"name": "c", "strategy": {"linear": {}}}, {"name": "e", "strategy": {"exponential": {"safetyLimit": 10}}}]}}
+        out = uc.webhook_defaults(policy)["spec"]
+        self.assertEqual(out["default"]["strategy"]["fixed"], {"initialBatch": 2, "batchThreshold": 100, "safetyLimit": 50})
+        self.assertEqual(out["compartments"][0]["strategy"]["linear"],
+                         {"initialBatch": 1, "batchThreshold": 100, "safetyLimit": 50, "delta": 1})
+        self.assertEqual(out["compartments"][1]["strategy"]["exponential"],
+                         {"safetyLimit": 10, "initialBatch": 1, "batchThreshold": 100, "growthFactor": 2})
+
     def test_prefixes_are_normalised(self):
         self.assertEqual(uc.prefixed({"skyhook.nvidia.com/nodeState_a": "1", "nodewright.nvidia.com/status_a": "2",
                                       "other/x": "3"}), {"nodeState_a": "1", "status_a": "2"})

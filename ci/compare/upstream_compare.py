@@ -97,6 +97,22 @@ def to_legacy(obj: dict) -> dict:
     return out
 
 
+def webhook_defaults(obj: dict) -> dict:
+    """What upstream's mutating webhook does to a DeploymentPolicy (deployment_policy_types.go
+    `Default`): the harness runs the manager without webhooks, and the manager dereferences
+    these fields."""
+    if obj.get("kind") != "DeploymentPolicy":
+        return obj
+    spec = obj.get("spec") or {}
+    for holder in [spec.get("default") or {}, *(spec.get("compartments") or [])]:
+        strategy = holder.get("strategy") or {}
+        for name, extra in (("fixed", {}), ("linear", {"delta": 1}), ("exponential", {"growthFactor": 2})):
+            if isinstance(strategy.get(name), dict):
+                for k, v in {"initialBatch": 1, "batchThreshold": 100, "safetyLimit": 50, **extra}.items():
+                    strategy[name].setdefault(k, v)
+    return obj
+
+
 # --- selectors and compartments ------------------------------------------------------------
 
 
@@ -261,8 +277,8 @@ class Recorder:
             self._event("reboot", name)
         was_labels = prefixed(old["metadata"].get("labels"))
         for key, value in prefixed(node["metadata"].get("labels")).items():
-            if key.startswith("status_") and value == "complete" and was_labels.get(key) != "complete":
-                self._event("complete", name, cr=key[len("status_"):])
+            if key.startswith("status_") and value in ("complete", "erroring") and was_labels.get(key) != value:
+                self._event(value, name, cr=key[len("status_"):])
 
     def _on_pods(self, typ: str, pod: dict):
         meta = pod["metadata"]
@@ -537,7 +553,7 @@ def _free_port() -> int:
 
 def apply_upstream(kubectl, objects: list[dict], yaml, previous: list[dict] | None = None):
     """Applies `objects` converted to upstream's group; deletes those the new revision dropped."""
-    docs = [to_legacy(o) for o in objects]
+    docs = [webhook_defaults(to_legacy(o)) for o in objects]
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs, sort_keys=False))
     names = {(o["kind"], o["metadata"]["name"]) for o in objects}
     for o in previous or []:
@@ -707,6 +723,10 @@ def compare(up: dict, ours: dict) -> list[Divergence]:
                 if eu != eo:
                     out.append(Divergence("evictions:replacement" if replacement else "evictions", f"{p} {n}",
                                           ", ".join(eu) or "(none)", ", ".join(eo) or "(none)"))
+        nu = sorted(e["node"] for e in pu["events"] if e["kind"] == "erroring")
+        no = sorted(e["node"] for e in po["events"] if e["kind"] == "erroring")
+        if nu != no:
+            out.append(Divergence("erroring", p, ", ".join(nu) or "(none)", ", ".join(no) or "(none)"))
         wu = sorted({e.get("workload") for e in pu["events"] if e["kind"] == "exec"})
         wo = sorted({e.get("workload") for e in po["events"] if e["kind"] == "exec"})
         if wu != wo:
@@ -720,8 +740,10 @@ def compare(up: dict, ours: dict) -> list[Divergence]:
             if a != b:
                 cr, compartment = c.split("/", 1)
                 legacy = compartment == "__default__" and not (pu.get("policies") or {}).get(cr)
-                out.append(Divergence("batches:no-policy" if legacy else "batches", f"{p} {c}",
-                                      json.dumps(a), json.dumps(b)))
+                members = {n for nodes in (a or {}).values() for n in nodes}
+                erroring = any(e["kind"] == "erroring" and e["node"] in members for e in pu["events"] + po["events"])
+                key = "batches:no-policy" if legacy else "batches:after-erroring" if erroring else "batches"
+                out.append(Divergence(key, f"{p} {c}", json.dumps(a), json.dumps(b)))
     return out
 
 
@@ -773,8 +795,8 @@ def render(up: dict, ours: dict, divergences: list[Divergence], unexplained: int
     for pu, po in zip(up["phases"], ours["phases"]):
         p = f"phase {pu['phase']}"
         row(f"{p}: time to converge (s)", pu["converge_seconds"], po["converge_seconds"])
-        for kind in ("cordon", "uncordon", "evict", "reboot", "exec"):
-            row(f"{p}: {kind if kind != 'exec' else 'stage executions'}",
+        for kind in ("cordon", "uncordon", "evict", "reboot", "exec", "erroring"):
+            row(f"{p}: {dict(exec='stage executions', erroring='nodes turning erroring').get(kind, kind)}",
                 sum(1 for e in pu["events"] if e["kind"] == kind),
                 sum(1 for e in po["events"] if e["kind"] == kind))
         for c in sorted(set(pu["max_interrupted"]) | set(po["max_interrupted"])):
