@@ -710,7 +710,13 @@ def compare(up: dict, ours: dict) -> list[Divergence]:
             if su != so:
                 # Only where the cordon falls among the stages differs: a key of its own.
                 same_without = [x for x in su if x != "cordon"] == [x for x in so if x != "cordon"]
-                key = "sequence:cordon-order" if same_without and su.count("cordon") == so.count("cordon") else "sequence"
+                collapse = lambda seq: [x for i, x in enumerate(seq) if x != "cordon" and (i == 0 or seq[i - 1] != x)]
+                if same_without and su.count("cordon") == so.count("cordon"):
+                    key = "sequence:cordon-order"
+                elif collapse(su) == collapse(so):
+                    key = "sequence:repeated-attempt"  # one side ran a stage again right away
+                else:
+                    key = "sequence"
                 out.append(Divergence(key, f"{p} {n}", " → ".join(su) or "(nothing)",
                                       " → ".join(so) or "(nothing)"))
             # Pods of the starting cluster, by name; replacement pods (a ReplicaSet's, named
@@ -734,7 +740,9 @@ def compare(up: dict, ours: dict) -> list[Divergence]:
         for c in sorted(set(pu["max_interrupted"]) | set(po["max_interrupted"])):
             a, b = pu["max_interrupted"].get(c), po["max_interrupted"].get(c)
             if a != b:
-                out.append(Divergence("max-interrupted", f"{p} {c}", str(a), str(b)))
+                # After the first phase, a change to a converged fleet (upgrade, config, uninstall).
+                key = "max-interrupted:change" if pu["phase"] > 1 else "max-interrupted"
+                out.append(Divergence(key, f"{p} {c}", str(a), str(b)))
         for c in sorted(set(pu["batches"]) | set(po["batches"])):
             a, b = pu["batches"].get(c), po["batches"].get(c)
             if a != b:
@@ -742,7 +750,8 @@ def compare(up: dict, ours: dict) -> list[Divergence]:
                 legacy = compartment == "__default__" and not (pu.get("policies") or {}).get(cr)
                 members = {n for nodes in (a or {}).values() for n in nodes}
                 erroring = any(e["kind"] == "erroring" and e["node"] in members for e in pu["events"] + po["events"])
-                key = "batches:no-policy" if legacy else "batches:after-erroring" if erroring else "batches"
+                key = ("batches:change" if pu["phase"] > 1 else "batches:no-policy" if legacy
+                       else "batches:after-erroring" if erroring else "batches")
                 out.append(Divergence(key, f"{p} {c}", json.dumps(a), json.dumps(b)))
     return out
 
