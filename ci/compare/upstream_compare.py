@@ -492,7 +492,8 @@ def run_side(side: Side, repo: Path, revs: list[str], yaml) -> dict:
     else:
         controller = subprocess.Popen(
             [side.nodewright, "run", "--repo", str(git_work), "--kubeconfig", str(kubeconfig),
-             "--namespace", namespace, "--no-status", "--no-progress", "--poll-interval", "1s"],
+             "--namespace", namespace, "--no-status", "--no-progress", "--poll-interval", "1s",
+             *os.environ.get("NODEWRIGHT_RUN_FLAGS", "").split()],
             stdout=log, stderr=subprocess.STDOUT, env=env)
     side.procs.append(controller)
     previous: dict[str, int] = {}
@@ -812,7 +813,9 @@ def render(up: dict, ours: dict, divergences: list[Divergence], unexplained: int
             row(f"{p}: max nodes interrupted at once, {c}", pu["max_interrupted"].get(c, "—"),
                 po["max_interrupted"].get(c, "—"), ratio=False)
         for c in sorted(set(pu["batches"]) | set(po["batches"])):
-            fmt = lambda b: "; ".join(f"{k}: {' '.join(v)}" for k, v in sorted((b or {}).items())) or "—"
+            # Members by name for small batches, by count for large ones.
+            fmt = lambda b: "; ".join(f"{k}: {' '.join(v) if len(v) <= 8 else f'{len(v)} nodes'}"
+                                      for k, v in sorted((b or {}).items(), key=lambda kv: int(kv[0]))) or "—"
             row(f"{p}: batches, {c}", fmt(pu["batches"].get(c)), fmt(po["batches"].get(c)), ratio=False)
     verbs = sorted(set(up.get("requests", {})) | set(ours.get("requests", {})))
     for v in verbs:

@@ -62,7 +62,9 @@ fn a_recorded_pair_with_one_unexplained_divergence_exits_1() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("`cordoned-at-end` phase 1 node-1: upstream False; ours True — **unexplained**"),
+        stdout.contains(
+            "`cordoned-at-end` phase 1 node-1: upstream False; ours True — **unexplained**"
+        ),
         "{stdout}"
     );
 }

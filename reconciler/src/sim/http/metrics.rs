@@ -119,12 +119,18 @@ mod tests {
         let text = counter.render();
         assert!(text.contains("apiserver_request_total{client=\"kubectl\",code=\"200\",group=\"\",resource=\"nodes\",scope=\"cluster\",subresource=\"\",verb=\"list\",version=\"v1\"} 2\n"), "{text}");
         assert!(text.contains("client=\"manager\""), "{text}");
-        assert!(text.contains("verb=\"watch\",version=\"v1\"} 1\n"), "{text}");
+        assert!(
+            text.contains("verb=\"watch\",version=\"v1\"} 1\n"),
+            "{text}"
+        );
     }
 
     #[test]
     fn the_client_is_the_user_agent_product() {
-        assert_eq!(client_of(Some("manager/v0.0.0 (linux/amd64) kubernetes/$Format")), "manager");
+        assert_eq!(
+            client_of(Some("manager/v0.0.0 (linux/amd64) kubernetes/$Format")),
+            "manager"
+        );
         assert_eq!(client_of(Some("kubectl/v1.33.0 (linux/amd64)")), "kubectl");
         assert_eq!(client_of(Some("")), "unknown");
         assert_eq!(client_of(None), "unknown");

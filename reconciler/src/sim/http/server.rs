@@ -426,7 +426,10 @@ fn dispatch(
         Route::Health(endpoint, check) => health(shared, endpoint, check.as_deref(), query),
         Route::Metrics => Response::builder()
             .status(200)
-            .header(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")
+            .header(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
             .body(Body::from(shared.requests.render()))
             .map_err(|e| ApiError::new(500, "InternalError", format!("metrics: {e}"))),
         Route::Unknown => Err(not_found()),
