@@ -35,7 +35,8 @@ pub struct Target {
     pub namespace: String,
     /// Requests per second this process may send to the API server, watches, reads and
     /// writes together (a token bucket, as client-go's; default: the settings file's
-    /// `kubeQps`, else 20 like upstream's operator).
+    /// `kubeQps`, else 20, client-go's usual rate; upstream's operator sets no client-side
+    /// limit and relies on API Priority and Fairness).
     #[arg(long, global = true, value_name = "QPS")]
     pub kube_qps: Option<f64>,
     /// Requests the bucket lets through at once before the rate applies (default: the
