@@ -13,7 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use nodewright_schema::node_state::entry_key;
-use nodewright_schema::{Stage, State, Status, keys, names};
+use nodewright_schema::{PackageStatus, Stage, State, Status, keys, names};
 
 use super::complete::{self, AppliedConfig};
 use super::context::PassCtx;
@@ -187,28 +187,40 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     let nw_name = ctx.nws[nw].name.to_string();
     let state_key = ctx.nws[nw].state_key();
     let node_name = ctx.node(node).name().to_string();
-    let Ok(state) = ctx.node(node).state(state_key).cloned() else {
+    let nw_obj = ctx.nws[nw].nw;
+    let key = entry_key(&pkg.name, &pkg.version);
+    let interrupt_container = jobs::is_interrupt_job(job);
+    // Only the entries this completion may write are copied out of the node state: a copy of
+    // the whole state per completed Job made a node with P packages cost P² per stage.
+    let Ok(state) = ctx.node(node).state(state_key) else {
         // A malformed node state cannot take the write; the next pass retries (§4.2).
         return;
     };
-    let nw_obj = ctx.nws[nw].nw;
-    let key = entry_key(&pkg.name, &pkg.version);
     let entry = state.0.get(&key).cloned();
-    let interrupt_container = jobs::is_interrupt_job(job);
-    let mut wrote = false;
-
-    if interrupt_container {
-        let skipped: Vec<String> = nw_obj
+    let skipped: Vec<PackageStatus> = if interrupt_container {
+        nw_obj
             .spec
             .packages()
             .iter()
-            .filter(|(n, p)| {
-                state
-                    .get(n, &p.version)
-                    .is_some_and(|e| e.is(Stage::Interrupt, State::Skipped))
-            })
-            .map(|(n, p)| entry_key(n, &p.version))
-            .collect();
+            .filter_map(|(n, p)| state.get(n, &p.version))
+            .filter(|e| e.is(Stage::Interrupt, State::Skipped))
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let others: Vec<String> = if !interrupt_container && stage == Stage::Upgrade {
+        state
+            .entries_of(&pkg.name)
+            .filter(|e| e.version != pkg.version)
+            .map(|e| entry_key(&e.name, &e.version))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut wrote = false;
+
+    if interrupt_container {
         // §8.8 step 2: the owner's entry at the interrupt stage complete or later in the
         // §8.14 stage order (a cancelled uninstall moved on to apply), or an uninstall's
         // entry gone.
@@ -220,11 +232,9 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
             }
         };
         if !(owner_done && skipped.is_empty()) {
-            for k in skipped {
-                if let Some(mut e) = state.0.get(&k).cloned() {
-                    e.state = Some(State::Complete);
-                    set(ctx, nw, node, e);
-                }
+            for mut e in skipped {
+                e.state = Some(State::Complete);
+                set(ctx, nw, node, e);
             }
             if let Some(mut e) = entry.clone() {
                 e.stage = Some(stage);
@@ -237,11 +247,6 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
     } else {
         match stage {
             Stage::Upgrade => {
-                let others: Vec<String> = state
-                    .entries_of(&pkg.name)
-                    .filter(|e| e.version != pkg.version)
-                    .map(|e| entry_key(&e.name, &e.version))
-                    .collect();
                 let done = others.is_empty()
                     && entry.as_ref().is_some_and(|e| {
                         e.state == Some(State::Complete)

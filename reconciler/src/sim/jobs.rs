@@ -8,10 +8,11 @@
 //! `ttlSecondsAfterFinished`; conditions `FailureTarget` → `Failed`, `Complete`, `Suspended`;
 //! foreground deletion.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus, Pod, PodStatus,
 };
@@ -373,9 +374,18 @@ impl SimCluster {
             }
             return;
         }
+        // The Job as this sync found it, shared with the world: the sync works on a scratch
+        // status and copies the Job only when that status changed, so a sync that changes
+        // nothing keeps the same object (a held snapshot keeps sharing it, the engine's cache
+        // recognises it) and costs no copy of the pod template.
+        let job = job.clone();
         let before = job.status.clone();
-        let mut job = job.clone();
-        let spec = job.spec.clone().unwrap_or_default();
+        let mut state = Job {
+            status: before.clone(),
+            ..Job::default()
+        };
+        let no_spec = JobSpec::default();
+        let spec = job.spec.as_ref().unwrap_or(&no_spec);
         let (mut active, mut terminating, mut succeeded, mut ready, mut restarts) = (0, 0, 0, 0, 0);
         let mut active_keys = Vec::new();
         for key in &keys {
@@ -407,17 +417,17 @@ impl SimCluster {
                 succeeded += 1;
             }
         }
-        let failed = job.status.as_ref().and_then(|s| s.failed).unwrap_or(0);
+        let failed = state.status.as_ref().and_then(|s| s.failed).unwrap_or(0);
         let now = self.now;
         let address = job_address(&job);
         let mut resync = false;
         'decide: {
-            if is_finished(&job) {
+            if is_finished(&state) {
                 break 'decide;
             }
             if succeeded >= spec.completions.unwrap_or(1) {
-                set_condition(&mut job, "Complete", "True", "", "", now);
-                if let Some(st) = job.status.as_mut() {
+                set_condition(&mut state, "Complete", "True", "", "", now);
+                if let Some(st) = state.status.as_mut() {
                     st.completion_time = Some(util::time(now));
                 }
                 if let Some(a) = &address {
@@ -425,7 +435,7 @@ impl SimCluster {
                 }
                 break 'decide;
             }
-            if let Some(target) = condition(&job, "FailureTarget")
+            if let Some(target) = condition(&state, "FailureTarget")
                 .filter(|c| c.status == "True")
                 .cloned()
             {
@@ -437,7 +447,7 @@ impl SimCluster {
                     .any(|k| self.pods.get(k).is_some_and(|p| !is_terminal(p)));
                 if !still_running {
                     set_condition(
-                        &mut job,
+                        &mut state,
                         "Failed",
                         "True",
                         target.reason.as_deref().unwrap_or(""),
@@ -454,7 +464,7 @@ impl SimCluster {
             let limit = spec.backoff_limit.unwrap_or(DEFAULT_BACKOFF_LIMIT);
             if i64::from(failed) + i64::from(restarts) > i64::from(limit) {
                 set_condition(
-                    &mut job,
+                    &mut state,
                     "FailureTarget",
                     "True",
                     "BackoffLimitExceeded",
@@ -466,13 +476,13 @@ impl SimCluster {
             }
             if let (Some(ads), Some(start)) = (
                 spec.active_deadline_seconds,
-                job.status.as_ref().and_then(|s| s.start_time.clone()),
+                state.status.as_ref().and_then(|s| s.start_time.clone()),
             ) && !spec.suspend.unwrap_or(false)
             {
                 let deadline = util::add(start.0, Duration::from_secs(ads.max(0) as u64));
                 if now >= deadline {
                     set_condition(
-                        &mut job,
+                        &mut state,
                         "FailureTarget",
                         "True",
                         "DeadlineExceeded",
@@ -489,12 +499,12 @@ impl SimCluster {
                     self.delete_pod_graceful(key, None, None, true);
                 }
                 active = 0;
-                if let Some(st) = job.status.as_mut() {
+                if let Some(st) = state.status.as_mut() {
                     st.start_time = None;
                 }
-                if !has_condition(&job, "Suspended") {
+                if !has_condition(&state, "Suspended") {
                     set_condition(
-                        &mut job,
+                        &mut state,
                         "Suspended",
                         "True",
                         "JobSuspended",
@@ -504,9 +514,9 @@ impl SimCluster {
                 }
                 break 'decide;
             }
-            if has_condition(&job, "Suspended") {
+            if has_condition(&state, "Suspended") {
                 set_condition(
-                    &mut job,
+                    &mut state,
                     "Suspended",
                     "False",
                     "JobResumed",
@@ -514,7 +524,7 @@ impl SimCluster {
                     now,
                 );
             }
-            let st = job.status.get_or_insert_with(JobStatus::default);
+            let st = state.status.get_or_insert_with(JobStatus::default);
             if st.start_time.is_none() {
                 st.start_time = Some(util::time(now));
                 if let Some(ads) = spec.active_deadline_seconds {
@@ -546,20 +556,18 @@ impl SimCluster {
                 }
             }
         }
-        let st = job.status.get_or_insert_with(JobStatus::default);
+        let st = state.status.get_or_insert_with(JobStatus::default);
         st.active = (active > 0).then_some(active);
         st.terminating = Some(terminating);
         st.ready = Some(ready);
         st.succeeded = (succeeded > 0).then_some(succeeded);
-        if job.status != before {
-            self.touch(&mut job.metadata);
-        }
-        if is_finished(&job)
+        let changed = state.status != before;
+        if is_finished(&state)
             && let Some(ttl) = spec.ttl_seconds_after_finished
         {
-            let finished_at = condition(&job, "Complete")
+            let finished_at = condition(&state, "Complete")
                 .filter(|c| c.status == "True")
-                .or_else(|| condition(&job, "Failed"))
+                .or_else(|| condition(&state, "Failed"))
                 .and_then(|c| c.last_transition_time.clone())
                 .map_or(now, |t| t.0);
             let due = util::add(finished_at, Duration::from_secs(ttl.max(0) as u64));
@@ -575,7 +583,21 @@ impl SimCluster {
                 );
             }
         }
-        self.jobs.insert(name.to_string(), job);
+        // What the sync found is what it writes back, over anything written meanwhile (the
+        // pods it deleted or created may have touched the Job).
+        let current = self.jobs.get(name).map(Shared::arc);
+        let untouched = current.is_some_and(|c| Arc::ptr_eq(&c, &job.arc()));
+        if changed || !untouched {
+            // The world lets go of its handle first, so the write below copies the Job only
+            // when a snapshot still holds it.
+            self.jobs.remove(name);
+            let mut job = job;
+            if changed {
+                job.status = state.status;
+                self.touch(&mut job.metadata);
+            }
+            self.jobs.insert(name.to_string(), job);
+        }
         if resync {
             self.dirty_jobs.insert(name.to_string());
         }

@@ -279,6 +279,34 @@ fn a_successful_stage_completes_the_job_after_the_durations_add_up() {
 }
 
 #[test]
+fn a_job_sync_that_changes_nothing_keeps_the_object_a_snapshot_holds() {
+    let mut sim =
+        sim("example/tuning: {stages: {apply: {duration: 20s}, apply-check: {duration: 5s}}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 3));
+    sim.advance(Duration::from_secs(5));
+    let held = sim.jobs()["j"].arc();
+    sim.dirty_jobs.insert("j".to_string());
+    sim.settle();
+    assert!(
+        Arc::ptr_eq(&held, &sim.jobs()["j"].arc()),
+        "an unchanged Job stays the object the snapshot holds, without a copy"
+    );
+    sim.advance(Duration::from_secs(20));
+    let job = &sim.jobs()["j"];
+    assert!(has_condition(job, "Complete"));
+    assert!(
+        !Arc::ptr_eq(&held, &job.arc()),
+        "a changed Job is a new object"
+    );
+    assert_eq!(
+        held.status.as_ref().and_then(|s| s.succeeded),
+        None,
+        "what the snapshot holds never changes under it"
+    );
+}
+
+#[test]
 fn suspend_terminates_the_pod_and_resets_start_time_and_resume_starts_a_fresh_pod() {
     let mut sim = sim("example/tuning: {stages: {apply: {duration: 10m}}}");
     node(&mut sim, "n1");
