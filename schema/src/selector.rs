@@ -307,11 +307,17 @@ impl Selector {
 
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether the labels `label` looks up satisfy every requirement: for labels held in
+    /// another shape (a JSON object), without copying them into a map.
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.requirements.iter().all(|r| match r {
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+            Requirement::In(k, vs) => label(k).is_some_and(|v| vs.iter().any(|x| x == v)),
+            Requirement::NotIn(k, vs) => label(k).is_none_or(|v| !vs.iter().any(|x| x == v)),
+            Requirement::Exists(k) => label(k).is_some(),
+            Requirement::DoesNotExist(k) => label(k).is_none(),
         })
     }
 }

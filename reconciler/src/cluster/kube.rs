@@ -279,13 +279,14 @@ fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     changed: Arc<Notify>,
+    trim: fn(&mut K),
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config))
+    let stream = reflector::reflector(writer, watcher(api, config).modify(trim))
         .default_backoff()
         .applied_objects();
     let task = tokio::spawn(async move {
@@ -300,6 +301,24 @@ where
     (store, task)
 }
 
+/// What the lifecycle never reads of an object held in a store: who wrote which field. A
+/// cache of thousands of nodes, Jobs and pods keeps only what the passes need.
+fn trim_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+/// A node as the store keeps it: without its managed fields and its list of cached container
+/// images (often tens of kilobytes on a GPU node, and never read by the lifecycle).
+fn trim_node(node: &mut Node) {
+    trim_managed_fields(node);
+    if let Some(status) = &mut node.status {
+        status.images = None;
+    }
+}
+
+/// CRs keep their managed fields: they tell whether another controller writes their status.
+fn keep_whole<K>(_: &mut K) {}
+
 impl KubeCluster {
     /// Connects with the ambient configuration (in-cluster, or `KUBECONFIG`/`~/.kube/config`)
     /// and starts every watch. Returns once the stores have synced.
@@ -311,36 +330,43 @@ impl KubeCluster {
             Api::<NodeWright>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
+            keep_whole,
         );
         let (policies, t2) = reflect(
             Api::<DeploymentPolicy>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
+            keep_whole,
         );
         let (nodes, t3) = reflect(
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
+            trim_node,
         );
         let (jobs, t4) = reflect(
             Api::<Job>::namespaced(client.clone(), ns),
             labelled.clone(),
             changed.clone(),
+            trim_managed_fields,
         );
         let (package_pods, t5) = reflect(
             Api::<Pod>::namespaced(client.clone(), ns),
             labelled.clone(),
             changed.clone(),
+            trim_managed_fields,
         );
         let (package_config_maps, t6) = reflect(
             Api::<ConfigMap>::namespaced(client.clone(), ns),
             labelled,
             changed.clone(),
+            trim_managed_fields,
         );
         let (metadata_config_maps, t7) = reflect(
             Api::<ConfigMap>::namespaced(client.clone(), ns),
             watcher::Config::default().labels(keys::CONFIGMAP_LABEL_NODE_META),
             changed.clone(),
+            trim_managed_fields,
         );
         let recorder = Recorder::new(
             client.clone(),
@@ -414,6 +440,7 @@ impl KubeCluster {
                         Api::<Pod>::all(self.client.clone()),
                         config,
                         self.changed.clone(),
+                        trim_managed_fields,
                     );
                     fresh.push(store.clone());
                     watches.insert(node.clone(), NodePodWatch { store, task });

@@ -169,6 +169,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
 ) -> Result<(), LoopError> {
     let mut was_leading = true;
     loop {
+        let iteration_started = std::time::Instant::now();
         let (fetch, change) = source.poll(pacer.now(controller.cluster()));
         let change = match change {
             Ok(change) => change,
@@ -206,6 +207,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
         } {
             tracing::warn!(error = %e, "materializing the desired CRs failed; retrying next pass");
         }
+        let pass_started = std::time::Instant::now();
         let report = match lifecycle {
             _ if !leading => None,
             LifecycleMode::SelfManaged => match controller.pass().await {
@@ -217,7 +219,9 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             },
             LifecycleMode::Upstream => None,
         };
+        let after_pass = std::time::Instant::now();
         let snapshot = controller.cluster().snapshot().await?;
+        let after_snapshot = std::time::Instant::now();
         if let Some(writer) = status.as_deref_mut() {
             writer.set_source(source.record());
         }
@@ -239,19 +243,41 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             status: written.as_ref(),
             leading,
         };
+        let after_status = std::time::Instant::now();
         if observe(&iteration).is_break() {
             return Ok(());
         }
+        tracing::debug!(
+            before_pass_ms = ms(pass_started.duration_since(iteration_started)),
+            snapshot_ms = ms(after_snapshot.duration_since(after_pass)),
+            status_ms = ms(after_status.duration_since(after_snapshot)),
+            observe_ms = ms(after_status.elapsed()),
+            pass_ms = report.as_ref().map(|r| ms(r.duration)),
+            planning_ms = report.as_ref().map(|r| ms(r.planning)),
+            writes = report.as_ref().map(|r| r.writes.len()),
+            "iteration"
+        );
         let pass_delay = match &report {
             Some(r) => controller.delay_after(r),
             None => controller.settings().reconcile_interval(),
         };
         // The fetch cadence is the loop's own: an idle fleet still wakes to fetch.
         let delay = pass_delay.min(source.until_fetch(pacer.now(controller.cluster())));
-        match pacer.wait(controller.cluster(), delay).await {
+        let waiting = std::time::Instant::now();
+        let wake = pacer.wait(controller.cluster(), delay).await;
+        tracing::debug!(
+            delay_ms = ms(delay),
+            waited_ms = ms(waiting.elapsed()),
+            "waited"
+        );
+        match wake {
             Wake::Stop => return Ok(()),
             Wake::Triggered => source.request_fetch(),
             Wake::Elapsed => {}
         }
     }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }

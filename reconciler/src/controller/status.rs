@@ -13,7 +13,8 @@ use crate::source::triggers::process_seed;
 use crate::writeback::coalesce::{Coalescer, Decision};
 use crate::writeback::git::{Author, WritebackError, commit_status, push};
 use crate::writeback::render::{
-    DEFAULT_NODE_DETAIL_LIMIT, StatusDocument, StatusFile, commit_message, document, render_all,
+    DEFAULT_NODE_DETAIL_LIMIT, StatusDocument, StatusFile, commit_message, documents,
+    render_documents,
 };
 use crate::writeback::source::SourceRecord;
 
@@ -95,15 +96,19 @@ impl StatusWriter {
         now: Timestamp,
         nodewrights: &[NodeWright],
     ) -> Result<StatusWrite, WritebackError> {
-        let mut files = render_all(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
+        let docs = documents(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
+        // Changed documents mean changed files: within the coalescing interval there is
+        // nothing to commit yet, and the files need not be rendered.
+        if docs != self.last_docs
+            && !self.push_pending
+            && let Decision::WaitUntil(_) = self.coalescer.decide_changed(now, &docs)
+        {
+            return Ok(StatusWrite::Deferred);
+        }
+        let mut files = render_documents(&docs);
         if let Some(source) = &self.source {
             source.add_to(&mut files);
         }
-        let mut docs: Vec<StatusDocument> = nodewrights
-            .iter()
-            .map(|nw| document(nw, DEFAULT_NODE_DETAIL_LIMIT))
-            .collect();
-        docs.sort_by(|a, b| a.nodewright.cmp(&b.nodewright));
         match self.coalescer.decide(now, &files, &docs) {
             Decision::Unchanged if !self.push_pending => return Ok(StatusWrite::Unchanged),
             Decision::Unchanged => {

@@ -62,6 +62,12 @@ impl Coalescer {
         if self.last_digest.as_deref() == Some(digest(files).as_str()) {
             return Decision::Unchanged;
         }
+        self.decide_changed(now, docs)
+    }
+
+    /// What to do with files known to differ from the last commit: commit now, or wait for
+    /// the interval unless a NodeWright just became complete or erroring.
+    pub fn decide_changed(&self, now: Timestamp, docs: &[StatusDocument]) -> Decision {
         let terminal_transition = docs.iter().any(|d| {
             matches!(d.status.as_str(), "complete" | "erroring")
                 && self.last_statuses.get(&d.nodewright) != Some(&d.status)

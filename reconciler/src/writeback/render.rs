@@ -303,11 +303,21 @@ pub fn scenario_git_status(
 
 /// Renders every status file: one YAML per NodeWright plus the README table.
 pub fn render_all(nodewrights: &[NodeWright], node_detail_limit: usize) -> Vec<StatusFile> {
+    render_documents(&documents(nodewrights, node_detail_limit))
+}
+
+/// Every NodeWright's status document, in name order.
+pub fn documents(nodewrights: &[NodeWright], node_detail_limit: usize) -> Vec<StatusDocument> {
     let mut docs: Vec<StatusDocument> = nodewrights
         .iter()
         .map(|nw| document(nw, node_detail_limit))
         .collect();
     docs.sort_by(|a, b| a.nodewright.cmp(&b.nodewright));
+    docs
+}
+
+/// The status files of documents in name order: one per NodeWright and the README.
+pub fn render_documents(docs: &[StatusDocument]) -> Vec<StatusFile> {
     let mut files: Vec<StatusFile> = docs
         .iter()
         .map(|doc| StatusFile {
@@ -321,7 +331,7 @@ pub fn render_all(nodewrights: &[NodeWright], node_detail_limit: usize) -> Vec<S
         .collect();
     files.push(StatusFile {
         path: format!("{STATUS_DIR}/README.md"),
-        content: readme(&docs),
+        content: readme(docs),
     });
     files
 }

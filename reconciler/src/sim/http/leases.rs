@@ -19,11 +19,16 @@ pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// The lease duration a kubelet sets.
 const LEASE_DURATION_SECONDS: i64 = 40;
+/// How often the simulated kubelets look at their leases: every publish would walk every node
+/// on every request, and a lease a second late is still well inside its renewal period.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// When each node's lease was last renewed.
 #[derive(Debug, Default)]
 pub struct NodeLeases {
     renewed: BTreeMap<String, Timestamp>,
+    /// When the kubelets last looked at their leases.
+    checked: Option<Timestamp>,
 }
 
 /// A `MicroTime` as the apiserver writes it.
@@ -36,6 +41,14 @@ impl Inner {
     /// created or renewed every 10 s; a deleted node's lease is garbage-collected with it.
     pub(super) fn renew_node_leases(&mut self) {
         let now = self.sim.now();
+        if self
+            .node_leases
+            .checked
+            .is_some_and(|at| util::since(at, now) < CHECK_EVERY)
+        {
+            return;
+        }
+        self.node_leases.checked = Some(now);
         let mut due = Vec::new();
         for (name, node) in self.sim.nodes() {
             let fresh = self

@@ -1,7 +1,5 @@
 //! Label and field selectors of list and watch requests.
 
-use std::collections::BTreeMap;
-
 use nodewright_schema::selector::Selector;
 use serde_json::Value;
 
@@ -31,29 +29,31 @@ impl LabelSelector {
 
     /// Whether an object's labels satisfy every requirement.
     pub fn matches(&self, object: &Value) -> bool {
-        let labels: BTreeMap<String, String> = object
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object)
-            .map(|l| {
-                l.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        self.0.matches(&labels)
+        if self.0.is_empty() {
+            return true;
+        }
+        let labels = object
+            .get("metadata")
+            .and_then(|m| m.get("labels"))
+            .and_then(Value::as_object);
+        self.0
+            .matches_with(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
     }
 }
 
 /// The string form of a field for selection (`true`, `5`, `""` when absent).
-fn field_text(object: &Value, path: &str) -> String {
-    let pointer = format!("/{}", path.replace('.', "/"));
-    match object.pointer(&pointer) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Bool(b)) => b.to_string(),
-        Some(Value::Number(n)) => n.to_string(),
+fn field_text<'a>(object: &'a Value, path: &str) -> std::borrow::Cow<'a, str> {
+    use std::borrow::Cow;
+    let field = path
+        .split('.')
+        .try_fold(object, |value, segment| value.get(segment));
+    match field {
+        Some(Value::String(s)) => Cow::Borrowed(s),
+        Some(Value::Bool(b)) => Cow::Owned(b.to_string()),
+        Some(Value::Number(n)) => Cow::Owned(n.to_string()),
         // An unset `spec.unschedulable` selects as false, like the apiserver's field sets.
-        None if path == "spec.unschedulable" => "false".into(),
-        _ => String::new(),
+        None if path == "spec.unschedulable" => Cow::Borrowed("false"),
+        _ => Cow::Borrowed(""),
     }
 }
 

@@ -926,7 +926,8 @@ fn filtered(
     if let Some(ns) = namespace {
         let object_ns = entry
             .object
-            .pointer("/metadata/namespace")
+            .get("metadata")
+            .and_then(|m| m.get("namespace"))
             .and_then(Value::as_str)
             .unwrap_or_default();
         if object_ns != ns {
