@@ -116,11 +116,6 @@ impl EmittedIndex {
     }
 }
 
-/// A Job `node` label value that more than one node of the snapshot maps to (hashed long
-/// names colliding with each other or with a short name): callers then scan, as before.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AmbiguousNodeLabel;
-
 /// The whole working state of one pass.
 pub struct PassCtx<'a> {
     /// What the pass reads.
@@ -145,7 +140,8 @@ pub struct PassCtx<'a> {
     /// Nodes whose Job `node` label differs from their name (names over 63 characters), by
     /// label; the first node id wins.
     long_labels: FxHashMap<String, usize>,
-    /// Some label maps to more than one node (see [`AmbiguousNodeLabel`]).
+    /// Some Job `node` label value maps to more than one node (hashed long names colliding
+    /// with each other or with a short name): only a scan can tell them apart.
     label_collision: bool,
     /// NodeWrights sorted by priority, then name.
     pub nws: Vec<NwView<'a>>,
@@ -255,18 +251,18 @@ impl<'a> PassCtx<'a> {
     pub fn node_id(&self, name: &str) -> Option<usize> {
         self.node_ids.get(name).copied()
     }
-    /// The node whose Job `node` label value (`names::node_label_value`) is `label`, or
-    /// `Err` when the snapshot has colliding labels and only a scan can tell.
-    pub fn node_by_label(&self, label: &str) -> Result<Option<usize>, AmbiguousNodeLabel> {
+    /// The node a Job's `node` label names (§4.7: the node's name, hashed when longer than a
+    /// label value may be). A node named exactly `label` wins; when two nodes' labels collide,
+    /// the first node in snapshot order whose label value is `label`.
+    pub fn node_of_job_label(&self, label: &str) -> Option<usize> {
+        if let Some(id) = self.node_id(label) {
+            return Some(id);
+        }
         if self.label_collision {
-            return Err(AmbiguousNodeLabel);
+            return (0..self.nodes.len())
+                .find(|&id| names::node_label_value(self.nodes[id].name) == label);
         }
-        if let Some(&id) = self.node_ids.get(label)
-            && self.nodes[id].name.len() <= LABEL_MAX
-        {
-            return Ok(Some(id));
-        }
-        Ok(self.long_labels.get(label).copied())
+        self.long_labels.get(label).copied()
     }
     /// Working copy of a node.
     pub fn node(&self, id: usize) -> &NodeWork<'a> {
@@ -332,7 +328,7 @@ impl<'a> PassCtx<'a> {
         {
             return;
         }
-        // The snapshot's mirror was found equal to this very parse under this very status
+        // The snapshot's mirror was found equal to this parse under this status
         // version in an earlier pass, and neither side moved since: nothing to compare.
         let unwritten = n
             .unwritten_state(view.state_key())
@@ -349,6 +345,22 @@ impl<'a> PassCtx<'a> {
         }
         if let Some(p) = pos {
             view.published_at[p as usize] = n.writes;
+        }
+    }
+
+    /// Records a package entry in a node's state for a NodeWright. A malformed state refuses
+    /// it and the refusal is an error of the pass (§4.1: a malformed state is never silently
+    /// treated as empty); returns whether the entry was recorded.
+    pub fn record_entry(&mut self, nw: usize, node: usize, entry: PackageStatus) -> bool {
+        let state_key = self.nws[nw].state_key();
+        match self.nodes[node].set_entry(state_key, entry) {
+            Ok(()) => true,
+            Err(e) => {
+                let nw_name = self.nws[nw].name;
+                let node_name = self.nodes[node].name;
+                self.error(format!("node {node_name}, nodewright {nw_name}: {e}"));
+                false
+            }
         }
     }
 

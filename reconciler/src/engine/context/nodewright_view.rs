@@ -53,7 +53,7 @@ pub struct NwView<'a> {
     /// The node's write count when introspection last wrote back its Status (§5.12), parallel
     /// to `selected`; reset like `published_at`.
     pub(in crate::engine) written_back_at: Vec<u32>,
-    /// The node's `status.nodeStatus` value as the last pass found it under this very status
+    /// The node's `status.nodeStatus` value as the last pass found it under this status
     /// version, parallel to `selected` (`None`: not known); holds while the pass leaves that
     /// entry untouched (see [`NwView::published_node_status_at`]).
     pub(super) published_seed: Vec<Option<Status>>,
@@ -63,7 +63,7 @@ pub struct NwView<'a> {
     /// The `Ready` message this pass made from the snapshot's `nodeStatus`, for the next pass.
     pub(in crate::engine) ready_message: Option<String>,
     /// The last pass found no departed node in the per-node maps this pass starts with, over
-    /// the very nodes this pass selects (see [`NwView::nothing_departed`]).
+    /// the same nodes this pass selects (see [`NwView::nothing_departed`]).
     pub(super) carried_nothing_departed: bool,
     /// This pass found no departed node in the per-node maps as the snapshot holds them.
     pub(super) nothing_departed: bool,
@@ -263,7 +263,7 @@ impl<'a> NwView<'a> {
         // Selection order is stable, so the node at the same position is tried first; a node
         // that joined or left shifts the rest, which are then found by their memo.
         let mut by_memo: Option<FxHashMap<*const NodeMemo, usize>> = None;
-        // Every selected node is the very object the last pass had at its position.
+        // Every selected node is the same object the last pass had at its position.
         let mut in_place = carry.nodes.len() == self.selected.len();
         let digests = self.digests.get_mut();
         for (p, &i) in self.selected.iter().enumerate() {
@@ -321,7 +321,7 @@ impl<'a> NwView<'a> {
     }
 
     /// Whether the last pass found no departed node in the per-node maps this pass starts
-    /// with, over the very nodes this pass selects (status version and nodes unchanged).
+    /// with, over the same nodes this pass selects (status version and nodes unchanged).
     pub fn carried_nothing_departed(&self) -> bool {
         self.carried_nothing_departed
     }
@@ -346,7 +346,8 @@ impl<'a> NwView<'a> {
     pub(super) fn carry_out(&self, nodes: &[NodeWork<'_>], carry: &mut SelectionCarry) {
         carry.inputs = Some(Arc::clone(&self.completion_inputs));
         carry.version = self.status_version;
-        // Taken, not cloned (see [`NwView::seed`]): the pass derives nothing after this.
+        // Digests move back rather than being cloned (see [`NwView::seed`]); the pass derives
+        // nothing after this.
         let mut digests = self.digests.borrow_mut();
         for (p, &i) in self.selected.iter().enumerate() {
             let n = &nodes[i];
@@ -409,7 +410,7 @@ impl<'a> NwView<'a> {
     }
 
     /// The last pass's `Ready` message, while this pass has not changed `status.nodeStatus`
-    /// and selects the very nodes the last pass did: it was made from the same input.
+    /// and selects the same nodes the last pass did: it was made from the same input.
     pub fn carried_ready_message(&self) -> Option<&str> {
         self.carried_ready
             .as_deref()
