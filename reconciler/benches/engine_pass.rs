@@ -20,6 +20,10 @@
 //! with `--features step-timing`, `ENGINE_BENCH_CORE_ONLY=1` runs passes without their
 //! package-lane steps).
 
+// The counting allocator implements `GlobalAlloc`, an unsafe trait; it only forwards to
+// `System`.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -1,5 +1,7 @@
 //! The `nodewright` binary: see [`nodewright_reconciler::cli`].
 
+#![forbid(unsafe_code)]
+
 fn main() -> std::process::ExitCode {
     nodewright_reconciler::cli::main()
 }
