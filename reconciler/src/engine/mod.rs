@@ -5,6 +5,36 @@
 //! One call is one heavy pass (§5.2). The Job handler and the Pod-evidence handler (§5.1)
 //! run inside the same pass, first, so their recordings are visible to the heavy-pass steps
 //! and all node changes of the pass merge into one patch per node (§5.15).
+//!
+//! # The pass
+//!
+//! [`reconcile`] builds the working state ([`context::PassCtx`]), runs the handlers, then per
+//! NodeWright in priority order the preamble (§5.4: conditions, finalizer, ReportState, pause,
+//! sweep and ConfigMaps, resume, introspection) and the dispatch loop (§5.5: select the batch,
+//! then [`node_work::work_node`] on each picked, ready, incomplete node), and last turns the
+//! working state into the plan. A step that writes something §5.4 says ends the pass returns
+//! [`context::Flow::EndPass`]; what was decided so far is written and the pass requeues.
+//!
+//! # The working state
+//!
+//! Steps never write the cluster; they write the pass context, and the plan is its difference
+//! from the snapshot:
+//!
+//! - nodes by *node id* (position in `snapshot.nodes`): metadata, taints, `unschedulable` and
+//!   node-state entries ([`context::NodeWork`]), diffed entry by entry at the end, so an entry
+//!   the pass did not touch is not sent and a concurrent writer's change survives (§5.15);
+//! - NodeWrights by *nw index* (priority, then name), each with its selected node ids in
+//!   node order (§5.3) and a working status ([`context::NwView`]), published as one status
+//!   patch when it changed;
+//! - node Status through [`context::PassCtx::set_node_status`] (annotation, label,
+//!   `nodeStatus`, `nodeState`; `complete` releases the cordon and leaves `nodePriority`),
+//!   cordons through `cordon`/`uncordon` (§7.2, §7.3);
+//! - every other write through `emit`/`emit_after`, with what it relies on
+//!   ([`write_order`]); events, requeues and errors likewise.
+//!
+//! Completion predicates (§6.4, §16.3) have one home, [`complete`]; label selectors and
+//! tolerations match through the schema crate. What a pass carries to the next, and why a
+//! warm pass plans what a cold one does, is docs/engine-performance.md.
 
 pub mod approvals;
 pub mod complete;
