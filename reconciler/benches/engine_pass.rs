@@ -31,9 +31,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodewright_reconciler::cluster::Desired;
-use nodewright_reconciler::engine::context::PassCtx;
 #[cfg(feature = "step-timing")]
-use nodewright_reconciler::engine::context::{Flow, NodeWorkResult};
+use nodewright_reconciler::engine::context::{Flow, NodeWorkResult, PassCtx};
 #[cfg(feature = "step-timing")]
 use nodewright_reconciler::engine::{Hooks, reconcile_with, reconcile_with_cache};
 use nodewright_reconciler::engine::{StateCache, reconcile, reconcile_cached};

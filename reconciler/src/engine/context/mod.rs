@@ -5,6 +5,11 @@
 //! differences into one [`NodePatch`] per node and one status patch per NodeWright at the end.
 //! Writing through these copies is what keeps the pass from re-asserting values it never
 //! changed, which other writers (Job handler, other controllers) may have moved meanwhile.
+//!
+//! This file holds the pass context ([`PassCtx`]) and its outputs; `working_node.rs` the
+//! working copy of one node ([`NodeWork`]); `nodewright_view.rs` one NodeWright as the pass
+//! sees it ([`NwView`]); `snap_index.rs` the snapshot's lookup tables ([`SnapIndex`]);
+//! `start.rs` how a pass starts from the snapshot and what the cache kept of the last pass.
 
 mod nodewright_view;
 mod snap_index;
