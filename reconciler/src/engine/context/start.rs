@@ -368,7 +368,7 @@ impl<'a> PassCtx<'a> {
         let names: Vec<&'a str> = nw_refs.iter().map(|nw| nw.name()).collect();
         let mut jobs_carried = None;
         let mut carries = FxHashMap::default();
-        let (since, cache) = match cache {
+        let (mut since, cache) = match cache {
             Some(c) => {
                 carries = c.take_carries();
                 jobs_carried = Some(c.take_jobs());
@@ -377,7 +377,6 @@ impl<'a> PassCtx<'a> {
             }
             None => (NodesSinceLast::unknown(), None),
         };
-        let mut since = since;
         since.follow = since.follows(labels.node_ids.len() == nodes.len());
         let order = node_order(&nodes, &since, cache);
         let mut nws = Vec::with_capacity(nw_refs.len());
