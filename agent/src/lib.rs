@@ -6,6 +6,8 @@
 //! specification (`spec/agent.md`); module docs cite its sections.
 
 #![deny(missing_docs)]
+// Only `exec` and `signals` call into libc, each block allowed with a SAFETY comment.
+#![deny(unsafe_code)]
 
 pub mod checks;
 pub mod cli;

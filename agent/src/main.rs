@@ -1,5 +1,7 @@
 //! `nodewright-agent`: thin wrapper over [`nodewright_agent::run`].
 
+#![forbid(unsafe_code)]
+
 fn main() {
     nodewright_agent::signals::install();
     let argv: Vec<String> = std::env::args().skip(1).collect();

@@ -4,19 +4,25 @@
 //! The headline figure is a steady pass: the same snapshot, with the cache the last pass left
 //! (as the controller runs every pass). Also prints, per pass, the allocations and bytes
 //! allocated (a counting global allocator) and the bytes still live after the plan is dropped,
-//! then a per-phase time breakdown, and three passes after a change, each with the cache the
-//! last pass left: a few nodes, Jobs and pods replaced by new objects; a Job and its pods
-//! gone and another joined in front (shifting the positions of most Jobs and pods); a node
-//! gone near the front (shifting most nodes). Then a pass without the cache. Last, rollout
-//! passes: a simulated 10,000-node rollout run pass by pass, printing each pass in which at
-//! least 5 % of the nodes start or finish a stage (target ≤ 50 ms). Figures only, nothing is
-//! asserted.
+//! then (with `--features step-timing`) a per-step time breakdown, and three passes after a
+//! change, each with the cache the last pass left: a few nodes, Jobs and pods replaced by new
+//! objects; a Job and its pods gone and another joined in front (shifting the positions of
+//! most Jobs and pods); a node gone near the front (shifting most nodes). Then a pass without
+//! the cache. Last, rollout passes: a simulated 10,000-node rollout run pass by pass, printing
+//! each pass in which at least 5 % of the nodes start or finish a stage (target ≤ 50 ms).
+//! Figures only, nothing is asserted.
 //!
 //! Run: `cargo bench -p nodewright-reconciler --bench engine_pass`
 //! (`ENGINE_BENCH_PASSES=N` sets the number of passes, default 10; for profilers,
 //! `ENGINE_BENCH_WARM_ONLY=1` runs steady passes only, through `steady_pass`; add
 //! `ENGINE_BENCH_CHANGED=1`, `ENGINE_BENCH_SHIFTED=1` or `ENGINE_BENCH_DEPARTED=1` for the
-//! passes after each change; `ENGINE_BENCH_ROLLOUT_ONLY=1` runs the rollout passes alone).
+//! passes after each change; `ENGINE_BENCH_ROLLOUT_ONLY=1` runs the rollout passes alone;
+//! with `--features step-timing`, `ENGINE_BENCH_CORE_ONLY=1` runs passes without their
+//! package-lane steps).
+
+// The counting allocator implements `GlobalAlloc`, an unsafe trait; it only forwards to
+// `System`.
+#![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -25,10 +31,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodewright_reconciler::cluster::Desired;
+#[cfg(feature = "step-timing")]
 use nodewright_reconciler::engine::context::{Flow, NodeWorkResult, PassCtx};
-use nodewright_reconciler::engine::{
-    Hooks, StateCache, reconcile, reconcile_cached, reconcile_with, reconcile_with_cache,
-};
+#[cfg(feature = "step-timing")]
+use nodewright_reconciler::engine::{Hooks, reconcile_with, reconcile_with_cache};
+use nodewright_reconciler::engine::{StateCache, reconcile, reconcile_cached};
 use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::sim::{ModelRunner, NodeInput, PackageModels, SimCluster};
 use nodewright_reconciler::snapshot::{Memory, Snapshot};
@@ -314,12 +321,15 @@ fn median_after(
     walls[runs / 2]
 }
 
-/// Nanoseconds spent in each part-2 hook, summed over the passes of one measurement.
+/// Nanoseconds spent in each package-lane step, summed over the passes of one measurement.
+#[cfg(feature = "step-timing")]
 static PHASE_NANOS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
-/// Allocations made in each part-2 hook, summed likewise.
+/// Allocations made in each package-lane step, summed likewise.
+#[cfg(feature = "step-timing")]
 static PHASE_ALLOCS: [AtomicU64; PHASES.len()] = [const { AtomicU64::new(0) }; PHASES.len()];
 
-/// The hook phases, in pass order (engine/CONTRACT.md "Hooks part 2 provides").
+/// The package-lane steps, in pass order (`engine::Hooks`).
+#[cfg(feature = "step-timing")]
 const PHASES: [&str; 9] = [
     "handlers (Job + Pod evidence)",
     "refresh_conditions",
@@ -332,6 +342,7 @@ const PHASES: [&str; 9] = [
     "work_node (all picked nodes)",
 ];
 
+#[cfg(feature = "step-timing")]
 fn timed<T>(phase: usize, f: impl FnOnce() -> T) -> T {
     let allocs = ALLOCS.load(Ordering::Relaxed);
     let start = Instant::now();
@@ -359,34 +370,35 @@ fn clocked<T>(f: impl FnOnce() -> T) -> (T, Duration, Option<Duration>) {
     (out, wall, cpu)
 }
 
-/// The standard hooks, each wrapped in a timer (hooks are plain `fn`s, so one wrapper each).
+/// The standard steps, each wrapped in a timer (hooks are plain `fn`s, so one wrapper each).
+#[cfg(feature = "step-timing")]
 fn timed_hooks() -> Hooks {
     fn handlers(ctx: &mut PassCtx<'_>) {
-        timed(0, || (Hooks::standard().handlers)(ctx))
+        timed(0, || (Hooks::STANDARD.handlers)(ctx))
     }
     fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
-        timed(1, || (Hooks::standard().refresh_conditions)(ctx, nw))
+        timed(1, || (Hooks::STANDARD.refresh_conditions)(ctx, nw))
     }
     fn finalizer(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
-        timed(2, || (Hooks::standard().finalizer)(ctx, nw))
+        timed(2, || (Hooks::STANDARD.finalizer)(ctx, nw))
     }
     fn suspend_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
-        timed(3, || (Hooks::standard().suspend_jobs)(ctx, nw))
+        timed(3, || (Hooks::STANDARD.suspend_jobs)(ctx, nw))
     }
     fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
-        timed(4, || (Hooks::standard().sweep)(ctx, nw))
+        timed(4, || (Hooks::STANDARD.sweep)(ctx, nw))
     }
     fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
-        timed(5, || (Hooks::standard().node_metadata)(ctx, nw))
+        timed(5, || (Hooks::STANDARD.node_metadata)(ctx, nw))
     }
     fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
-        timed(6, || (Hooks::standard().package_configmaps)(ctx, nw))
+        timed(6, || (Hooks::STANDARD.package_configmaps)(ctx, nw))
     }
     fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
-        timed(7, || (Hooks::standard().resume_jobs)(ctx, nw))
+        timed(7, || (Hooks::STANDARD.resume_jobs)(ctx, nw))
     }
     fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResult {
-        timed(8, || (Hooks::standard().work_node)(ctx, nw, node))
+        timed(8, || (Hooks::STANDARD.work_node)(ctx, nw, node))
     }
     Hooks {
         handlers,
@@ -580,8 +592,9 @@ fn main() {
         rollout_passes(&settings, runs);
         return;
     }
+    #[cfg(feature = "step-timing")]
     if std::env::var_os("ENGINE_BENCH_CORE_ONLY").is_some() {
-        // For profiling the part-1 pass alone.
+        // For profiling the pass without its package-lane steps.
         for _ in 0..runs {
             let _ = reconcile_with(&snap, &settings, &Hooks::inert());
         }
@@ -630,55 +643,12 @@ fn main() {
     cpus.sort();
     times.sort();
 
-    // Where the time goes: part-2 hooks timed one by one, the rest is part 1 (selection,
-    // policy, status, conditions, write-back) plus building the pass context.
-    for (n, a) in PHASE_NANOS.iter().zip(&PHASE_ALLOCS) {
-        n.store(0, Ordering::Relaxed);
-        a.store(0, Ordering::Relaxed);
-    }
-    let hooks = timed_hooks();
-    let allocs = ALLOCS.load(Ordering::Relaxed);
-    let start = Instant::now();
-    for _ in 0..runs {
-        let _ = reconcile_with_cache(&snap, &settings, &hooks, Some(&mut cache));
-    }
-    let total = start.elapsed() / runs as u32;
-    let total_allocs = (ALLOCS.load(Ordering::Relaxed) - allocs) / runs as u64;
-    let allocs = ALLOCS.load(Ordering::Relaxed);
-    let start = Instant::now();
-    for _ in 0..runs {
-        // The nodes' entries move into the pass and back out: hand them back, or the next
-        // pass would start cold.
-        let ctx = PassCtx::new_cached(&snap, &settings, Some(&mut cache));
-        drop(ctx.into_actions(Vec::new(), Some(&mut cache)));
-    }
-    let ctx_build = start.elapsed() / runs as u32;
-    let ctx_allocs = (ALLOCS.load(Ordering::Relaxed) - allocs) / runs as u64;
-    let mut hooks_total = Duration::ZERO;
-    let mut hooks_allocs = 0;
-    println!(
-        "  per-phase breakdown (mean of {runs} passes: {:.2} ms wall, {total_allocs} allocations per pass):",
-        ms(total)
-    );
-    println!(
-        "    {:<40} {:>9.2} ms {:>10} allocations",
-        "build the pass context (and hand back)",
-        ms(ctx_build),
-        ctx_allocs
-    );
-    for ((name, nanos), count) in PHASES.iter().zip(&PHASE_NANOS).zip(&PHASE_ALLOCS) {
-        let d = Duration::from_nanos(nanos.load(Ordering::Relaxed)) / runs as u32;
-        let a = count.load(Ordering::Relaxed) / runs as u64;
-        hooks_total += d;
-        hooks_allocs += a;
-        println!("    {name:<40} {:>9.2} ms {a:>10} allocations", ms(d));
-    }
-    println!(
-        "    {:<40} {:>9.2} ms {:>10} allocations",
-        "part 1 (status, selection, write-back)",
-        ms(total.saturating_sub(hooks_total + ctx_build)),
-        total_allocs.saturating_sub(hooks_allocs + ctx_allocs)
-    );
+    // Where the time goes: the package-lane steps timed one by one; the rest is selection,
+    // policy, status, conditions and write-back, plus building the pass context.
+    #[cfg(feature = "step-timing")]
+    step_breakdown(&snap, &settings, &mut cache, runs);
+    #[cfg(not(feature = "step-timing"))]
+    println!("  per-step breakdown: run with --features step-timing");
     // Passes after a change: each starts from the last pass's cache over a snapshot in which
     // `CHURN` nodes, Jobs and pods are new objects (a fresh allocation with its
     // resourceVersion moved, as an adapter hands over an object the API server rewrote).
@@ -709,16 +679,19 @@ fn main() {
         "  without the parse cache (every annotation parsed): median {:.2} ms CPU",
         ms(cold[runs / 2])
     );
-    let mut core = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let (_, wall, cpu) = clocked(|| reconcile_with(&snap, &settings, &Hooks::inert()));
-        core.push(cpu.unwrap_or(wall));
+    #[cfg(feature = "step-timing")]
+    {
+        let mut core = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let (_, wall, cpu) = clocked(|| reconcile_with(&snap, &settings, &Hooks::inert()));
+            core.push(cpu.unwrap_or(wall));
+        }
+        core.sort();
+        println!(
+            "  without its package-lane steps (no cache): median {:.2} ms CPU",
+            ms(core[runs / 2])
+        );
     }
-    core.sort();
-    println!(
-        "  part 1 alone (inert package hooks, no cache): median {:.2} ms CPU",
-        ms(core[runs / 2])
-    );
     let start = Instant::now();
     let mut entries = 0;
     for n in &snap.nodes {
@@ -747,4 +720,57 @@ fn main() {
         );
     }
     rollout_passes(&settings, runs);
+}
+
+/// Mean time and allocations of each package-lane step over `runs` warm passes, of building the
+/// pass context, and of the rest of the pass.
+#[cfg(feature = "step-timing")]
+fn step_breakdown(snap: &Snapshot, settings: &Settings, cache: &mut StateCache, runs: usize) {
+    for (n, a) in PHASE_NANOS.iter().zip(&PHASE_ALLOCS) {
+        n.store(0, Ordering::Relaxed);
+        a.store(0, Ordering::Relaxed);
+    }
+    let hooks = timed_hooks();
+    let allocs = ALLOCS.load(Ordering::Relaxed);
+    let start = Instant::now();
+    for _ in 0..runs {
+        let _ = reconcile_with_cache(snap, settings, &hooks, Some(&mut *cache));
+    }
+    let total = start.elapsed() / runs as u32;
+    let total_allocs = (ALLOCS.load(Ordering::Relaxed) - allocs) / runs as u64;
+    let allocs = ALLOCS.load(Ordering::Relaxed);
+    let start = Instant::now();
+    for _ in 0..runs {
+        // The nodes' entries move into the pass and back out: hand them back, or the next
+        // pass would start cold.
+        let ctx = PassCtx::new_cached(snap, settings, Some(&mut *cache));
+        drop(ctx.into_actions(Vec::new(), Some(&mut *cache)));
+    }
+    let ctx_build = start.elapsed() / runs as u32;
+    let ctx_allocs = (ALLOCS.load(Ordering::Relaxed) - allocs) / runs as u64;
+    let mut hooks_total = Duration::ZERO;
+    let mut hooks_allocs = 0;
+    println!(
+        "  per-phase breakdown (mean of {runs} passes: {:.2} ms wall, {total_allocs} allocations per pass):",
+        ms(total)
+    );
+    println!(
+        "    {:<40} {:>9.2} ms {:>10} allocations",
+        "build the pass context (and hand back)",
+        ms(ctx_build),
+        ctx_allocs
+    );
+    for ((name, nanos), count) in PHASES.iter().zip(&PHASE_NANOS).zip(&PHASE_ALLOCS) {
+        let d = Duration::from_nanos(nanos.load(Ordering::Relaxed)) / runs as u32;
+        let a = count.load(Ordering::Relaxed) / runs as u64;
+        hooks_total += d;
+        hooks_allocs += a;
+        println!("    {name:<40} {:>9.2} ms {a:>10} allocations", ms(d));
+    }
+    println!(
+        "    {:<40} {:>9.2} ms {:>10} allocations",
+        "the rest (selection, status, write-back)",
+        ms(total.saturating_sub(hooks_total + ctx_build)),
+        total_allocs.saturating_sub(hooks_allocs + ctx_allocs)
+    );
 }

@@ -1,6 +1,8 @@
 //! The NodeWright GitOps reconciler: Git source, lifecycle engine, simulated cluster, cluster
 //! adapters, status write-back and the `nodewright` command line.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 pub mod cluster;
 pub mod controller;

@@ -1,5 +1,7 @@
 //! The `nodewright` binary: see [`nodewright_reconciler::cli`].
 
+#![forbid(unsafe_code)]
+
 /// A long-running controller allocates and frees watch objects and snapshots at a high rate;
 /// mimalloc keeps that cheap and returns freed memory instead of fragmenting the heap.
 #[global_allocator]

@@ -25,6 +25,11 @@ pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     }
 }
 
+/// Whether at least one of `tolerations` tolerates `taint`.
+pub fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
+    tolerations.iter().any(|t| tolerates(t, taint))
+}
+
 /// Whether every taint is tolerated by at least one of `tolerations` (§5.8: all effects count).
 pub fn tolerates_all<'a>(
     tolerations: &[Toleration],
@@ -32,7 +37,7 @@ pub fn tolerates_all<'a>(
 ) -> bool {
     taints
         .into_iter()
-        .all(|taint| tolerations.iter().any(|t| tolerates(t, taint)))
+        .all(|taint| tolerated(tolerations, taint))
 }
 
 #[cfg(test)]

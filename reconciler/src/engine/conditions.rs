@@ -115,7 +115,8 @@ pub fn malformed_message(names: &[String]) -> String {
     msg
 }
 
-/// Preamble step 1 (part 1's share): `NodeStateMalformed` (§12.2).
+/// Preamble step 1: `NodeStateMalformed` (§12.2); the package lane's conditions are
+/// [`super::packages::refresh_conditions`].
 pub fn refresh_malformed(ctx: &mut PassCtx, nw: usize) {
     let view = &ctx.nws[nw];
     let names: Vec<String> = view

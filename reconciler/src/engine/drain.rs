@@ -4,8 +4,9 @@
 //! (§7.9), the drain blockers record (§7.10) and the drain timeout (§7.11).
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, Toleration};
+use k8s_openapi::api::core::v1::{Pod, Taint};
 use nodewright_schema::duration::parse_go_duration;
+use nodewright_schema::toleration::tolerated;
 use nodewright_schema::{DrainConfig, NodeWright, Status, keys};
 use serde::{Deserialize, Serialize};
 
@@ -56,10 +57,12 @@ pub fn classify(pod: &Pod, drain: &DrainConfig, operator_namespace: &str) -> Pod
         .as_ref()
         .and_then(|s| s.tolerations.as_deref())
         .unwrap_or_default();
-    if tolerations
-        .iter()
-        .any(|t| tolerates(t, keys::TAINT_UNSCHEDULABLE, None, "NoSchedule"))
-    {
+    let unschedulable = Taint {
+        key: keys::TAINT_UNSCHEDULABLE.to_string(),
+        effect: "NoSchedule".to_string(),
+        ..Taint::default()
+    };
+    if tolerated(tolerations, &unschedulable) {
         return PodDecision::Ignore;
     }
     let controller = pod
@@ -98,17 +101,6 @@ pub fn classify(pod: &Pod, drain: &DrainConfig, operator_namespace: &str) -> Pod
     } else {
         PodDecision::Evict
     }
-}
-
-/// Kubernetes toleration matching of one taint (one home: `nodewright_schema::toleration`).
-pub fn tolerates(t: &Toleration, key: &str, value: Option<&str>, effect: &str) -> bool {
-    let taint = k8s_openapi::api::core::v1::Taint {
-        key: key.to_string(),
-        value: value.map(str::to_string),
-        effect: effect.to_string(),
-        time_added: None,
-    };
-    nodewright_schema::toleration::tolerates(t, &taint)
 }
 
 /// One entry of `drainBlocked_<nw>` (§4.1), field order fixed.
@@ -176,7 +168,7 @@ pub fn protected_pods(nw: &NodeWright, pods_on_node: &[&Pod]) -> Vec<String> {
         })
         .filter(|p| {
             let labels = p.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
-            super::select::selector_matches(selector, labels)
+            nodewright_schema::selector::matches(Some(selector), labels)
         })
         .map(|p| {
             let (ns, name) = pod_key(p);
@@ -490,7 +482,9 @@ pub fn drain_blocked_condition(ctx: &PassCtx<'_>, nw: usize) -> Option<(String, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, PodStatus, Volume};
+    use k8s_openapi::api::core::v1::{
+        EmptyDirVolumeSource, PodSpec, PodStatus, Toleration, Volume,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use std::collections::BTreeMap;
 
@@ -615,40 +609,6 @@ mod tests {
             classify(&dns, &DrainConfig::default(), "nodewright"),
             PodDecision::Evict
         );
-    }
-
-    #[test]
-    fn toleration_matching_uses_kubernetes_rules() {
-        let t = |key: Option<&str>, op: &str, effect: Option<&str>| Toleration {
-            key: key.map(Into::into),
-            operator: Some(op.into()),
-            effect: effect.map(Into::into),
-            ..Toleration::default()
-        };
-        assert!(tolerates(
-            &t(None, "Exists", None),
-            "any",
-            None,
-            "NoSchedule"
-        ));
-        assert!(!tolerates(
-            &t(Some("other"), "Exists", None),
-            "k",
-            None,
-            "NoSchedule"
-        ));
-        assert!(!tolerates(
-            &t(Some("k"), "Exists", Some("NoExecute")),
-            "k",
-            None,
-            "NoSchedule"
-        ));
-        assert!(tolerates(
-            &t(Some("k"), "Equal", None),
-            "k",
-            None,
-            "NoSchedule"
-        ));
     }
 
     #[test]

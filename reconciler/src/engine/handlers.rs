@@ -13,7 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use nodewright_schema::node_state::entry_key;
-use nodewright_schema::{PackageStatus, Stage, State, Status, keys, names};
+use nodewright_schema::{PackageStatus, Stage, State, Status, keys};
 
 use super::complete::{self, AppliedConfig};
 use super::context::PassCtx;
@@ -88,17 +88,7 @@ pub fn classify_failure(pod: &Pod) -> FailureClass {
 }
 
 fn node_of(ctx: &PassCtx<'_>, job: &Job) -> Option<usize> {
-    let label = jobs::label(job, keys::JOB_LABEL_NODE)?;
-    if let Some(id) = ctx.node_id(label) {
-        return Some(id);
-    }
-    // Long node names are hashed in the label (§4.7).
-    match ctx.node_by_label(label) {
-        Ok(id) => id,
-        Err(_) => {
-            (0..ctx.nodes.len()).find(|&id| names::node_label_value(ctx.node(id).name()) == label)
-        }
-    }
+    ctx.node_of_job_label(jobs::label(job, keys::JOB_LABEL_NODE)?)
 }
 
 fn ttl_seconds(d: std::time::Duration) -> i32 {
@@ -341,12 +331,7 @@ fn record_config(ctx: &mut PassCtx<'_>, nw: usize, node: usize, job: &Job, key: 
 }
 
 fn set(ctx: &mut PassCtx<'_>, nw: usize, node: usize, entry: nodewright_schema::PackageStatus) {
-    let nw_name = ctx.nws[nw].name.to_string();
-    let state_key = ctx.nws[nw].state_key();
-    if let Err(e) = ctx.node_mut(node).set_entry(state_key, entry) {
-        let node_name = ctx.node(node).name().to_string();
-        ctx.error(format!("node {node_name}, nodewright {nw_name}: {e}"));
-    } else {
+    if ctx.record_entry(nw, node, entry) {
         ctx.publish_node(nw, node);
     }
 }
@@ -569,7 +554,7 @@ fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job, node_label: Option<&str>) {
         p.metadata.deletion_timestamp.is_none() && classify_failure(p) != FailureClass::NotFailed
     };
     // Most Jobs have no failed pod: nothing to collect, sort or copy. That verdict reads the
-    // Job's pods alone, so it holds while they are the very objects judged last pass.
+    // Job's pods alone, so it holds while they are the same objects judged last pass.
     let at = ctx.index.jobs_read.position(job);
     if at.is_some_and(|i| ctx.index.jobs_read.no_prunable_before(i)) {
         return;
@@ -741,7 +726,7 @@ fn pod_evidence(ctx: &mut PassCtx<'_>) {
     let snap = ctx.snap;
     for (at, pod) in snap.pods.iter().enumerate() {
         // Whether a pod's evidence is quiet is a fact of the pod object (and the namespace):
-        // the very object found quiet by the last pass is not read again.
+        // the same object found quiet by the last pass is not read again.
         if ctx.pod_quiet_before(at) {
             continue;
         }

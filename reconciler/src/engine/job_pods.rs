@@ -6,10 +6,10 @@
 //! object is new had to read them all again. [`PodIndex`] holds the pods it was built from,
 //! so it knows which positions hold a pod it has not seen, reads the label of those alone,
 //! and tells the Job table ([`super::job_table`]) which uids gained or lost a pod
-//! ([`PodChanges`]): every other Job has the very pods it had, at positions the index knows.
+//! ([`PodChanges`]): every other Job has the same pods it had, at positions the index knows.
 //!
 //! It also keeps, per pod object, whether §8.10 found its evidence quiet: a fact of the pod
-//! object and the operator namespace alone, so the very object is not read again, wherever
+//! object and the operator namespace alone, so the same object is not read again, wherever
 //! it now sits.
 
 use std::hash::BuildHasher;
@@ -178,7 +178,8 @@ impl PodIndex {
         }
     }
 
-    /// Calls every held pod quiet: a verdict that lies shows it is what a pass reads.
+    /// Calls every held pod quiet, true or not, so a test can tell a carried verdict from a
+    /// fresh read.
     #[cfg(test)]
     pub(super) fn quiet_everywhere(&mut self, namespace: &str) {
         self.quiet.fill(Some(true));
@@ -195,7 +196,7 @@ impl PodIndex {
     pub(super) fn update(&mut self, pods: &[Arc<Pod>]) -> PodChanges {
         let mut changes = PodChanges::default();
         let same_count = self.pods.len() == pods.len();
-        // A few pods that are not the very object held at their position are taken to have
+        // A few pods that are not the same object held at their position are taken to have
         // replaced it (a pod rewritten by the API server). Many are a shift: a pod joined or
         // left before them.
         if same_count

@@ -1,6 +1,6 @@
 //! The pass's table of snapshot Jobs: per Job, its facts with both labels, its parsed
 //! `package` annotation (§4.7) and its pods, each read once per pass, and carried to the next
-//! pass for the very same Job object.
+//! pass for the same Job object.
 //!
 //! Every pass reads every Job: the handlers (§8.8–§8.11), the sweep (§8.14) and pause/resume
 //! (§8.15) all start from these. On a 10,000-node fleet with thousands of Jobs, reading them
@@ -9,7 +9,7 @@
 //!
 //! So the table is handed from pass to pass ([`CarriedJobs`], kept in the
 //! [`super::state_cache::StateCache`]):
-//! - a Job that is the very object the last pass had (`Arc::ptr_eq`; an adapter hands over
+//! - a Job that is the same object the last pass had (`Arc::ptr_eq`; an adapter hands over
 //!   the same allocation for an unchanged Job), at the same position or found by its address
 //!   elsewhere, starts with everything in place;
 //! - a Job found under the same uid and resourceVersion (another object) keeps its facts and
@@ -73,7 +73,7 @@ struct CarriedJob {
 
 /// What the sweep (§8.14 rules 1 and 2) judged a Job from when it left the Job alone.
 ///
-/// The verdict reads the Job (it is carried with the very Job object, or one of the same uid
+/// The verdict reads the Job (it is carried with the same Job object, or one of the same uid
 /// and resourceVersion), its node's state as the snapshot holds it (the node object, by its
 /// memo), the NodeWright's spec (its completion inputs, which hold the whole spec, compared
 /// by pointer) and uid, and the settings (the same for every verdict of a pass). When all of
@@ -103,8 +103,8 @@ pub struct CarriedJobs {
 }
 
 impl CarriedJobs {
-    /// Marks every carried Job as having no failed pod to prune: a verdict that lies shows
-    /// it is what a pass reads.
+    /// Marks every carried Job as having no failed pod to prune, true or not, so a test can
+    /// tell a carried verdict from a fresh read.
     #[cfg(test)]
     pub(super) fn no_prunable_pods_anywhere(&mut self) {
         for e in &mut self.entries {
@@ -112,8 +112,8 @@ impl CarriedJobs {
         }
     }
 
-    /// Calls every carried pod's evidence quiet in operator namespace `namespace`: a verdict
-    /// that lies shows it is what a pass reads.
+    /// Calls every carried pod's evidence quiet in operator namespace `namespace`, true or
+    /// not, so a test can tell a carried verdict from a fresh read.
     #[cfg(test)]
     pub(super) fn quiet_every_pod(&mut self, namespace: &str) {
         if let Some(index) = &mut self.pods {
@@ -157,7 +157,7 @@ pub struct JobTable<'a> {
 #[derive(Debug)]
 struct Carry {
     last: CarriedJobs,
-    /// Every Job is the very object the last pass had at its position, and no Job left.
+    /// Every Job is the same object the last pass had at its position, and no Job left.
     all_in_place: bool,
     labels: Vec<(LabelAt, LabelAt)>,
     /// Per Job: the last pass's entry it was read from (its own position when in place).
@@ -213,7 +213,7 @@ impl<'a> JobTable<'a> {
                 .zip(&snap.nodewrights)
                 .all(|(kept, nw)| **kept == *nw.name());
         // The last pass's pods brought up to this snapshot's: a Job none of whose pods left
-        // and to whose uid no pod joined has the very pods it had.
+        // and to whose uid no pod joined has the same pods it had.
         let changes = match last.pods.take() {
             Some(mut index) => {
                 let changes = index.update(&snap.pods);
@@ -239,7 +239,7 @@ impl<'a> JobTable<'a> {
         // position: the hashes sit in the entries, so no Job object is read to build it.
         let mut by_uid_hash: Option<FxHashMap<u64, usize>> = None;
         for (i, job) in snap.jobs.iter().enumerate() {
-            // The very object the last pass had, at the same position or (a Job joined or left
+            // The same object the last pass had, at the same position or (a Job joined or left
             // before it) found by its address.
             let very = |k: usize| {
                 last.entries
@@ -374,7 +374,7 @@ impl<'a> JobTable<'a> {
         }
     }
 
-    /// The positions of `job`'s pods in `snap.pods`, and whether they are the very pods that
+    /// The positions of `job`'s pods in `snap.pods`, and whether they are the same pods that
     /// `before` (the last pass's entry of the same uid) had. They are taken from `before`
     /// unless a pod with the Job's uid joined or left; the Job's own memory is read only then.
     fn pods_after(
@@ -436,7 +436,7 @@ impl<'a> JobTable<'a> {
     }
 
     /// Whether the last pass found no failed pod to prune among the pods of the Job at
-    /// position `i`, which are the very objects it judged.
+    /// position `i`, which are the same objects it judged.
     pub fn no_prunable_before(&self, i: usize) -> bool {
         self.no_prunable
             .get(i)
@@ -772,7 +772,7 @@ mod tests {
     }
 
     /// The carried verdict that a Job has no failed pod to prune is what a pass reads: made
-    /// to lie, it is believed for the very same Job and pods, and for no other.
+    /// to lie, it is believed for the same Job and pods, and for no other.
     #[test]
     fn a_pruning_verdict_is_carried_for_the_very_same_job_and_pods_only() {
         use k8s_openapi::api::core::v1::PodStatus;
@@ -832,7 +832,7 @@ mod tests {
             pruned(&snap, &mut cache).is_empty(),
             "the verdict was not read"
         );
-        // The very Job and pods after a Job and a pod joined in front of them: believed.
+        // The same Job and pods after a Job and a pod joined in front of them: believed.
         cache.jobs_mut().no_prunable_pods_anywhere();
         let other = job(&obj, "n1", "u0");
         snap.pods.insert(0, Arc::new(pod_of(&other, "o1")));

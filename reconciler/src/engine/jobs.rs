@@ -20,7 +20,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use nodewright_schema::duration::parse_go_duration;
 use nodewright_schema::{Interrupt, NodeWright, Package, Stage, keys, names};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::settings::Settings;
 
@@ -432,20 +431,12 @@ pub fn package_digest(package: &Package, settings: &Settings) -> String {
         "stageTimeout": stage_deadline_seconds(package, settings),
         "configMap": package.config_map,
     });
-    hex_sha256(material.to_string().as_bytes())
+    super::complete::sha256_hex(&material.to_string())
 }
 
 /// The package's configMap as the applied-config record of §16.3 (key → sha256 hex), compact.
 pub fn config_record_json(package: &Package) -> String {
     serde_json::to_string(&super::complete::config_digests(package)).unwrap_or_default()
-}
-
-/// Lowercase hex SHA-256.
-pub fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn job_annotations(

@@ -1,5 +1,5 @@
-//! Packages on a node, end to end: the engine with every part-2 hook, driven pass by pass
-//! against the simulated cluster (Job controller, kubelet, reboots, evictions, PDBs).
+//! Packages on a node, end to end: the engine with every package-lane step, driven pass by
+//! pass against the simulated cluster (Job controller, kubelet, reboots, evictions, PDBs).
 //! Each test asserts what a user would observe: node annotations, Jobs, conditions, history.
 
 use std::collections::BTreeMap;
@@ -23,9 +23,9 @@ use crate::snapshot::{EvictionRefusal, Memory, RefusedPod};
 
 const NS: &str = "nodewright";
 
-/// The product's hooks (every part-2 hook wired in).
+/// The product's steps.
 fn hooks() -> Hooks {
-    Hooks::standard()
+    Hooks::STANDARD
 }
 
 struct Harness {
@@ -934,7 +934,7 @@ proptest! {
     }
 }
 
-/// The engine with every part-2 hook, as a scenario-runner reconciler.
+/// The engine with every package-lane step, as a scenario-runner reconciler.
 fn full_reconcile(
     snapshot: &crate::snapshot::Snapshot,
     settings: &Settings,

@@ -171,25 +171,3 @@ pub fn samples(snapshot: &Snapshot, settings: &Settings) -> Vec<Sample> {
     }
     out
 }
-
-/// The samples in the scenario runner's shape (`metrics:` expectations).
-pub fn runner_samples(
-    snapshot: &Snapshot,
-    settings: &Settings,
-) -> Vec<crate::scenario::expect::Sample> {
-    samples(snapshot, settings)
-        .into_iter()
-        .map(|s| crate::scenario::expect::Sample {
-            name: s.name,
-            labels: s.labels,
-            value: s.value,
-        })
-        .collect()
-}
-
-/// The scenario runner's hooks with this engine as the reconciler and metrics source.
-pub fn runner_hooks() -> crate::scenario::Hooks {
-    let mut hooks = crate::scenario::Hooks::with_reconciler(super::reconcile_cached, "engine");
-    hooks.metrics = Some(runner_samples);
-    hooks
-}

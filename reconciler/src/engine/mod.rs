@@ -5,6 +5,36 @@
 //! One call is one heavy pass (§5.2). The Job handler and the Pod-evidence handler (§5.1)
 //! run inside the same pass, first, so their recordings are visible to the heavy-pass steps
 //! and all node changes of the pass merge into one patch per node (§5.15).
+//!
+//! # The pass
+//!
+//! [`reconcile`] builds the working state ([`context::PassCtx`]), runs the handlers, then per
+//! NodeWright in priority order the preamble (§5.4: conditions, finalizer, ReportState, pause,
+//! sweep and ConfigMaps, resume, introspection) and the dispatch loop (§5.5: select the batch,
+//! then [`node_work::work_node`] on each picked, ready, incomplete node), and last turns the
+//! working state into the plan. A step that writes something §5.4 says ends the pass returns
+//! [`context::Flow::EndPass`]; what was decided so far is written and the pass requeues.
+//!
+//! # The working state
+//!
+//! Steps never write the cluster; they write the pass context, and the plan is its difference
+//! from the snapshot:
+//!
+//! - nodes by *node id* (position in `snapshot.nodes`): metadata, taints, `unschedulable` and
+//!   node-state entries ([`context::NodeWork`]), diffed entry by entry at the end, so an entry
+//!   the pass did not touch is not sent and a concurrent writer's change survives (§5.15);
+//! - NodeWrights by *nw index* (priority, then name), each with its selected node ids in
+//!   node order (§5.3) and a working status ([`context::NwView`]), published as one status
+//!   patch when it changed;
+//! - node Status through [`context::PassCtx::set_node_status`] (annotation, label,
+//!   `nodeStatus`, `nodeState`; `complete` releases the cordon and leaves `nodePriority`),
+//!   cordons through `cordon`/`uncordon` (§7.2, §7.3);
+//! - every other write through `emit`/`emit_after`, with what it relies on
+//!   ([`write_order`]); events, requeues and errors likewise.
+//!
+//! Completion predicates (§6.4, §16.3) have one home, [`complete`]; label selectors and
+//! tolerations match through the schema crate. What a pass carries to the next, and why a
+//! warm pass plans what a cold one does, is docs/engine-performance.md.
 
 pub mod approvals;
 pub mod complete;
@@ -30,6 +60,7 @@ pub mod runtime;
 pub mod select;
 pub mod state_cache;
 pub mod status;
+mod steps;
 pub mod sweep;
 pub mod write_order;
 
@@ -54,99 +85,45 @@ use crate::plan::{Plan, Requeue};
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
-use context::{Flow, NodeWorkResult, PassCtx};
+use context::{Flow, PassCtx};
 pub use state_cache::StateCache;
-
-/// A preamble hook that may end the pass.
-pub type StepFn = fn(&mut PassCtx<'_>, usize) -> Flow;
-/// A preamble hook that cannot end the pass.
-pub type SideFn = fn(&mut PassCtx<'_>, usize);
-/// The per-node work of one NodeWright (§5.5 step 6).
-pub type WorkFn = fn(&mut PassCtx<'_>, usize, usize) -> NodeWorkResult;
-
-/// The part-2 steps the pass orchestrates (engine/CONTRACT.md). Tests replace them to drive
-/// the pass with simple stand-ins.
-#[derive(Clone, Copy)]
-pub struct Hooks {
-    /// Job handler and Pod-evidence handler (§8.8–§8.13), once, first.
-    pub handlers: fn(&mut PassCtx<'_>),
-    /// Preamble step 1: conditions fed by the package lane.
-    pub refresh_conditions: SideFn,
-    /// Preamble step 2: finalizer and deletion phases (§11).
-    pub finalizer: StepFn,
-    /// Preamble step 4: suspend Jobs of a paused NodeWright (§8.15).
-    pub suspend_jobs: SideFn,
-    /// Preamble step 5a: Job sweep (§8.14).
-    pub sweep: StepFn,
-    /// Preamble step 5b: node-metadata ConfigMaps (§9.1).
-    pub node_metadata: StepFn,
-    /// Preamble step 5c: package ConfigMaps and the config gate (§9.2, §6.8).
-    pub package_configmaps: StepFn,
-    /// Preamble step 6: resume suspended Jobs (§8.15).
-    pub resume_jobs: SideFn,
-    /// Dispatch step 6: one picked, ready node.
-    pub work_node: WorkFn,
-}
-
-fn no_handlers(_: &mut PassCtx<'_>) {}
-fn no_side(_: &mut PassCtx<'_>, _: usize) {}
-fn no_step(_: &mut PassCtx<'_>, _: usize) -> Flow {
-    Flow::Continue
-}
-fn no_work(_: &mut PassCtx<'_>, _: usize, _: usize) -> NodeWorkResult {
-    NodeWorkResult::default()
-}
-
-impl Hooks {
-    /// Hooks that do nothing: the pass then only selects, orders and reports.
-    pub fn inert() -> Hooks {
-        Hooks {
-            handlers: no_handlers,
-            refresh_conditions: no_side,
-            finalizer: no_step,
-            suspend_jobs: no_side,
-            sweep: no_step,
-            node_metadata: no_step,
-            package_configmaps: no_step,
-            resume_jobs: no_side,
-            work_node: no_work,
-        }
-    }
-
-    /// The product's hooks: part 2's modules, wired as they land (engine/CONTRACT.md).
-    pub fn standard() -> Hooks {
-        Hooks {
-            handlers: handlers::run,
-            refresh_conditions: packages::refresh_conditions,
-            finalizer: deletion::finalizer,
-            suspend_jobs: sweep::suspend_jobs,
-            sweep: sweep::sweep,
-            node_metadata: configmaps::node_metadata,
-            package_configmaps: configmaps::package_configmaps,
-            resume_jobs: sweep::resume_jobs,
-            work_node: node_work::work_node,
-        }
-    }
-}
+// The step table is public only where a caller swaps steps: tests, and the engine bench's
+// per-step timing (feature `step-timing`).
+#[cfg(not(any(test, feature = "step-timing")))]
+use steps::Hooks;
+#[cfg(any(test, feature = "step-timing"))]
+pub use steps::{Hooks, SideFn, StepFn, WorkFn};
 
 /// One heavy pass over a snapshot (§5.2).
 pub fn reconcile(snapshot: &Snapshot, settings: &Settings) -> Plan {
-    reconcile_with(snapshot, settings, &Hooks::standard())
+    run_pass(snapshot, settings, &Hooks::STANDARD, None)
 }
 
 /// One heavy pass, reusing (and then refreshing) the caller's parsed node states. The plan is
 /// the one [`reconcile`] returns; the cache only saves work (engine/state_cache.rs).
 pub fn reconcile_cached(snapshot: &Snapshot, settings: &Settings, cache: &mut StateCache) -> Plan {
-    reconcile_with_cache(snapshot, settings, &Hooks::standard(), Some(cache))
+    run_pass(snapshot, settings, &Hooks::STANDARD, Some(cache))
 }
 
-/// One heavy pass with explicit hooks.
+/// One heavy pass with explicit steps.
+#[cfg(any(test, feature = "step-timing"))]
 pub fn reconcile_with(snapshot: &Snapshot, settings: &Settings, hooks: &Hooks) -> Plan {
     reconcile_with_cache(snapshot, settings, hooks, None)
 }
 
-/// One heavy pass with explicit hooks and an optional parse cache.
+/// One heavy pass with explicit steps and an optional cache.
+#[cfg(any(test, feature = "step-timing"))]
 pub fn reconcile_with_cache(
+    snapshot: &Snapshot,
+    settings: &Settings,
+    hooks: &Hooks,
+    cache: Option<&mut StateCache>,
+) -> Plan {
+    run_pass(snapshot, settings, hooks, cache)
+}
+
+/// One heavy pass with the given steps and an optional cache.
+fn run_pass(
     snapshot: &Snapshot,
     settings: &Settings,
     hooks: &Hooks,

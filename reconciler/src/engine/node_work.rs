@@ -60,7 +60,7 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
     let mut uninstall_work: Vec<String> = Vec::new();
     for (name, p) in packages {
         if let Some(e) = packages::cancel_entry(nw_obj, &state, name, p) {
-            set_entry(ctx, nw, node, e);
+            ctx.record_entry(nw, node, e);
             ctx.set_node_status(nw, node, Status::InProgress);
             continue;
         }
@@ -71,7 +71,7 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
                 ctx.set_node_status(nw, node, Status::InProgress);
             }
             UninstallStep::Enter(e) => {
-                set_entry(ctx, nw, node, e);
+                ctx.record_entry(nw, node, e);
                 ctx.set_node_status(nw, node, Status::InProgress);
                 uninstall_work.push(name.clone());
             }
@@ -116,8 +116,7 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
                         configuration_changed_since_parked(ctx, nw, node, name, p, stage)
                     }));
             if configured && settled && !e.is(Stage::Config, State::InProgress) {
-                set_entry(
-                    ctx,
+                ctx.record_entry(
                     nw,
                     node,
                     packages::entry(name, p, Stage::Config, State::InProgress),
@@ -202,20 +201,6 @@ fn package_state(ctx: &PassCtx<'_>, nw: usize, node: usize, name: &str) -> NodeS
         .state(ctx.nws[nw].state_key())
         .map(|whole| whole.of_package(name))
         .unwrap_or_default()
-}
-
-fn set_entry(
-    ctx: &mut PassCtx<'_>,
-    nw: usize,
-    node: usize,
-    entry: nodewright_schema::PackageStatus,
-) {
-    let nw_name = ctx.nws[nw].name.to_string();
-    let state_key = ctx.nws[nw].state_key();
-    if let Err(e) = ctx.node_mut(node).set_entry(state_key, entry) {
-        let node_name = ctx.node(node).name().to_string();
-        ctx.error(format!("node {node_name}, nodewright {nw_name}: {e}"));
-    }
 }
 
 fn merged_interrupt(
@@ -352,7 +337,7 @@ fn interrupt_processing(
                     skipped.restarts = 0;
                     skipped.image = e.image.clone();
                 }
-                set_entry(ctx, nw, node, skipped);
+                ctx.record_entry(nw, node, skipped);
             }
         }
         ctx.requeue_active();
@@ -469,7 +454,7 @@ fn start_interrupt(
         .0
         .contains_key(&entry_key(&entry.name, &entry.version))
     {
-        set_entry(ctx, nw, node, entry);
+        ctx.record_entry(nw, node, entry);
     }
     ctx.set_node_status(nw, node, Status::InProgress);
     let nw_name = ctx.nws[nw].name.to_string();
@@ -622,8 +607,7 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
         },
     );
     ctx.create_job(node, job);
-    set_entry(
-        ctx,
+    ctx.record_entry(
         nw,
         node,
         packages::entry(name, &package, stage, State::InProgress),

@@ -1,4 +1,4 @@
-//! Multi-pass tests of the pass orchestration with part 2 replaced by a stand-in that
+//! Multi-pass tests of the pass orchestration with the package lane replaced by a stand-in that
 //! dispatches every package of a node at once ([`testkit::fake_work`]).
 
 use nodewright_schema::keys::{self, condition};

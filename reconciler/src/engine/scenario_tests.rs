@@ -1,13 +1,14 @@
 //! Runs the pass/policy scenario files (`tests/scenarios/{pass,policy}-*.yaml`, issue 4)
 //! through the scenario runner with this engine.
 
-use super::metrics::runner_hooks;
+use crate::scenario::Hooks;
 
 #[test]
 fn pass_and_policy_scenarios_pass() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/scenarios");
     let files = crate::scenario::scenario_files(&[dir]).unwrap_or_default();
-    let hooks = runner_hooks();
+    let mut hooks = Hooks::with_reconciler(super::reconcile_cached, "engine");
+    hooks.metrics = Some(super::metrics::samples);
     let mut failures = Vec::new();
     let mut ran = 0;
     for file in files {

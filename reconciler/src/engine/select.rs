@@ -1,26 +1,12 @@
 //! Node selection (spec/operator.md §5.6–§5.9) and compartment assignment/admission
-//! (§2.5–§2.6), plus the Kubernetes label-selector and toleration matching they rely on.
+//! (§2.5–§2.6). Label-selector and toleration matching live in the schema crate
+//! (`nodewright_schema::{selector, toleration}`).
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Taint, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-
-/// Whether a label selector matches a label set (Kubernetes semantics), through the one
-/// matcher of the workspace (`nodewright_schema::selector`).
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    nodewright_schema::selector::matches(Some(selector), labels)
-}
-
-/// Whether some toleration of the set tolerates the taint (`nodewright_schema::toleration`).
-pub fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
-    tolerations
-        .iter()
-        .any(|t| nodewright_schema::toleration::tolerates(t, taint))
-}
+use k8s_openapi::api::core::v1::Toleration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodewright_schema::keys::{self, condition};
+use nodewright_schema::toleration::tolerates_all;
 use nodewright_schema::{BatchState, Status};
 
 use super::context::PassCtx;
@@ -137,7 +123,7 @@ pub fn check_tolerations(ctx: &PassCtx, nw: usize) -> Vec<Toleration> {
 
 /// Whether every taint of the node is tolerated (§5.8).
 pub fn tolerable(ctx: &PassCtx, node: usize, tols: &[Toleration]) -> bool {
-    ctx.node(node).taints().iter().all(|t| tolerates(tols, t))
+    tolerates_all(tols, ctx.node(node).taints())
 }
 
 /// Nodes admitted by one compartment this pass (§2.6), before the ignore/taint checks.

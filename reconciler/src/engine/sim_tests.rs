@@ -1,4 +1,4 @@
-//! The whole engine (both halves) driving the simulated cluster: what a user would see
+//! The whole engine driving the simulated cluster: what a user would see
 //! after a rollout, and the budget bound while it runs.
 
 use std::time::Duration;

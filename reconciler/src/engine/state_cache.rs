@@ -299,7 +299,7 @@ impl NodeMoves {
 
 impl CarriedNodes<'_> {
     /// The entry of the node at position `at` of the snapshot: the last pass's entry at the
-    /// same position when it is for this very object, else the entry of the same name (an
+    /// same position when it is for this object, else the entry of the same name (an
     /// earlier object of the node), else `None`.
     pub(super) fn take(&mut self, at: usize, node: &Arc<Node>) -> Option<NodeEntry> {
         if let Some(entry) = self.entries.get_mut(at)
@@ -409,7 +409,7 @@ pub struct StateCache {
     slot_names: Vec<Box<str>>,
     /// The last pass's node order (§5.3: creationTimestamp, then name), by position.
     node_order: Vec<usize>,
-    /// The last pass's selected nodes (in node order) per selector id, over the very node
+    /// The last pass's selected nodes (in node order) per selector id, over the same node
     /// objects `nodes` holds.
     selections: Vec<(u64, Vec<usize>)>,
     /// The completion inputs of each NodeWright of the last pass.
@@ -436,7 +436,7 @@ pub struct StateCache {
 /// One node a NodeWright selected in the last pass, with what that pass derived for it.
 #[derive(Clone, Debug)]
 pub struct CarriedNode {
-    /// The node's memo. The same `Arc` in the next pass means the very same node object
+    /// The node's memo. The same `Arc` in the next pass means the same node object
     /// (the carry holds it, so its address cannot name another memo meanwhile).
     pub memo: Arc<NodeMemo>,
     /// What the pass derived for it.
@@ -917,7 +917,7 @@ mod tests {
     }
 
     /// Node-state annotations of the snapshot the cache can serve as they are, and nodes
-    /// whose memo the cache still holds for the very same object.
+    /// whose memo the cache still holds for the same object.
     fn hits(cache: &StateCache, snapshot: &Snapshot) -> (usize, usize) {
         let (mut annotations, mut memos) = (0, 0);
         for node in &snapshot.nodes {
@@ -1373,7 +1373,7 @@ mod tests {
         assert_eq!(selected(&snap, &mut cache), ["n2"]);
         // Another object for n3 (its labels moved it into the pool): matched afresh, in
         // the order its name and creationTimestamp give (the lying order still stands, as
-        // nothing it depends on changed). n1 and n2 are the very objects they were: their
+        // nothing it depends on changed). n1 and n2 are the objects they were: their
         // answers stand, n1's lie included.
         cache.node_order = vec![1, 0, 2];
         let n3 = Arc::make_mut(&mut snap.nodes[2]);

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::batch::v1::Job;
-use nodewright_schema::{Interrupt, InterruptType, NodeWright, Stage, State, keys, names};
+use nodewright_schema::{Interrupt, InterruptType, NodeWright, Stage, State, keys};
 
 use super::context::{Flow, PassCtx};
 use super::jobs::{self, InterruptJobInput, JobFacts, StageJobInput};
@@ -17,16 +17,8 @@ fn nw_jobs<'s>(ctx: &PassCtx<'s>, nw: usize) -> Vec<&'s Job> {
 }
 
 fn node_of(ctx: &PassCtx<'_>, nw: usize, facts: &JobFacts<'_>) -> Option<usize> {
-    let label = facts.node_label?;
-    let view = &ctx.nws[nw];
-    match ctx.node_by_label(label) {
-        Ok(id) => id.filter(|&id| view.selects(id)),
-        Err(_) => view
-            .selected
-            .iter()
-            .copied()
-            .find(|&id| names::node_label_value(ctx.node(id).name()) == label),
-    }
+    ctx.node_of_job_label(facts.node_label?)
+        .filter(|&id| ctx.nws[nw].selects(id))
 }
 
 /// What a Job would look like if built now (for staleness), from the Job's own stage.
@@ -231,7 +223,7 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             continue;
         }
         if ctx.swept_before(nw, node, job) {
-            // Judged from the very same inputs last pass, and left alone.
+            // Judged from the same inputs last pass, and left alone.
             continue;
         }
         if facts.unfinished() {

@@ -504,8 +504,8 @@ pub fn apply(snap: &mut Snapshot, plan: &crate::plan::Plan) {
     }
 }
 
-/// Test stand-in for part 2's per-node work: every incomplete spec package gets
-/// `(config, in_progress)` and the node reads `in_progress`.
+/// Test stand-in for the per-node work (`node_work::work_node`): every incomplete spec
+/// package gets `(config, in_progress)` and the node reads `in_progress`.
 pub fn fake_work(
     ctx: &mut super::context::PassCtx<'_>,
     nw: usize,

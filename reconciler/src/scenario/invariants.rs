@@ -12,7 +12,7 @@ use nodewright_schema::{
 
 use crate::engine::complete;
 use crate::sim::SimCluster;
-use crate::sim::util::selector_matches;
+use nodewright_schema::selector::Selector;
 
 /// Invariant 2: never two unfinished Jobs for one NodeWright/package/stage/node. Jobs being
 /// deleted are not counted (their name is no longer a claim).
@@ -104,6 +104,11 @@ fn labels(node: &Node) -> &BTreeMap<String, String> {
     node.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
 }
 
+/// Whether a parsed selector matches; an invalid selector matches nothing, as in the engine.
+fn matches<E>(selector: &Result<Selector, E>, labels: &BTreeMap<String, String>) -> bool {
+    selector.as_ref().is_ok_and(|s| s.matches(labels))
+}
+
 /// Invariant 1: per NodeWright and compartment, the nodes being worked on never exceed the
 /// size of the compartment's current batch (its ceiling for budget-only compartments; the
 /// §2.8 batch for a NodeWright without a policy). A node is worked on while it has an
@@ -113,12 +118,12 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
     let mut out = Vec::new();
     for nw in world.nodewrights().values() {
         let name = nw.metadata.name.clone().unwrap_or_default();
-        let selector = nw.spec.node_selectors.as_ref();
+        let selector = nw.spec.node_selectors.as_ref().map(Selector::parse);
         let selected: Vec<&Node> = world
             .nodes()
             .values()
             .map(|n| &**n)
-            .filter(|n| selector.is_none_or(|s| selector_matches(s, labels(n))))
+            .filter(|n| selector.as_ref().is_none_or(|s| matches(s, labels(n))))
             .collect();
         let worked = worked_nodes(world, nw, &selected);
         if worked.is_empty() {
@@ -146,13 +151,15 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
                 let spec = &policy.spec;
                 let mut members: BTreeMap<String, Vec<&Node>> = BTreeMap::new();
                 // M of §2.5 (b): selected nodes matching each compartment's selector.
-                let matching: Vec<i32> = spec
-                    .compartments
+                let selectors: Vec<_> = (spec.compartments.iter())
+                    .map(|c| Selector::parse(&c.selector))
+                    .collect();
+                let matching: Vec<i32> = selectors
                     .iter()
-                    .map(|c| {
+                    .map(|s| {
                         selected
                             .iter()
-                            .filter(|n| selector_matches(&c.selector, labels(n)))
+                            .filter(|n| matches(s, labels(n)))
                             .count()
                             .max(1) as i32
                     })
@@ -163,7 +170,9 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
                         .compartments
                         .iter()
                         .zip(&matching)
-                        .filter(|(c, _)| selector_matches(&c.selector, l))
+                        .zip(&selectors)
+                        .filter(|(_, s)| matches(s, l))
+                        .map(|(c, _)| c)
                         .min_by_key(|(c, m)| {
                             (
                                 rank(c.strategy.as_ref()),
@@ -413,8 +422,9 @@ impl InterruptLedger {
         self.owed.retain(|(nw, node), _| {
             nws.get(nw).is_some_and(|nw| {
                 let labels = world.nodes().get(node).map(|n| labels(n));
-                let selector = nw.spec.node_selectors.clone().unwrap_or_default();
-                labels.is_some_and(|l| selector_matches(&selector, l))
+                labels.is_some_and(|l| {
+                    nodewright_schema::selector::matches(nw.spec.node_selectors.as_ref(), l)
+                })
             })
         });
         for ((nw_name, node), package) in &self.owed {

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeStatus, Pod};
 use nodewright_schema::keys;
 use nodewright_schema::node_state::NodeState;
 use nodewright_schema::{DeploymentPolicy, NodeWright, Status};
+use nodewright_schema::{selector, toleration};
 
 use super::nodes::taints;
 use super::util;
@@ -530,7 +531,7 @@ impl SimCluster {
                         .match_expressions
                         .as_ref()
                         .is_some_and(|m| !m.is_empty()))
-                && util::selector_matches(sel, &labels)
+                && selector::matches(Some(sel), &labels)
             {
                 return Some(format!("non-interrupt pod {name} is still {}", phase(pod)));
             }
@@ -542,7 +543,7 @@ impl SimCluster {
                 .as_ref()
                 .and_then(|s| s.tolerations.clone())
                 .unwrap_or_default();
-            if util::tolerated(&tolerations, &unsched_taint) {
+            if toleration::tolerated(&tolerations, &unsched_taint) {
                 continue;
             }
             let owner = pod

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use nodewright_schema::keys;
+use nodewright_schema::toleration;
 
 use super::util;
 use super::{Shared, SimCluster, Timer};
@@ -287,7 +288,7 @@ impl SimCluster {
                 .unwrap_or_default();
             let matching: Vec<_> = tolerations
                 .iter()
-                .filter(|t| util::tolerated(std::slice::from_ref(*t), &taint))
+                .filter(|t| toleration::tolerates(t, &taint))
                 .collect();
             let stays = matching
                 .iter()

@@ -1,12 +1,11 @@
-//! Small Kubernetes helpers the simulated controllers share: label selectors, toleration
-//! matching, a deterministic random source and timestamp arithmetic.
+//! Small helpers the simulated controllers share: a deterministic random source and timestamp
+//! arithmetic. Label selectors and tolerations match through the schema crate
+//! (`nodewright_schema::{selector, toleration}`), as in the engine.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Taint, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// `t + d`, saturating at the far future.
 pub fn add(t: Timestamp, d: Duration) -> Timestamp {
@@ -22,60 +21,6 @@ pub fn since(a: Timestamp, b: Timestamp) -> Duration {
 /// A `metav1.Time`.
 pub fn time(t: Timestamp) -> Time {
     Time(t)
-}
-
-/// Whether `labels` satisfy a label selector (matchLabels and matchExpressions). An empty
-/// selector matches everything, as in Kubernetes.
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    if let Some(match_labels) = &selector.match_labels {
-        for (k, v) in match_labels {
-            if labels.get(k) != Some(v) {
-                return false;
-            }
-        }
-    }
-    for expr in selector.match_expressions.iter().flatten() {
-        let value = labels.get(&expr.key);
-        let values = expr.values.as_deref().unwrap_or_default();
-        let ok = match expr.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
-}
-
-/// Kubernetes toleration matching (`v1.Toleration.ToleratesTaint`).
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = toleration.effect.as_deref()
-        && !effect.is_empty()
-        && effect != taint.effect
-    {
-        return false;
-    }
-    let key = toleration.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match toleration.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => true,
-        _ => {
-            // An empty key with Equal is invalid in the API; treat it as not matching.
-            !key.is_empty()
-                && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-    }
-}
-
-/// Whether any toleration in the list tolerates the taint.
-pub fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
-    tolerations.iter().any(|t| tolerates(t, taint))
 }
 
 /// A deterministic pseudo-random source (SplitMix64): the simulator never uses real randomness,
@@ -140,69 +85,6 @@ pub fn seed_from(text: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-
-    fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
-        Taint {
-            key: key.into(),
-            value: value.map(Into::into),
-            effect: effect.into(),
-            time_added: None,
-        }
-    }
-
-    #[test]
-    fn toleration_matching_follows_kubernetes() {
-        let exists_any = Toleration {
-            key: Some("node.kubernetes.io/unschedulable".into()),
-            operator: Some("Exists".into()),
-            ..Toleration::default()
-        };
-        assert!(tolerates(
-            &exists_any,
-            &taint("node.kubernetes.io/unschedulable", None, "NoSchedule")
-        ));
-        let equal = Toleration {
-            key: Some("dedicated".into()),
-            value: Some("gpu".into()),
-            effect: Some("NoSchedule".into()),
-            ..Toleration::default()
-        };
-        assert!(tolerates(
-            &equal,
-            &taint("dedicated", Some("gpu"), "NoSchedule")
-        ));
-        assert!(!tolerates(
-            &equal,
-            &taint("dedicated", Some("cpu"), "NoSchedule")
-        ));
-        assert!(!tolerates(
-            &equal,
-            &taint("dedicated", Some("gpu"), "NoExecute")
-        ));
-        let wildcard = Toleration {
-            operator: Some("Exists".into()),
-            ..Toleration::default()
-        };
-        assert!(tolerates(&wildcard, &taint("anything", None, "NoExecute")));
-    }
-
-    #[test]
-    fn selectors_match_labels_and_expressions() {
-        let labels: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
-        let mut selector = LabelSelector {
-            match_labels: Some([("app".to_string(), "web".to_string())].into()),
-            ..LabelSelector::default()
-        };
-        assert!(selector_matches(&selector, &labels));
-        selector.match_expressions = Some(vec![LabelSelectorRequirement {
-            key: "tier".into(),
-            operator: "Exists".into(),
-            values: None,
-        }]);
-        assert!(!selector_matches(&selector, &labels));
-        assert!(selector_matches(&LabelSelector::default(), &labels));
-    }
 
     #[test]
     fn rng_is_deterministic() {

@@ -12,6 +12,8 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nodewright_schema::keys;
+use nodewright_schema::selector::{self, Selector};
+use nodewright_schema::toleration;
 
 use super::nodes::{is_ready, is_schedulable, taints};
 use super::packages::ContainerResult;
@@ -547,7 +549,7 @@ impl SimCluster {
                         .spec
                         .as_ref()
                         .and_then(|s| s.selector.as_ref())
-                        .is_some_and(|sel| util::selector_matches(sel, &labels))
+                        .is_some_and(|sel| selector::matches(Some(sel), &labels))
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -801,16 +803,16 @@ impl SimCluster {
             return (0, 0);
         };
         let spec = pdb.spec.clone().unwrap_or_default();
-        let selector = spec.selector.clone().unwrap_or_default();
+        // Parsed once for every pod; an invalid selector matches nothing, as in Kubernetes.
+        let selector = Selector::parse(&spec.selector.clone().unwrap_or_default());
         let pods: Vec<&Pod> = self
             .pods
             .iter()
             .filter(|((ns, _), p)| {
                 ns == &pdb_key.0
-                    && util::selector_matches(
-                        &selector,
-                        p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
-                    )
+                    && selector.as_ref().is_ok_and(|s| {
+                        s.matches(p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                    })
             })
             .map(|(_, p)| &**p)
             .collect();
@@ -892,7 +894,7 @@ impl SimCluster {
                     taints(n)
                         .iter()
                         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-                        .all(|t| util::tolerated(&tolerations, t))
+                        .all(|t| toleration::tolerated(&tolerations, t))
                 })
                 .min_by_key(|(name, _)| {
                     (
@@ -961,7 +963,10 @@ impl SimCluster {
                 .as_ref()
                 .and_then(|s| s.tolerations.clone())
                 .unwrap_or_default();
-            if no_execute.iter().any(|t| !util::tolerated(&tolerations, t)) {
+            if no_execute
+                .iter()
+                .any(|t| !toleration::tolerated(&tolerations, t))
+            {
                 self.evict_by_taint_manager(&key);
             }
         }
