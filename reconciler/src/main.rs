@@ -2,6 +2,11 @@
 
 #![forbid(unsafe_code)]
 
+/// A long-running controller allocates and frees watch objects and snapshots at a high rate;
+/// mimalloc keeps that cheap and returns freed memory instead of fragmenting the heap.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     nodewright_reconciler::cli::main()
 }
