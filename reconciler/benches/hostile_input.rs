@@ -1,7 +1,7 @@
 //! The hostile inputs of issue 24 that are answered rather than refused, timed against their
 //! targets: 8,000 invalid packages in one NodeWright validated (under 5 s), and
-//! `diff --simulate` of one NodeWright with 1,000 packages on 8 nodes (memory that does not
-//! grow with packages × nodes). Prints figures; asserts nothing (the answers themselves are
+//! `diff --simulate` of one NodeWright with 1,000 packages on 8 nodes (refused by the
+//! projection's limit) and the largest upgrade the limit projects. Prints figures; asserts nothing (the answers themselves are
 //! tested in `tests/hostile_input.rs`).
 //!
 //! Run with `cargo bench -p nodewright-reconciler --bench hostile_input`.
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use nodewright_reconciler::cli::fleet::Fleet;
 use nodewright_reconciler::cluster::Desired;
 use nodewright_reconciler::diff::RolloutSimulator;
-use nodewright_reconciler::diff::projection::FleetProjection;
+use nodewright_reconciler::diff::projection::{DEFAULT_MAX_PAIRS, FleetProjection};
 use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::source::manifests::{self, Limits};
 use nodewright_schema::{NodeWright, NodeWrightSpec, Package};
@@ -60,26 +60,34 @@ fn desired(packages: usize, version: &str) -> Desired {
     }
 }
 
-fn main() {
-    // The projection first, so the peak it prints is its own.
-    let (packages, nodes) = (1_000, 8);
+/// Projects the upgrade of `packages` packages on `nodes` nodes within `max_pairs`; prints
+/// the time, the process's peak so far and the verdict.
+fn project(packages: usize, nodes: usize, max_pairs: usize) {
     let projection = FleetProjection {
         fleet: Fleet::plain(nodes),
         settings: Settings::default(),
         limit: Duration::from_secs(24 * 3600),
+        max_pairs,
     };
     let started = Instant::now();
     let outcome = projection.simulate(&desired(packages, "1.0.0"), &desired(packages, "1.0.1"));
     let elapsed = started.elapsed();
     let verdict = match &outcome {
         Ok(t) => t.text.lines().next().unwrap_or_default().to_owned(),
-        Err(e) => format!("failed: {e}"),
+        Err(e) => format!("refused: {e}"),
     };
     println!(
-        "diff --simulate, {packages} packages × {nodes} nodes: {:.1} s, peak {} MiB ({verdict})",
+        "diff --simulate, {packages} packages × {nodes} nodes (limit {max_pairs} pairs): {:.1} s, peak so far {} MiB ({verdict})",
         elapsed.as_secs_f64(),
         peak_mib().map_or("?".to_owned(), |m| m.to_string()),
     );
+}
+
+fn main() {
+    // The refusal first, so the peak it prints is its own; then the largest upgrade the
+    // default limit projects (base and head rollouts, 8 nodes).
+    project(1_000, 8, DEFAULT_MAX_PAIRS);
+    project(DEFAULT_MAX_PAIRS / 8, 8, DEFAULT_MAX_PAIRS);
 
     let text = invalid_packages(8_000);
     let started = Instant::now();

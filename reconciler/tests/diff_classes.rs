@@ -35,6 +35,7 @@ fn diff_fixture() -> (tempfile::TempDir, DesiredDiff) {
         simulate: false,
         fleet: None,
         nodes: 8,
+        max_simulated_pairs: nodewright_reconciler::diff::projection::DEFAULT_MAX_PAIRS,
         post_comment: None,
         pr: None,
     };
@@ -320,6 +321,7 @@ fn identical_commits_change_nothing() {
         simulate: false,
         fleet: None,
         nodes: 8,
+        max_simulated_pairs: nodewright_reconciler::diff::projection::DEFAULT_MAX_PAIRS,
         post_comment: None,
         pr: None,
     };

@@ -279,3 +279,65 @@ fn a_thousand_packages_are_projected_on_a_simulated_fleet() {
         ]
     );
 }
+
+#[test]
+fn a_projection_beyond_its_limit_is_refused_at_once_and_the_diff_is_still_complete() {
+    // See: issue 24 — `diff --simulate` of 1,000 packages on 8 nodes needed gigabytes; every
+    // pair is a Job alive at once when packages run in parallel.
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    let manifest = |version: &str| {
+        let mut text = String::from(
+            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: big\nspec:\n  packages:\n",
+        );
+        for i in 0..1_000 {
+            text.push_str(&format!(
+                "    pkg{i:04}x:\n      version: {version}\n      image: example/p{i}\n"
+            ));
+        }
+        text
+    };
+    work.write("big.yaml", &manifest("1.0.0"));
+    work.commit("base");
+    work.write("big.yaml", &manifest("1.0.1"));
+    work.commit("head");
+    let diff = |extra: &[&str]| {
+        let mut args = vec![
+            "diff",
+            "--repo",
+            ".",
+            "--base",
+            "main~1",
+            "--head",
+            "main",
+            "--simulate",
+        ];
+        args.extend_from_slice(extra);
+        nodewright(&work.dir, &args)
+    };
+    let out = diff(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.ends_with("is valid: changes 1 NodeWright (1000 upgrade); no interrupts"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("[upgrade]").count(), 1_000, "{stdout}");
+    assert!(
+        stdout.contains(
+            "Simulation failed: too large to project: the base rollout runs 8000 package × node pairs (most for NodeWright big: 1000 packages × 8 node(s)), more than --max-simulated-pairs (2000); the diff itself is complete, and a larger limit projects it"
+        ),
+        "{stdout}"
+    );
+    // The limit is the flag's: one pair over it is refused the same way.
+    let out = diff(&["--nodes", "1", "--max-simulated-pairs", "999"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(
+            "the base rollout runs 1000 package × node pairs (most for NodeWright big: 1000 packages × 1 node(s)), more than --max-simulated-pairs (999)"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+}

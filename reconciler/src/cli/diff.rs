@@ -81,6 +81,17 @@ pub struct Args {
     /// Without --fleet: this many nodes, labelled so every NodeWright selects them.
     #[arg(long, default_value_t = 8, requires = "simulate")]
     pub nodes: usize,
+    /// Most package × node pairs --simulate projects: each NodeWright's packages times the
+    /// nodes it selects, base and head rollouts together. Every pair is a Job alive while
+    /// packages run in parallel, so this bounds the projection's memory and time; a larger
+    /// change is diffed but not projected.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::diff::projection::DEFAULT_MAX_PAIRS,
+        requires = "simulate"
+    )]
+    pub max_simulated_pairs: usize,
     /// Post the Markdown rendering as the pull/merge-request comment (updated in place).
     #[arg(long, value_name = "FORGE", requires = "pr")]
     pub post_comment: Option<crate::forge::ForgeKind>,
@@ -163,6 +174,7 @@ pub fn compute(args: &Args) -> Result<crate::diff::DesiredDiff, RepoError> {
         fleet,
         settings: crate::settings::Settings::default(),
         limit: crate::diff::projection::FleetProjection::limit_for(&head_eval.objects),
+        max_pairs: args.max_simulated_pairs,
     };
     Ok(diff.with_simulation(&projection, &base_eval.objects, &head_eval.objects))
 }

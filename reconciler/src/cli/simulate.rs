@@ -51,6 +51,16 @@ pub struct Args {
     /// Without --fleet: this many nodes, labelled so every NodeWright selects them.
     #[arg(long, default_value_t = 8)]
     pub nodes: usize,
+    /// Most package × node pairs the projection runs (with --repo): each NodeWright's
+    /// packages times the nodes it selects. Every pair is a Job alive while packages run in
+    /// parallel, so this bounds memory and time.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::diff::projection::DEFAULT_MAX_PAIRS,
+        requires = "repo"
+    )]
+    pub max_simulated_pairs: usize,
     /// Output of the projection (with --repo).
     #[arg(long, value_parser = ["text", "markdown", "json"], default_value = "text")]
     pub format: String,
@@ -160,6 +170,7 @@ fn project(args: &Args, repo: &std::path::Path, out: &mut dyn Write, err: &mut d
         fleet,
         settings: crate::settings::Settings::default(),
         limit: crate::diff::projection::FleetProjection::limit_for(&valid.desired),
+        max_pairs: args.max_simulated_pairs,
     };
     match projection.simulate(&crate::cluster::Desired::default(), &valid.desired) {
         Ok(timeline) => {

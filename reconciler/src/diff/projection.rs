@@ -28,6 +28,33 @@ pub struct FleetProjection {
     pub settings: Settings,
     /// Give up after this much virtual time per phase.
     pub limit: Duration,
+    /// Most package × node pairs the projection may run (`--max-simulated-pairs`).
+    pub max_pairs: usize,
+}
+
+/// How many package × node pairs each rollout of a projection (base, then head) may run by
+/// default. Every pair can be a Job and its pod alive at once, as packages run in parallel, so
+/// this bounds the projection's memory and time; a change beyond it is diffed, not projected.
+pub const DEFAULT_MAX_PAIRS: usize = 2_000;
+
+/// The package × node pairs rolling out `desired` runs on `nodes`: each NodeWright's packages
+/// times the nodes its selector picks.
+fn pairs<'a>(
+    desired: &Desired,
+    nodes: impl Iterator<Item = &'a std::collections::BTreeMap<String, String>> + Clone,
+) -> Vec<(String, usize, usize)> {
+    desired
+        .nodewrights
+        .iter()
+        .map(|nw| {
+            let selector = nw.spec.node_selectors.as_ref();
+            let selected = nodes
+                .clone()
+                .filter(|labels| nodewright_schema::selector::matches(selector, labels))
+                .count();
+            (nw.name().to_string(), nw.spec.packages().len(), selected)
+        })
+        .collect()
 }
 
 /// How driving the fleet towards one desired state ended.
@@ -180,6 +207,25 @@ impl RolloutSimulator for FleetProjection {
             .build()
             .map_err(|e| format!("cannot start the simulator runtime: {e}"))?;
         let world = self.fleet.build(&self.settings.namespace, 7)?;
+        let empty = std::collections::BTreeMap::new();
+        let labels = world
+            .nodes()
+            .values()
+            .map(|n| n.metadata.labels.as_ref().unwrap_or(&empty));
+        for (phase, desired) in [("base", base), ("head", head)] {
+            let work = pairs(desired, labels.clone());
+            let total: usize = work.iter().map(|(_, p, n)| p * n).sum();
+            if total > self.max_pairs {
+                let (nw, packages, nodes) = work
+                    .into_iter()
+                    .max_by_key(|(_, p, n)| p * n)
+                    .unwrap_or_default();
+                return Err(format!(
+                    "too large to project: the {phase} rollout runs {total} package × node pairs (most for NodeWright {nw}: {packages} packages × {nodes} node(s)), more than --max-simulated-pairs ({}); the diff itself is complete, and a larger limit projects it",
+                    self.max_pairs
+                ));
+            }
+        }
         // A finished Job's outcome is on its node once the Job is marked; a projection keeps
         // no finished Job past that, so its memory follows the Jobs running, not every Job of
         // the rollout (in a cluster the TTL controller removes them later, which changes
@@ -430,6 +476,7 @@ pub fn offset(start: Timestamp, at: Timestamp) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use nodewright_schema::{NodeWright, NodeWrightSpec, Package};
 
     fn desired(version: &str, reboot: bool) -> Desired {
@@ -469,6 +516,7 @@ mod tests {
             fleet: Fleet::plain(5),
             settings: Settings::default(),
             limit: Duration::from_secs(6 * 3600),
+            max_pairs: DEFAULT_MAX_PAIRS,
         };
         let t = projection
             .simulate(&desired("1.0.0", true), &desired("1.1.0", true))
@@ -498,10 +546,43 @@ mod tests {
             fleet: Fleet::plain(2),
             settings: Settings::default(),
             limit: Duration::from_secs(3600),
+            max_pairs: DEFAULT_MAX_PAIRS,
         };
         let t = projection
             .simulate(&desired("1.0.0", false), &desired("1.0.0", false))
             .unwrap();
         assert!(t.text.contains("No node is worked on"), "{}", t.text);
+    }
+
+    #[test]
+    fn the_limit_counts_the_nodes_each_nodewright_selects() {
+        // Two of five nodes carry the label the NodeWright selects: one package on them is two
+        // pairs in each rollout.
+        let fleet = Fleet::parse(
+            "cluster:\n  nodes:\n    - generate: {count: 2, namePrefix: gpu-, labels: {gpu: \"true\"}}\n    - generate: {count: 3, namePrefix: cpu-}\n",
+        )
+        .unwrap();
+        let selecting = |version: &str| {
+            let mut d = desired(version, false);
+            d.nodewrights[0].spec.node_selectors = Some(LabelSelector {
+                match_labels: Some([("gpu".to_string(), "true".to_string())].into()),
+                ..LabelSelector::default()
+            });
+            d
+        };
+        let projection = |max_pairs| FleetProjection {
+            fleet: fleet.clone(),
+            settings: Settings::default(),
+            limit: Duration::from_secs(6 * 3600),
+            max_pairs,
+        };
+        let (base, head) = (selecting("1.0.0"), selecting("1.1.0"));
+        let t = projection(2).simulate(&base, &head).unwrap();
+        assert_eq!(t.json["nodewrights"][0]["nodes"], 2);
+        let refused = projection(1).simulate(&base, &head).unwrap_err();
+        assert!(
+            refused.contains("the base rollout runs 2 package × node pairs (most for NodeWright gpu: 1 packages × 2 node(s)), more than --max-simulated-pairs (1)"),
+            "{refused}"
+        );
     }
 }

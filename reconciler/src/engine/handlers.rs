@@ -331,9 +331,7 @@ fn record_config(ctx: &mut PassCtx<'_>, nw: usize, node: usize, job: &Job, key: 
 }
 
 fn set(ctx: &mut PassCtx<'_>, nw: usize, node: usize, entry: nodewright_schema::PackageStatus) {
-    if ctx.record_entry(nw, node, entry) {
-        ctx.publish_node(nw, node);
-    }
+    ctx.record_and_publish_entry(nw, node, entry);
 }
 
 fn applied_event(

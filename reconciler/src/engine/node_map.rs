@@ -99,6 +99,21 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
         true
     }
 
+    /// Changes a node's value in place through `change`, which returns whether it changed
+    /// anything; returns the same. Only what `change` touches is compared, so one package
+    /// entry of a node with thousands costs one entry, not a copy of the node's state.
+    pub fn update(&mut self, node: &str, change: impl FnOnce(&mut Option<V>) -> bool) -> bool {
+        if let Some(value) = self.changes.get_mut(node) {
+            return change(value);
+        }
+        let mut value = self.base_get(node).cloned();
+        if !change(&mut value) {
+            return false;
+        }
+        self.changes.insert(node.to_string(), value);
+        true
+    }
+
     /// Removes a node; returns whether it was there.
     pub fn remove(&mut self, node: &str) -> bool {
         if self.get(node).is_none() {

@@ -574,13 +574,17 @@ impl SimCluster {
             let rt = self.job_rt.entry(name.to_string()).or_default();
             if rt.ttl_at != Some(due) {
                 rt.ttl_at = Some(due);
-                self.schedule(
-                    due,
-                    Timer::JobTtl {
-                        job: name.to_string(),
-                        uid: uid.clone(),
-                    },
-                );
+                if due <= now {
+                    self.expired_jobs.insert((name.to_string(), uid.clone()));
+                } else {
+                    self.schedule(
+                        due,
+                        Timer::JobTtl {
+                            job: name.to_string(),
+                            uid: uid.clone(),
+                        },
+                    );
+                }
             }
         }
         // What the sync found is what it writes back, over anything written meanwhile (the

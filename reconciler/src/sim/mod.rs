@@ -138,6 +138,9 @@ pub struct SimCluster {
     history: History,
     faults: Vec<FaultWindow>,
     dirty_jobs: BTreeSet<String>,
+    /// Finished Jobs whose TTL has run out (name, uid): the TTL controller deletes them as soon
+    /// as it sees them, so a zero TTL frees a Job within the write that set it.
+    expired_jobs: BTreeSet<(String, String)>,
     violations: Vec<Violation>,
     workload_specs: HashMap<Key, WorkloadPodInput>,
 }
@@ -172,6 +175,7 @@ impl SimCluster {
             history: History::default(),
             faults: Vec::new(),
             dirty_jobs: BTreeSet::new(),
+            expired_jobs: BTreeSet::new(),
             violations: Vec::new(),
             workload_specs: HashMap::new(),
         }
@@ -380,6 +384,10 @@ impl SimCluster {
         for _ in 0..10_000 {
             if let Some(job) = self.dirty_jobs.pop_first() {
                 self.sync_job(&job);
+                continue;
+            }
+            if let Some((job, uid)) = self.expired_jobs.pop_first() {
+                self.job_ttl(&job, &uid);
                 continue;
             }
             break;

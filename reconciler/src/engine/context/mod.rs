@@ -353,6 +353,56 @@ impl<'a> PassCtx<'a> {
         }
     }
 
+    /// Records a package entry and refreshes `status.nodeState[node]` with it (§1.9). When the
+    /// mirror held the node's working state just before, only this entry is mirrored: copying
+    /// a state of a thousand packages for each finished Job would make a node's rollout
+    /// quadratic in its packages. Returns whether the entry was recorded.
+    pub fn record_and_publish_entry(
+        &mut self,
+        nw: usize,
+        node: usize,
+        entry: PackageStatus,
+    ) -> bool {
+        let key = nodewright_schema::node_state::entry_key(&entry.name, &entry.version);
+        let pos = self.nws[nw]
+            .pos
+            .get(node)
+            .copied()
+            .filter(|&p| p != NOT_SELECTED)
+            .map(|p| p as usize);
+        let in_sync = pos.filter(|&p| self.nws[nw].published_at[p] == self.nodes[node].writes());
+        if !self.record_entry(nw, node, entry) {
+            return false;
+        }
+        let n = &self.nodes[node];
+        let view = &mut self.nws[nw];
+        match (in_sync, n.state(view.state_key())) {
+            (Some(p), Ok(state)) => {
+                let now = state.0.get(&key);
+                let changed = view.node_state.update(n.name, |mirror| match mirror {
+                    None => {
+                        *mirror = Some(state.clone());
+                        true
+                    }
+                    Some(m) => match now {
+                        Some(e) if m.0.get(&key) == Some(e) => false,
+                        Some(e) => {
+                            m.0.insert(key.clone(), e.clone());
+                            true
+                        }
+                        None => m.0.remove(&key).is_some(),
+                    },
+                });
+                if changed {
+                    view.node_state_changes += 1;
+                }
+                view.published_at[p] = n.writes;
+            }
+            _ => self.publish_node(nw, node),
+        }
+        true
+    }
+
     /// Records a package entry in a node's state for a NodeWright. A malformed state refuses
     /// it and the refusal is an error of the pass (§4.1: a malformed state is never silently
     /// treated as empty); returns whether the entry was recorded.
