@@ -2,8 +2,10 @@
 //! HTTP endpoint serving them with the health probes.
 //!
 //! Two sources feed one registry, [`Metrics`]:
-//! - the lifecycle gauges of §13.3, which the engine computes each pass as [`Sample`]s and the
-//!   controller hands over whole with [`Metrics::set_lifecycle`] (replacing the previous set, so
+//! - the lifecycle gauges of §13.3, which the engine computes from a snapshot as [`Sample`]s;
+//!   the controller hands over each iteration's source of them with
+//!   [`Metrics::set_lifecycle_source`] (computed only when scraped, at most once per source) or
+//!   a computed set with [`Metrics::set_lifecycle`] (either replaces the previous set, so
 //!   the series of a deleted NodeWright disappear, §16.3); when `publishLegacyMetrics` is on,
 //!   each is also published under its deprecated `skyhook_*` name with the `skyhook_name` label;
 //! - the controller's own counters: commits seen / applied / rejected, the last applied commit,
@@ -371,15 +373,35 @@ impl Histogram {
     }
 }
 
-#[derive(Debug)]
+/// Computes the lifecycle gauges of one iteration's snapshot.
+pub type LifecycleSource = Box<dyn FnOnce() -> Vec<Sample> + Send>;
+
 struct Inner {
     lifecycle: Vec<Sample>,
+    /// The latest snapshot's gauges, still to be computed: most iterations are never scraped,
+    /// and the gauges walk every node, so they wait for a scrape.
+    lifecycle_pending: Option<LifecycleSource>,
     commits_seen: u64,
     commits_applied: u64,
     commits_rejected: u64,
     last_applied_commit: Option<String>,
     pass_duration: Histogram,
     api_writes: BTreeMap<String, u64>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("lifecycle", &self.lifecycle)
+            .field("lifecycle_pending", &self.lifecycle_pending.is_some())
+            .field("commits_seen", &self.commits_seen)
+            .field("commits_applied", &self.commits_applied)
+            .field("commits_rejected", &self.commits_rejected)
+            .field("last_applied_commit", &self.last_applied_commit)
+            .field("pass_duration", &self.pass_duration)
+            .field("api_writes", &self.api_writes)
+            .finish()
+    }
 }
 
 /// The process's metrics and readiness; share it as `Arc<Metrics>` between the controller and
@@ -401,6 +423,7 @@ impl Metrics {
             ready: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 lifecycle: Vec::new(),
+                lifecycle_pending: None,
                 commits_seen: 0,
                 commits_applied: 0,
                 commits_rejected: 0,
@@ -425,7 +448,15 @@ impl Metrics {
 
     /// Replaces the lifecycle gauges with this pass's samples.
     pub fn set_lifecycle(&self, samples: Vec<Sample>) {
-        self.inner().lifecycle = samples;
+        let mut inner = self.inner();
+        inner.lifecycle = samples;
+        inner.lifecycle_pending = None;
+    }
+
+    /// Replaces the lifecycle gauges with the ones `source` computes, when a scrape first
+    /// asks for them.
+    pub fn set_lifecycle_source(&self, source: impl FnOnce() -> Vec<Sample> + Send + 'static) {
+        self.inner().lifecycle_pending = Some(Box::new(source));
     }
 
     /// A new commit was seen on the tracked branch.
@@ -474,7 +505,10 @@ impl Metrics {
 
     /// The whole exposition: lifecycle gauges (and twins), then the controller's own metrics.
     pub fn render(&self) -> String {
-        let inner = self.inner();
+        let mut inner = self.inner();
+        if let Some(source) = inner.lifecycle_pending.take() {
+            inner.lifecycle = source();
+        }
         let mut out = render_lifecycle(&inner.lifecycle, self.publish_legacy);
         let counter = |out: &mut String, name: &str, help: &str, value: u64| {
             write_family(
@@ -1001,6 +1035,34 @@ mod tests {
         )]);
         let text = m.render();
         assert!(!text.contains("\"b\""), "{text}");
+    }
+
+    #[test]
+    fn deferred_lifecycle_gauges_are_the_latest_snapshots_computed_once_when_scraped() {
+        let m = Metrics::new(false);
+        let computed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for (name, count) in [("a", 1.0), ("b", 2.0)] {
+            let computed = computed.clone();
+            m.set_lifecycle_source(move || {
+                computed.fetch_add(1, Ordering::SeqCst);
+                vec![Sample::new(
+                    "nodewright_node_target_count",
+                    &[("nodewright_name", name)],
+                    count,
+                )]
+            });
+        }
+        assert_eq!(computed.load(Ordering::SeqCst), 0, "nothing scraped yet");
+        let first = m.render();
+        assert!(
+            first.contains("nodewright_node_target_count{nodewright_name=\"b\"} 2"),
+            "{first}"
+        );
+        assert!(!first.contains("\"a\""), "{first}");
+        assert_eq!(m.render(), first);
+        assert_eq!(computed.load(Ordering::SeqCst), 1);
+        m.set_lifecycle(Vec::new());
+        assert!(!m.render().contains("nodewright_node_target_count{"));
     }
 
     #[tokio::test]

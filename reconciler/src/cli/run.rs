@@ -499,7 +499,8 @@ async fn serve(args: Args) -> Result<(), String> {
         }));
     }
     let mut progress = Progress::new(!args.no_progress);
-    let metrics_settings = settings.clone();
+    // Shared with each iteration's deferred metrics gauges.
+    let metrics_settings = std::sync::Arc::new(settings.clone());
     let mut started_at = None;
     let converged = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let converged_flag = converged.clone();
@@ -591,7 +592,8 @@ async fn serve(args: Args) -> Result<(), String> {
                 metrics.api_write_kind(kind);
             }
         }
-        metrics.set_lifecycle(lifecycle_samples(it.snapshot, &metrics_settings));
+        let (snapshot, settings) = (it.snapshot.clone(), metrics_settings.clone());
+        metrics.set_lifecycle_source(move || lifecycle_samples(&snapshot, &settings));
         metrics.set_ready(true);
         if it.leading != leading_said {
             leading_said = it.leading;

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -138,8 +139,9 @@ pub struct Iteration<'a> {
     pub change: &'a SourceChange,
     /// The pass (none in `upstream` lifecycle mode).
     pub pass: Option<&'a PassReport>,
-    /// The world after the pass.
-    pub snapshot: &'a Snapshot,
+    /// The world after the pass; shared, so a consumer can keep it past the iteration
+    /// (the metrics endpoint computes its gauges from it when scraped).
+    pub snapshot: &'a Arc<Snapshot>,
     /// What the status writer did.
     pub status: Option<&'a StatusWrite>,
     /// Whether this replica led this iteration (false: a standby follower that only watched).
@@ -220,7 +222,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             LifecycleMode::Upstream => None,
         };
         let after_pass = std::time::Instant::now();
-        let snapshot = controller.cluster().snapshot().await?;
+        let snapshot = Arc::new(controller.cluster().snapshot().await?);
         let after_snapshot = std::time::Instant::now();
         if let Some(writer) = status.as_deref_mut() {
             writer.set_source(source.record());
