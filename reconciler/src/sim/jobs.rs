@@ -40,6 +40,12 @@ const CRASHLOOP_BASE: Duration = Duration::from_secs(10);
 const CRASHLOOP_MAX: Duration = Duration::from_secs(300);
 /// The Job controller's sync period after a failure that does not count (rate limit).
 const JOB_RESYNC: Duration = Duration::from_secs(1);
+/// containerd's exit code and reason for a container whose task died with the host.
+const LOST_WITH_HOST_EXIT: i32 = 255;
+const LOST_WITH_HOST_REASON: &str = "Unknown";
+/// From the kubelet's first report after a boot to the new sandbox's first container: the
+/// sandbox is made and the PLEG's next relist (every second) sees the container start.
+const SANDBOX_RECREATION: Duration = Duration::from_secs(1);
 
 /// Simulator-side Job state.
 #[derive(Clone, Debug, Default)]
@@ -1029,7 +1035,9 @@ impl SimCluster {
     }
 
     /// A reboot kills the node's Job pods: `Never` pods end Failed with DisruptionTarget;
-    /// `OnFailure` pods restart in place when the node returns.
+    /// `OnFailure` pods restart in place when the node returns. Their kubelet goes down with
+    /// the node without reporting (graceful node shutdown is off by default: kubelet
+    /// `shutdownGracePeriod: 0`), so their containers still read as running meanwhile.
     pub(super) fn job_pod_node_down(&mut self, key: &Key) {
         let now = util::time(self.now);
         let Some(rt) = self.pod_rt.get_mut(key) else {
@@ -1058,36 +1066,89 @@ impl SimCluster {
             self.bump_pod(key);
             self.job_pod_terminal(key);
         } else {
-            let st = pod.status.get_or_insert_with(PodStatus::default);
-            terminate_running(st, 137, "Error", &now);
             if let Some(rt) = self.pod_rt.get_mut(key) {
                 rt.restart_on_boot = true;
             }
-            self.bump_pod(key);
+            // The node lifecycle controller's only write: a ready pod turns not ready.
+            if pod_ready(pod) {
+                set_pod_condition(pod, "Ready", "False", Some("NodeNotReady"), None, &now);
+                self.bump_pod(key);
+            }
         }
     }
 
+    /// The kubelet back after a reboot first reports what the runtime restored: containerd
+    /// reads a container that was running when its task vanished as exited 255 `Unknown`.
+    /// The pod's sandbox is dead, so the kubelet makes a new one and starts again from the
+    /// first init container (kuberuntime `computePodActions`), a PLEG relist later.
     pub(super) fn job_pod_restart_after_boot(&mut self, key: &Key) {
+        let now = util::time(self.now);
         let Some(rt) = self.pod_rt.get_mut(key) else {
             return;
         };
         rt.restart_on_boot = false;
         rt.epoch += 1;
-        let idx = rt.container;
-        if let Some(c) = self
-            .pods
-            .get_mut(key)
-            .and_then(|p| p.status.as_mut())
-            .and_then(|s| s.init_container_statuses.as_mut())
-            .and_then(|l| l.get_mut(idx))
-        {
-            c.restart_count += 1;
+        let epoch = rt.epoch;
+        if let Some(st) = self.pods.get_mut(key).and_then(|p| p.status.as_mut()) {
+            terminate_running(st, LOST_WITH_HOST_EXIT, LOST_WITH_HOST_REASON, &now);
         }
+        self.bump_pod(key);
         if let Some(PodKind::Job { job, .. }) = self.pod_rt.get(key).map(|r| r.kind.clone()) {
             self.dirty_jobs.insert(job);
         }
+        self.schedule(
+            util::add(self.now, SANDBOX_RECREATION),
+            Timer::SandboxRecreated {
+                pod: key.clone(),
+                epoch,
+            },
+        );
+    }
+
+    /// The new sandbox: every container that ran in the old one starts again with one more
+    /// restart and its last run as `lastState`, init containers first.
+    pub(super) fn sandbox_recreated(&mut self, key: &Key, epoch: u64) {
+        let Some(rt) = self.pod_rt.get_mut(key) else {
+            return;
+        };
+        if rt.epoch != epoch {
+            return;
+        }
+        rt.container = 0;
+        if let Some(st) = self.pods.get_mut(key).and_then(|p| p.status.as_mut()) {
+            for c in [
+                st.init_container_statuses.as_mut(),
+                st.container_statuses.as_mut(),
+            ]
+            .into_iter()
+            .flatten()
+            .flatten()
+            {
+                if c.state.as_ref().is_some_and(|s| s.terminated.is_some()) {
+                    c.restart_count += 1;
+                    c.last_state = c.state.take();
+                    c.state = Some(ContainerState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some("PodInitializing".into()),
+                            message: None,
+                        }),
+                        ..ContainerState::default()
+                    });
+                    c.ready = false;
+                }
+            }
+        }
         self.run_container(key);
     }
+}
+
+/// Whether the pod's `Ready` condition is `True`.
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
 }
 
 /// The action of the first `podFailurePolicy` rule matching a failed pod.

@@ -65,6 +65,9 @@ enum Timer {
     ContainerDone { pod: Key, epoch: u64 },
     /// An in-place restart (restartPolicy OnFailure) after the kubelet's crash-loop backoff.
     ContainerRestart { pod: Key, epoch: u64 },
+    /// The kubelet, back after a reboot, has replaced a pod's dead sandbox and starts its
+    /// containers again.
+    SandboxRecreated { pod: Key, epoch: u64 },
     /// A pod's `activeDeadlineSeconds` expires.
     PodDeadline { pod: Key, uid: String },
     /// A terminating pod's grace period ends.
@@ -365,6 +368,7 @@ impl SimCluster {
         match timer {
             Timer::ContainerDone { pod, epoch } => self.container_done(&pod, epoch),
             Timer::ContainerRestart { pod, epoch } => self.container_restart(&pod, epoch),
+            Timer::SandboxRecreated { pod, epoch } => self.sandbox_recreated(&pod, epoch),
             Timer::PodDeadline { pod, uid } => self.pod_deadline(&pod, &uid),
             Timer::PodGone { pod, uid } => self.pod_gone(&pod, &uid),
             Timer::WorkloadDone { pod, epoch } => self.workload_done(&pod, epoch),

@@ -624,6 +624,8 @@ fn a_reboot_interrupt_reboots_the_node_and_completes_after_it_returns() {
     assert!(is_ready(n1));
     assert_ne!(node_boot_id(n1), boot, "a reboot changes the boot id");
     assert!(!taints(n1).iter().any(|t| t.key == keys::TAINT_NOT_READY));
+    // The kubelet recreates the pod's sandbox before the interrupt container runs again.
+    sim.advance(Duration::from_secs(1));
     let job = &sim.jobs()["int"];
     assert!(has_condition(job, "Complete"));
     let pod = &pods_of(&sim, "int")[0];
@@ -642,6 +644,96 @@ fn a_reboot_interrupt_reboots_the_node_and_completes_after_it_returns() {
         None,
         "the disrupted attempt is not counted"
     );
+    assert_eq!(sim.history().count("reboot n1"), 1);
+}
+
+/// Upstream's interrupt pod: a bare `OnFailure` pod, the agent's `interrupt` init container,
+/// a `pause` main container.
+fn bare_interrupt_pod(name: &str, node: &str) -> Pod {
+    let payload = base64::engine::general_purpose::STANDARD.encode(br#"{"type":"node_restart"}"#);
+    let mut pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            restart_policy: Some("OnFailure".into()),
+            init_containers: Some(vec![Container {
+                image: Some("example/tuning:1.0.0".into()),
+                ..container("interrupt", &["interrupt", "/root", "/x", &payload])
+            }]),
+            containers: vec![Container {
+                name: "pause".into(),
+                image: Some("registry.k8s.io/pause:3.10".into()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    };
+    super::pods::default_pod(&mut pod);
+    pod
+}
+
+fn interrupt_state(sim: &SimCluster, name: &str) -> k8s_openapi::api::core::v1::ContainerStatus {
+    sim.pods()[&(NS.to_string(), name.to_string())]
+        .status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .and_then(|l| l.first())
+        .cloned()
+        .unwrap()
+}
+
+#[test]
+fn a_pod_killed_by_a_reboot_reads_running_until_its_kubelet_returns_then_exited_255_unknown() {
+    let mut sim = sim("example/tuning: {rebootTakes: 60s, stages: {interrupt: {duration: 3s}}}");
+    node(&mut sim, "n1");
+    sim.create_api_pod(bare_interrupt_pod("reboot", "n1"));
+    sim.advance(Duration::from_secs(3));
+    assert!(
+        !is_ready(&sim.nodes()["n1"]),
+        "the interrupt rebooted the node"
+    );
+    let down = interrupt_state(&sim, "reboot");
+    assert!(
+        down.state.as_ref().unwrap().running.is_some(),
+        "nothing reports while the node is down: {down:?}"
+    );
+    assert_eq!(down.restart_count, 0);
+    sim.advance(Duration::from_secs(60));
+    assert!(is_ready(&sim.nodes()["n1"]));
+    let back = interrupt_state(&sim, "reboot");
+    let lost = back.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(
+        (lost.exit_code, lost.reason.as_deref()),
+        (255, Some("Unknown")),
+        "the runtime's record of a container that died with its host"
+    );
+    assert_eq!(
+        phase(&sim.pods()[&(NS.to_string(), "reboot".to_string())]),
+        "Pending"
+    );
+    sim.advance(Duration::from_secs(1));
+    let again = interrupt_state(&sim, "reboot");
+    assert_eq!(again.restart_count, 1, "it ran again in a new sandbox");
+    assert_eq!(
+        again
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| t.exit_code),
+        Some(255)
+    );
+    let done = again.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(
+        done.exit_code, 0,
+        "the boot id changed: the interrupt is complete"
+    );
+    let pod = &sim.pods()[&(NS.to_string(), "reboot".to_string())];
+    assert_eq!(phase(pod), "Running", "pause runs until the pod is deleted");
     assert_eq!(sim.history().count("reboot n1"), 1);
 }
 
