@@ -36,8 +36,9 @@ pub struct Snapshot {
     /// `nodes`, for the same reason: an unchanged pod is the same allocation from snapshot to
     /// snapshot, which the engine's cache recognises.
     pub pods: Vec<Arc<Pod>>,
-    /// ConfigMaps in the operator namespace owned by NodeWrights.
-    pub config_maps: Vec<ConfigMap>,
+    /// ConfigMaps in the operator namespace owned by NodeWrights. Shared like `nodes`: the
+    /// adapter hands over its cache's allocations instead of copying every ConfigMap per pass.
+    pub config_maps: Vec<Arc<ConfigMap>>,
     /// Approvals from Git: per NodeWright, the batches approved for the rollout in force
     /// (source/approvals.rs decides which values count). Rebuilt from the repository on
     /// restart, like the desired state.

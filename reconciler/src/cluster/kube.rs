@@ -822,10 +822,11 @@ impl Cluster for KubeCluster {
                 pods.insert((pod.namespace().unwrap_or_default(), pod.name_any()), pod);
             }
         }
-        let mut config_maps: BTreeMap<String, ConfigMap> = BTreeMap::new();
+        // The stores' own `Arc`s: a thousand node-metadata ConfigMaps are not copied per pass.
+        let mut config_maps: BTreeMap<String, Arc<ConfigMap>> = BTreeMap::new();
         for store in [&self.package_config_maps, &self.metadata_config_maps] {
             for cm in store.state() {
-                config_maps.insert(cm.name_any(), (*cm).clone());
+                config_maps.insert(cm.name_any(), cm);
             }
         }
         Ok(Snapshot {

@@ -582,7 +582,7 @@ mod tests {
             .nw(testkit::nw("nw").selects("pool", "gpu"))
             .build();
         let packages = packages_json(&snap.nodewrights[0], &s);
-        snap.config_maps = vec![
+        let config_maps = vec![
             // Kept: names its own, selected node.
             meta("n1"),
             // Kept: n2's ConfigMap, though its annotation names another node.
@@ -598,11 +598,15 @@ mod tests {
                 cm
             },
         ];
-        for cm in &mut snap.config_maps {
-            cm.data
-                .get_or_insert_with(BTreeMap::new)
-                .insert("packages.json".into(), packages.clone());
-        }
+        snap.config_maps = config_maps
+            .into_iter()
+            .map(|mut cm: ConfigMap| {
+                cm.data
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert("packages.json".into(), packages.clone());
+                std::sync::Arc::new(cm)
+            })
+            .collect();
         let mut ctx = PassCtx::new(&snap, &s);
         assert_eq!(node_metadata(&mut ctx, 0), Flow::Continue);
         let deleted: Vec<&str> = ctx
@@ -633,7 +637,7 @@ mod tests {
             .node(node("n1").state("nw", &[("tuning", "1.0.0", Stage::Config, State::Complete)]))
             .nw(testkit::nw("nw").with_package("tuning", with_config("2")))
             .build();
-        snap.config_maps = vec![old, stale];
+        snap.config_maps = vec![std::sync::Arc::new(old), std::sync::Arc::new(stale)];
         let s = settings();
         let mut ctx = PassCtx::new(&snap, &s);
         package_configmaps(&mut ctx, 0);

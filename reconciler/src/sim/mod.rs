@@ -24,6 +24,7 @@ mod tracked;
 pub mod util;
 mod workload;
 
+use std::borrow::Borrow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -445,10 +446,10 @@ impl SimCluster {
 /// Replaces `old` with the objects of `current`, reusing each old object whose uid and
 /// resourceVersion are unchanged. Both sequences come in the world's key order, so one merge
 /// walk pairs them without hashing or allocating keys.
-fn refresh<'a, T: Clone + 'a>(
+fn refresh<'a, S: Clone + 'a, T: From<S> + Borrow<S>>(
     old: &mut Vec<T>,
-    current: impl Iterator<Item = &'a T>,
-    meta: impl Fn(&T) -> &ObjectMeta,
+    current: impl Iterator<Item = &'a S>,
+    meta: impl Fn(&S) -> &ObjectMeta,
 ) {
     fn key(m: &ObjectMeta) -> (&str, &str) {
         (
@@ -459,14 +460,17 @@ fn refresh<'a, T: Clone + 'a>(
     let mut previous = std::mem::take(old).into_iter().peekable();
     for object in current {
         let m = meta(object);
-        while previous.peek().is_some_and(|p| key(meta(p)) < key(m)) {
+        while previous
+            .peek()
+            .is_some_and(|p| key(meta(p.borrow())) < key(m))
+        {
             previous.next();
         }
         let reused = previous.next_if(|p| {
-            let pm = meta(p);
+            let pm = meta(p.borrow());
             key(pm) == key(m) && pm.uid == m.uid && pm.resource_version == m.resource_version
         });
-        old.push(reused.unwrap_or_else(|| object.clone()));
+        old.push(reused.unwrap_or_else(|| T::from(object.clone())));
     }
 }
 

@@ -43,7 +43,7 @@ impl<'a> SnapIndex<'a> {
         let mut config_map_by_name = sized(snap.config_maps.len());
         for cm in &snap.config_maps {
             if let Some(name) = cm.metadata.name.as_deref() {
-                config_map_by_name.entry(name).or_insert(cm);
+                config_map_by_name.entry(name).or_insert(&**cm);
             }
         }
         SnapIndex {
