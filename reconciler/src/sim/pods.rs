@@ -33,9 +33,14 @@ pub fn split_image(image: &str) -> (String, String) {
     }
 }
 
-/// The package an API pod's containers act for: the image of its first init container (a
-/// stage pod copies its package's image first), else of its first container.
+/// The package an API pod's containers act for: the one its package annotation names (an
+/// operator's interrupt pod runs the agent's image for its package, §4.7), else the image of
+/// its first init container (a stage pod copies its package's image first), else of its
+/// first container.
 pub(super) fn api_pod_package(pod: &Pod) -> (String, String) {
+    if let Some(named) = annotated_package(pod) {
+        return named;
+    }
     let spec = pod.spec.as_ref();
     let image = spec
         .and_then(|s| s.init_containers.as_ref())
@@ -44,6 +49,19 @@ pub(super) fn api_pod_package(pod: &Pod) -> (String, String) {
         .and_then(|c| c.image.clone())
         .unwrap_or_default();
     split_image(&image)
+}
+
+/// `(image, version)` of the package annotation's JSON, current or legacy key, when it names
+/// both.
+fn annotated_package(pod: &Pod) -> Option<(String, String)> {
+    let annotations = pod.metadata.annotations.as_ref()?;
+    let text = annotations
+        .get(keys::JOB_ANNOTATION_PACKAGE)
+        .or_else(|| annotations.get(&keys::legacy(keys::JOB_ANNOTATION_PACKAGE)))?;
+    let package: serde_json::Value = serde_json::from_str(text).ok()?;
+    let field = |name: &str| package.get(name)?.as_str().map(str::to_string);
+    let (image, _) = split_image(&field("image")?);
+    Some((image, field("version")?))
 }
 
 /// The pod as the apiserver's defaulting and admission leave it (restart policy, grace

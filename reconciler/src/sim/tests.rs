@@ -738,6 +738,38 @@ fn a_pod_killed_by_a_reboot_reads_running_until_its_kubelet_returns_then_exited_
 }
 
 #[test]
+fn an_interrupt_pod_running_the_agent_image_reboots_for_the_package_its_annotation_names() {
+    // Upstream's interrupt pod runs the agent's image and names its package in the legacy
+    // package annotation: the node reboots for as long as that package's model says.
+    let mut sim = sim("example/tuning: {rebootTakes: 30s, stages: {interrupt: {duration: 3s}}}");
+    node(&mut sim, "n1");
+    let mut pod = bare_interrupt_pod("reboot", "n1");
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in spec.init_containers.iter_mut().flatten() {
+            c.image = Some("ghcr.io/nvidia/skyhook/agent:latest".into());
+        }
+    }
+    pod.metadata.annotations = Some(
+        [(
+            keys::legacy(keys::JOB_ANNOTATION_PACKAGE),
+            r#"{"name":"tuning","version":"1.0.0","skyhook":"gpu","stage":"interrupt","image":"example/tuning"}"#
+                .to_string(),
+        )]
+        .into(),
+    );
+    sim.create_api_pod(pod);
+    sim.advance(Duration::from_secs(2));
+    assert!(is_ready(&sim.nodes()["n1"]), "the interrupt runs for 3 s");
+    sim.advance(Duration::from_secs(2));
+    assert!(!is_ready(&sim.nodes()["n1"]), "then the node reboots");
+    sim.advance(Duration::from_secs(31));
+    assert!(
+        is_ready(&sim.nodes()["n1"]),
+        "back after the package's 30 s, not the default 60 s"
+    );
+}
+
+#[test]
 fn ttl_deletes_a_finished_job_after_the_ttl() {
     let mut sim = sim("{}");
     node(&mut sim, "n1");
