@@ -1,8 +1,8 @@
 //! The hostile inputs of issue 24 that are answered rather than refused, timed against their
 //! targets: 8,000 invalid packages in one NodeWright validated (under 5 s), and
 //! `diff --simulate` of one NodeWright with 1,000 packages on 8 nodes (refused by the
-//! projection's limit) and the largest upgrade the limit projects. Prints figures; asserts nothing (the answers themselves are
-//! tested in `tests/hostile_input.rs`).
+//! projection's limit) and the largest upgrade the limit projects. Prints figures; asserts
+//! nothing (the answers themselves are tested in `tests/hostile_input.rs`).
 //!
 //! Run with `cargo bench -p nodewright-reconciler --bench hostile_input`.
 

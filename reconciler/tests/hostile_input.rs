@@ -227,27 +227,34 @@ fn a_file_or_object_name_cannot_forge_a_result_line() {
     }
 }
 
-#[test]
-fn a_thousand_packages_are_projected_on_a_simulated_fleet() {
-    // See: issue 24 — `diff --simulate` on one NodeWright with 1,000 packages took 42 s and
-    // 2.3 GB, about 290 KB per package and node.
-    let tmp = tempfile::tempdir().unwrap();
-    let work = WorkRepo::init(&tmp.path().join("work"));
-    let manifest = |version: &str| {
-        let mut text = String::from(
-            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: big\nspec:\n  nodeSelectors:\n    matchLabels:\n      gpu: \"true\"\n  interruptionBudget:\n    count: 4\n  packages:\n",
+/// A repository whose two commits upgrade NodeWright `big`'s 1,000 packages from 1.0.0
+/// (`main~1`) to 1.0.1 (`main`); `spec` is the rest of its spec, before `packages`.
+fn thousand_package_upgrade(dir: &Path, spec: &str) -> WorkRepo {
+    let work = WorkRepo::init(dir);
+    for version in ["1.0.0", "1.0.1"] {
+        let mut text = format!(
+            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: big\nspec:\n{spec}  packages:\n"
         );
         for i in 0..1_000 {
             text.push_str(&format!(
                 "    pkg{i:04}x:\n      version: {version}\n      image: example/p{i}\n"
             ));
         }
-        text
-    };
-    work.write("big.yaml", &manifest("1.0.0"));
-    work.commit("base");
-    work.write("big.yaml", &manifest("1.0.1"));
-    work.commit("head");
+        work.write("big.yaml", &text);
+        work.commit(version);
+    }
+    work
+}
+
+#[test]
+fn a_thousand_packages_are_projected_on_a_simulated_fleet() {
+    // See: issue 24 — `diff --simulate` on one NodeWright with 1,000 packages took 42 s and
+    // 2.3 GB, about 290 KB per package and node.
+    let tmp = tempfile::tempdir().unwrap();
+    let work = thousand_package_upgrade(
+        &tmp.path().join("work"),
+        "  nodeSelectors:\n    matchLabels:\n      gpu: \"true\"\n  interruptionBudget:\n    count: 4\n",
+    );
     let out = nodewright(
         &work.dir,
         &[
@@ -285,22 +292,7 @@ fn a_projection_beyond_its_limit_is_refused_at_once_and_the_diff_is_still_comple
     // See: issue 24 — `diff --simulate` of 1,000 packages on 8 nodes needed gigabytes; every
     // pair is a Job alive at once when packages run in parallel.
     let tmp = tempfile::tempdir().unwrap();
-    let work = WorkRepo::init(&tmp.path().join("work"));
-    let manifest = |version: &str| {
-        let mut text = String::from(
-            "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: NodeWright\nmetadata:\n  name: big\nspec:\n  packages:\n",
-        );
-        for i in 0..1_000 {
-            text.push_str(&format!(
-                "    pkg{i:04}x:\n      version: {version}\n      image: example/p{i}\n"
-            ));
-        }
-        text
-    };
-    work.write("big.yaml", &manifest("1.0.0"));
-    work.commit("base");
-    work.write("big.yaml", &manifest("1.0.1"));
-    work.commit("head");
+    let work = thousand_package_upgrade(&tmp.path().join("work"), "");
     let diff = |extra: &[&str]| {
         let mut args = vec![
             "diff",

@@ -256,12 +256,7 @@ pub fn node_digest<R>(
 ) -> R {
     let view = &ctx.nws[nw];
     let n = ctx.node(node);
-    let pos = view
-        .pos
-        .get(node)
-        .filter(|&&p| p != super::context::NOT_SELECTED)
-        .map(|&p| p as usize);
-    let Some(p) = pos else {
+    let Some(p) = view.position(node) else {
         return read(derive_digest(ctx, nw, node).as_deref());
     };
     // Lent, not cloned: a steady pass reads the digests of thousands of nodes several times

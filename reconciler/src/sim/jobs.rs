@@ -23,7 +23,8 @@ use super::nodes::node_boot_id;
 use super::packages::{ContainerRun, Effect};
 use super::util;
 use super::workload::{
-    PodKind, PodRt, is_terminal, set_pod_condition, terminate_running, terminated,
+    PodKind, PodRt, has_ready_condition, is_terminal, set_pod_condition, terminate_running,
+    terminated,
 };
 use super::{Key, Shared, SimCluster, Timer};
 use crate::plan::Outcome;
@@ -1070,7 +1071,7 @@ impl SimCluster {
                 rt.restart_on_boot = true;
             }
             // The node lifecycle controller's only write: a ready pod turns not ready.
-            if pod_ready(pod) {
+            if has_ready_condition(pod) {
                 set_pod_condition(pod, "Ready", "False", Some("NodeNotReady"), None, &now);
                 self.bump_pod(key);
             }
@@ -1140,15 +1141,6 @@ impl SimCluster {
         }
         self.run_container(key);
     }
-}
-
-/// Whether the pod's `Ready` condition is `True`.
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
 }
 
 /// The action of the first `podFailurePolicy` rule matching a failed pod.

@@ -212,15 +212,18 @@ pub fn is_terminal(pod: &Pod) -> bool {
     matches!(phase(pod), "Succeeded" | "Failed")
 }
 
+/// Ready for a PodDisruptionBudget: running, not terminating, its `Ready` condition true.
 fn is_pod_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && phase(pod) == "Running"
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-            .is_some_and(|c| c.status == "True")
+    pod.metadata.deletion_timestamp.is_none() && phase(pod) == "Running" && has_ready_condition(pod)
+}
+
+/// Whether the pod's `Ready` condition is `True`.
+pub(super) fn has_ready_condition(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
 }
 
 pub(super) fn set_pod_condition(

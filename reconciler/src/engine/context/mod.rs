@@ -288,9 +288,9 @@ impl<'a> PassCtx<'a> {
         let view = &self.nws[nw];
         let n = &self.nodes[node];
         let read = || Status::from_annotation(n.annotation(&view.keys.status));
-        match view.pos.get(node) {
-            Some(&p) if p != NOT_SELECTED => {
-                let memo = &view.status_memo[p as usize];
+        match view.position(node) {
+            Some(p) => {
+                let memo = &view.status_memo[p];
                 let (at, status) = memo.get();
                 if at == n.writes {
                     return status;
@@ -299,7 +299,7 @@ impl<'a> PassCtx<'a> {
                 memo.set((n.writes, status));
                 status
             }
-            _ => read(),
+            None => read(),
         }
     }
 
@@ -327,9 +327,9 @@ impl<'a> PassCtx<'a> {
     pub fn publish_node(&mut self, nw: usize, node: usize) {
         let view = &mut self.nws[nw];
         let n = &self.nodes[node];
-        let pos = view.pos.get(node).copied().filter(|&p| p != NOT_SELECTED);
+        let pos = view.position(node);
         if let Some(p) = pos
-            && view.published_at[p as usize] == n.writes
+            && view.published_at[p] == n.writes
         {
             return;
         }
@@ -349,7 +349,7 @@ impl<'a> PassCtx<'a> {
             }
         }
         if let Some(p) = pos {
-            view.published_at[p as usize] = n.writes;
+            view.published_at[p] = n.writes;
         }
     }
 
@@ -364,13 +364,9 @@ impl<'a> PassCtx<'a> {
         entry: PackageStatus,
     ) -> bool {
         let key = nodewright_schema::node_state::entry_key(&entry.name, &entry.version);
-        let pos = self.nws[nw]
-            .pos
-            .get(node)
-            .copied()
-            .filter(|&p| p != NOT_SELECTED)
-            .map(|p| p as usize);
-        let in_sync = pos.filter(|&p| self.nws[nw].published_at[p] == self.nodes[node].writes());
+        let in_sync = self.nws[nw]
+            .position(node)
+            .filter(|&p| self.nws[nw].published_at[p] == self.nodes[node].writes());
         if !self.record_entry(nw, node, entry) {
             return false;
         }
@@ -378,18 +374,13 @@ impl<'a> PassCtx<'a> {
         let view = &mut self.nws[nw];
         match (in_sync, n.state(view.state_key())) {
             (Some(p), Ok(state)) => {
-                let now = state.0.get(&key);
                 let changed = view.node_state.update(n.name, |mirror| match mirror {
                     None => {
                         *mirror = Some(state.clone());
                         true
                     }
-                    Some(m) => match now {
-                        Some(e) if m.0.get(&key) == Some(e) => false,
-                        Some(e) => {
-                            m.0.insert(key.clone(), e.clone());
-                            true
-                        }
+                    Some(m) => match state.0.get(&key) {
+                        Some(e) => m.0.insert(key.clone(), e.clone()).as_ref() != Some(e),
                         None => m.0.remove(&key).is_some(),
                     },
                 });

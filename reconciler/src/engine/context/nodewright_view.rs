@@ -489,16 +489,20 @@ impl<'a> NwView<'a> {
             .as_ref()
             .and_then(|l| l.iter().find(|c| c.type_ == type_))
     }
+    /// The node's place among the nodes this NodeWright selects (none when not selected).
+    pub fn position(&self, node: usize) -> Option<usize> {
+        self.pos
+            .get(node)
+            .filter(|&&p| p != NOT_SELECTED)
+            .map(|&p| p as usize)
+    }
     /// Whether the node id is selected by this NodeWright.
     pub fn selects(&self, node: usize) -> bool {
-        self.pos.get(node).is_some_and(|p| *p != NOT_SELECTED)
+        self.position(node).is_some()
     }
     /// Completion by package state of a selected node (false when not selected).
     pub fn is_complete(&self, node: usize) -> bool {
-        match self.pos.get(node) {
-            Some(&p) if p != NOT_SELECTED => self.complete[p as usize],
-            _ => false,
-        }
+        self.position(node).is_some_and(|p| self.complete[p])
     }
     /// Every selected node complete by package state (vacuously true).
     pub fn all_complete(&self) -> bool {
