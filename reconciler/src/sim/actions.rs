@@ -461,7 +461,9 @@ impl SimCluster {
 
     /// Invariant 3: an interrupt Job starts only on a cordoned, drained node (§7).
     fn check_interrupt_after_drain(&mut self, job: &Job) {
-        let labels = job.metadata.labels.clone().unwrap_or_default();
+        let Some(labels) = job.metadata.labels.as_ref() else {
+            return;
+        };
         if labels.get(keys::JOB_LABEL_INTERRUPT).map(String::as_str) != Some("True") {
             return;
         }
@@ -481,9 +483,8 @@ impl SimCluster {
         }
         let nw = labels
             .get(keys::JOB_LABEL_NAME)
-            .and_then(|n| self.nodewrights.get(n))
-            .cloned();
-        if let Some(reason) = self.undrained_reason(&node, nw.as_ref()) {
+            .and_then(|n| self.nodewrights.get(n));
+        if let Some(reason) = self.undrained_reason(&node, nw) {
             self.violations.push(Violation {
                 at: self.now,
                 invariant: 3,

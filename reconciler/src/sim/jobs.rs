@@ -761,14 +761,19 @@ impl SimCluster {
             return;
         };
         let idx = rt.container;
-        let spec = pod.spec.clone().unwrap_or_default();
-        let inits = spec.init_containers.clone().unwrap_or_default();
+        let spec = pod.spec.as_ref();
+        let inits = spec
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or_default();
         let api_pod = matches!(rt.kind, PodKind::Api);
         if idx >= inits.len() && api_pod {
             self.api_pod_running(key);
             return;
         }
         if idx >= inits.len() {
+            let mains: Vec<String> = spec
+                .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+                .unwrap_or_default();
             // The main containers (`done`: `exit 0`) finish at once.
             let pod = self.pods.get_mut(key).expect("checked above");
             let st = pod.status.get_or_insert_with(PodStatus::default);
@@ -780,8 +785,8 @@ impl SimCluster {
             set_pod_condition(pod, "Initialized", "True", None, None, &now);
             set_pod_condition(pod, "Ready", "False", Some("PodCompleted"), None, &now);
             // They ran (and printed nothing): their log reads empty, not "waiting to start".
-            for c in &spec.containers {
-                self.log_start(key, &c.name);
+            for c in &mains {
+                self.log_start(key, c);
             }
             self.bump_pod(key);
             self.job_pod_terminal(key);
@@ -790,12 +795,13 @@ impl SimCluster {
         let container = &inits[idx];
         let args = container.args.clone().unwrap_or_default();
         let mode = args.first().cloned().unwrap_or_else(|| "copy".to_string());
+        let name = container.name.clone();
         let (image, version) = if api_pod {
             super::pods::api_pod_package(pod)
         } else {
             package_of(pod)
         };
-        let node = spec.node_name.clone().unwrap_or_default();
+        let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
         let boot = self
             .nodes
             .get(&node)
@@ -817,7 +823,6 @@ impl SimCluster {
         // The first line appears as the container starts; the rest when it ends.
         let first = result.log.find('\n').map_or(result.log.len(), |i| i + 1);
         let first: String = result.log.drain(..first).collect();
-        let name = container.name.clone();
         self.log_start(key, &name);
         self.log_append(key, &name, &first);
         let duration = result.duration;
