@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Node, ObjectReference, Pod, PodSpec};
 use kube::api::{
     DeleteParams, EvictParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions,
 };
@@ -316,6 +316,47 @@ fn trim_node(node: &mut Node) {
     }
 }
 
+/// A Job as the store keeps it. Once finished (`Complete` or `Failed`, which Kubernetes never
+/// takes back) its pod template's spec goes too: the lifecycle reads the template of
+/// unfinished Jobs only (staleness, the interrupt budget), and a rollout keeps every finished
+/// Job until its TTL, thousands of templates of several containers each.
+fn trim_job(job: &mut Job) {
+    trim_managed_fields(job);
+    if !crate::engine::jobs::is_unfinished(job)
+        && let Some(spec) = &mut job.spec
+    {
+        spec.template.spec = None;
+    }
+}
+
+/// A pod as the store keeps it. Once it has run to its end (`Succeeded` or `Failed`) its spec
+/// keeps only its node and its init containers' names: drains read the spec of running and
+/// pending pods only, and `package logs` lists a finished pod's init containers by name.
+fn trim_pod(pod: &mut Pod) {
+    trim_managed_fields(pod);
+    let ended = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"));
+    if ended && let Some(spec) = &mut pod.spec {
+        let init_containers = spec.init_containers.take().map(|containers| {
+            containers
+                .into_iter()
+                .map(|c| Container {
+                    name: c.name,
+                    ..Container::default()
+                })
+                .collect()
+        });
+        *spec = PodSpec {
+            node_name: spec.node_name.take(),
+            init_containers,
+            ..PodSpec::default()
+        };
+    }
+}
+
 /// CRs keep their managed fields: they tell whether another controller writes their status.
 fn keep_whole<K>(_: &mut K) {}
 
@@ -348,13 +389,13 @@ impl KubeCluster {
             Api::<Job>::namespaced(client.clone(), ns),
             labelled.clone(),
             changed.clone(),
-            trim_managed_fields,
+            trim_job,
         );
         let (package_pods, t5) = reflect(
             Api::<Pod>::namespaced(client.clone(), ns),
             labelled.clone(),
             changed.clone(),
-            trim_managed_fields,
+            trim_pod,
         );
         let (package_config_maps, t6) = reflect(
             Api::<ConfigMap>::namespaced(client.clone(), ns),
@@ -440,7 +481,7 @@ impl KubeCluster {
                         Api::<Pod>::all(self.client.clone()),
                         config,
                         self.changed.clone(),
-                        trim_managed_fields,
+                        trim_pod,
                     );
                     fresh.push(store.clone());
                     watches.insert(node.clone(), NodePodWatch { store, task });
