@@ -149,6 +149,7 @@ async fn connect(server: &SimServer, instance: &str) -> KubeCluster {
             namespace: NS.into(),
             instance: instance.into(),
             clock: server.clock(),
+            keep_ended_pod_containers: true,
         },
     )
     .await

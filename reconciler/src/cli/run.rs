@@ -650,7 +650,8 @@ async fn serve(args: Args) -> Result<(), String> {
     if cluster_configured(&args.target) {
         let budget = args.target.api_budget(Some(&settings))?;
         api_metrics.attach_api(budget.stats());
-        let cluster = super::verbs::connect(&args.target, &budget).await?;
+        // The daemon never lists logs: ended pods keep no container names.
+        let cluster = super::verbs::connect(&args.target, &budget, false).await?;
         // With leader election on, nothing is written until this replica holds the Lease,
         // and writes stop the moment it is lost (cluster::lease).
         let leader = if settings.leader_election {

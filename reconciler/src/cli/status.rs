@@ -273,7 +273,7 @@ pub fn run(args: Args) -> ExitCode {
     };
     runtime.block_on(async {
         let cluster = match async {
-            super::verbs::connect(&args.target, &args.target.api_budget(None)?).await
+            super::verbs::connect(&args.target, &args.target.api_budget(None)?, true).await
         }
         .await
         {

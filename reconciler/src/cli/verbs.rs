@@ -957,7 +957,9 @@ pub fn run(verb: VerbCommand, common: Common) -> ExitCode {
     };
     runtime.block_on(async move {
         let cluster =
-            match async { connect(&common.target, &common.target.api_budget(None)?).await }.await {
+            match async { connect(&common.target, &common.target.api_budget(None)?, true).await }
+                .await
+            {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -997,10 +999,12 @@ pub fn run(verb: VerbCommand, common: Common) -> ExitCode {
     })
 }
 
-/// Connects to the cluster the flags name, every request under `budget`.
+/// Connects to the cluster the flags name, every request under `budget`; ended pods keep
+/// their init containers' names when `keep_ended_pod_containers` (for `package logs`).
 pub async fn connect(
     target: &Target,
     budget: &crate::cluster::api_budget::ApiBudget,
+    keep_ended_pod_containers: bool,
 ) -> Result<crate::cluster::kube::KubeCluster, String> {
     let kubeconfig = target.kubeconfig_path();
     let (client, clock) = crate::cluster::kube::client(kubeconfig.as_deref(), budget)
@@ -1012,6 +1016,7 @@ pub async fn connect(
             namespace: target.namespace.clone(),
             instance: "nodewright-cli".into(),
             clock,
+            keep_ended_pod_containers,
         },
     )
     .await

@@ -176,6 +176,19 @@ pub struct KubeOptions {
     pub instance: String,
     /// Where "now" comes from.
     pub clock: Clock,
+    /// Whether ended pods keep their init containers' names (`package logs` lists by them;
+    /// the lifecycle never reads them).
+    pub keep_ended_pod_containers: bool,
+}
+
+impl KubeOptions {
+    fn pod_trim(&self) -> fn(&mut Pod) {
+        if self.keep_ended_pod_containers {
+            trim_pod_keeping_containers
+        } else {
+            trim_pod
+        }
+    }
 }
 
 /// The Cluster port over kube-rs.
@@ -317,22 +330,31 @@ fn trim_node(node: &mut Node) {
 }
 
 /// A Job as the store keeps it. Once finished (`Complete` or `Failed`, which Kubernetes never
-/// takes back) its pod template's spec goes too: the lifecycle reads the template of
-/// unfinished Jobs only (staleness, the interrupt budget), and a rollout keeps every finished
-/// Job until its TTL, thousands of templates of several containers each.
+/// takes back) its pod template goes too: the lifecycle reads the template of unfinished Jobs
+/// only (staleness, the interrupt budget), and a rollout keeps every finished Job until its
+/// TTL, thousands of templates of several containers each.
 fn trim_job(job: &mut Job) {
     trim_managed_fields(job);
     if !crate::engine::jobs::is_unfinished(job)
         && let Some(spec) = &mut job.spec
     {
-        spec.template.spec = None;
+        spec.template = Default::default();
     }
 }
 
-/// A pod as the store keeps it. Once it has run to its end (`Succeeded` or `Failed`) its spec
-/// keeps only its node and its init containers' names: drains read the spec of running and
-/// pending pods only, and `package logs` lists a finished pod's init containers by name.
+/// A pod as the lifecycle needs it: once it has run to its end (`Succeeded` or `Failed`) only
+/// its node remains of its spec, as drains read the spec of running and pending pods only.
 fn trim_pod(pod: &mut Pod) {
+    trim_ended_pod(pod, false);
+}
+
+/// A pod as `package logs` needs it: as [`trim_pod`], but an ended pod keeps its init
+/// containers' names, which the logs are listed by.
+fn trim_pod_keeping_containers(pod: &mut Pod) {
+    trim_ended_pod(pod, true);
+}
+
+fn trim_ended_pod(pod: &mut Pod, keep_container_names: bool) {
     trim_managed_fields(pod);
     let ended = pod
         .status
@@ -340,15 +362,19 @@ fn trim_pod(pod: &mut Pod) {
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"));
     if ended && let Some(spec) = &mut pod.spec {
-        let init_containers = spec.init_containers.take().map(|containers| {
-            containers
-                .into_iter()
-                .map(|c| Container {
-                    name: c.name,
-                    ..Container::default()
-                })
-                .collect()
-        });
+        let init_containers = spec
+            .init_containers
+            .take()
+            .filter(|_| keep_container_names)
+            .map(|containers| {
+                containers
+                    .into_iter()
+                    .map(|c| Container {
+                        name: c.name,
+                        ..Container::default()
+                    })
+                    .collect()
+            });
         *spec = PodSpec {
             node_name: spec.node_name.take(),
             init_containers,
@@ -395,7 +421,7 @@ impl KubeCluster {
             Api::<Pod>::namespaced(client.clone(), ns),
             labelled.clone(),
             changed.clone(),
-            trim_pod,
+            options.pod_trim(),
         );
         let (package_config_maps, t6) = reflect(
             Api::<ConfigMap>::namespaced(client.clone(), ns),
@@ -481,7 +507,7 @@ impl KubeCluster {
                         Api::<Pod>::all(self.client.clone()),
                         config,
                         self.changed.clone(),
-                        trim_pod,
+                        self.options.pod_trim(),
                     );
                     fresh.push(store.clone());
                     watches.insert(node.clone(), NodePodWatch { store, task });
