@@ -882,13 +882,21 @@ async fn with_two_replicas_only_the_leader_writes() {
     assert_eq!(wrote_b, 0);
 
     // The lease is taken by someone else: a stops writing at its next renewal.
+    // a renews meanwhile: like any writer of a lease, the intruder retries on a conflict.
     let leases: Api<Lease> = Api::namespaced(server.client().await.unwrap(), NS);
-    let mut lease = leases.get("nodewright-leader").await.unwrap();
-    lease.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
-    leases
-        .replace("nodewright-leader", &PostParams::default(), &lease)
-        .await
-        .unwrap();
+    let mut attempts = 0;
+    loop {
+        let mut lease = leases.get("nodewright-leader").await.unwrap();
+        lease.spec.as_mut().unwrap().holder_identity = Some("intruder".into());
+        match leases
+            .replace("nodewright-leader", &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 20 => attempts += 1,
+            Err(e) => panic!("taking the lease: {e}"),
+        }
+    }
     eventually(Duration::from_secs(2), "a stops leading", || async {
         !lead_a.is_leader()
     })
