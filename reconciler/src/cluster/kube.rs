@@ -564,13 +564,28 @@ impl KubeCluster {
     }
 
     /// Remembers the server's answer to a write of a node made against `replaced`.
-    fn wrote_node(&self, replaced: &Node, answer: Node) {
+    fn wrote_node(&self, replaced: &Node, mut answer: Node) {
+        trim_node(&mut answer);
         if let Some(name) = replaced.metadata.name.clone() {
             self.written_nodes
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(name, (replaced.metadata.resource_version.clone(), answer));
         }
+    }
+
+    /// Drops the answers to node writes that the watch has delivered (or that a later write
+    /// replaced): the watched copy is the newest for those, and a fleet's worth of answers
+    /// would otherwise stay until each node is written again.
+    fn forget_delivered_writes(&self) {
+        self.written_nodes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|name, (replaced, _)| {
+                self.nodes
+                    .get(&reflector::ObjectRef::new(name))
+                    .is_some_and(|watched| watched.metadata.resource_version == *replaced)
+            });
     }
 
     /// A node to write against: the watched copy on the first attempt (its `resourceVersion`
@@ -860,6 +875,7 @@ impl Cluster for KubeCluster {
         // so the engine's cross-pass caches find it where they left it.
         let mut nodes: Vec<Arc<Node>> = self.nodes.state();
         nodes.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        self.forget_delivered_writes();
         let mut jobs = self.jobs.state();
         jobs.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut nodewrights = self.nodewrights.state();
