@@ -13,6 +13,15 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use nodewright_schema::approvals::ApprovedBatches;
 use nodewright_schema::{DeploymentPolicy, NodeWright};
 
+/// Whether a pod has run to its end (`Succeeded` or `Failed`, which Kubernetes never takes
+/// back).
+pub fn pod_has_ended(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
 /// The world as one pass sees it.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {

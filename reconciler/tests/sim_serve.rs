@@ -881,8 +881,8 @@ async fn with_two_replicas_only_the_leader_writes() {
     assert!(wrote_a > 0);
     assert_eq!(wrote_b, 0);
 
-    // The lease is taken by someone else: a stops writing at its next renewal.
-    // a renews meanwhile: like any writer of a lease, the intruder retries on a conflict.
+    // The lease is taken by someone else: a stops writing at its next renewal. The intruder
+    // retries when a's renewal comes first, as every writer of a lease does.
     let leases: Api<Lease> = Api::namespaced(server.client().await.unwrap(), NS);
     let mut attempts = 0;
     loop {

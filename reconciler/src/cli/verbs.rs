@@ -839,10 +839,7 @@ async fn pod_running<C: Cluster>(cluster: &C, t: &verbs::package::LogTarget) -> 
         p.metadata.name.as_deref() == Some(t.pod.as_str())
             && p.metadata.namespace.as_deref() == Some(t.namespace.as_str())
             && p.metadata.deletion_timestamp.is_none()
-            && !matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
+            && !crate::snapshot::pod_has_ended(p)
     })
 }
 

@@ -182,12 +182,10 @@ pub struct KubeOptions {
 }
 
 impl KubeOptions {
-    fn pod_trim(&self) -> fn(&mut Pod) {
-        if self.keep_ended_pod_containers {
-            trim_pod_keeping_containers
-        } else {
-            trim_pod
-        }
+    /// A pod as the stores keep it (see [`trim_pod`]).
+    fn pod_trim(&self) -> impl FnMut(&mut Pod) + Send + 'static {
+        let keep_container_names = self.keep_ended_pod_containers;
+        move |pod| trim_pod(pod, keep_container_names)
     }
 }
 
@@ -292,7 +290,7 @@ fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     changed: Arc<Notify>,
-    trim: fn(&mut K),
+    trim: impl FnMut(&mut K) + Send + 'static,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
@@ -342,26 +340,14 @@ fn trim_job(job: &mut Job) {
     }
 }
 
-/// A pod as the lifecycle needs it: once it has run to its end (`Succeeded` or `Failed`) only
-/// its node remains of its spec, as drains read the spec of running and pending pods only.
-fn trim_pod(pod: &mut Pod) {
-    trim_ended_pod(pod, false);
-}
-
-/// A pod as `package logs` needs it: as [`trim_pod`], but an ended pod keeps its init
-/// containers' names, which the logs are listed by.
-fn trim_pod_keeping_containers(pod: &mut Pod) {
-    trim_ended_pod(pod, true);
-}
-
-fn trim_ended_pod(pod: &mut Pod, keep_container_names: bool) {
+/// A pod as the lifecycle needs it: once it has run to its end only its node remains of its
+/// spec, as drains read the spec of running and pending pods only. `package logs` lists an
+/// ended pod's logs by its init containers' names, which `keep_container_names` keeps.
+fn trim_pod(pod: &mut Pod, keep_container_names: bool) {
     trim_managed_fields(pod);
-    let ended = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|phase| matches!(phase, "Succeeded" | "Failed"));
-    if ended && let Some(spec) = &mut pod.spec {
+    if crate::snapshot::pod_has_ended(pod)
+        && let Some(spec) = &mut pod.spec
+    {
         let init_containers = spec
             .init_containers
             .take()

@@ -259,9 +259,8 @@ pub fn node_digest<R>(
     let Some(p) = view.position(node) else {
         return read(derive_digest(ctx, nw, node).as_deref());
     };
-    // Lent, not cloned: a steady pass reads the digests of thousands of nodes several times
-    // each, and moving the count of a shared digest costs a trip to memory the read itself
-    // may not need. `read` only reads, so nothing memoises a digest while it holds this.
+    // A steady pass reads the digests of thousands of nodes several times each, so `read`
+    // borrows the remembered digest; it only reads, so nothing memoises one meanwhile.
     if let Some((at, digest)) = &view.digests.borrow()[p]
         && *at == n.writes()
     {

@@ -23,11 +23,11 @@ use super::nodes::node_boot_id;
 use super::packages::{ContainerRun, Effect};
 use super::util;
 use super::workload::{
-    PodKind, PodRt, has_ready_condition, is_terminal, set_pod_condition, terminate_running,
-    terminated,
+    PodKind, PodRt, has_ready_condition, set_pod_condition, terminate_running, terminated,
 };
 use super::{Key, Shared, SimCluster, Timer};
 use crate::plan::Outcome;
+use crate::snapshot::pod_has_ended;
 
 /// Default `backoffLimit` of the Job API.
 const DEFAULT_BACKOFF_LIMIT: i32 = 6;
@@ -399,9 +399,9 @@ impl SimCluster {
             let Some(pod) = self.pods.get(key) else {
                 continue;
             };
-            if pod.metadata.deletion_timestamp.is_some() && !is_terminal(pod) {
+            if pod.metadata.deletion_timestamp.is_some() && !pod_has_ended(pod) {
                 terminating += 1;
-            } else if !is_terminal(pod) {
+            } else if !pod_has_ended(pod) {
                 active += 1;
                 active_keys.push(key.clone());
                 if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
@@ -451,7 +451,7 @@ impl SimCluster {
                 }
                 let still_running = keys
                     .iter()
-                    .any(|k| self.pods.get(k).is_some_and(|p| !is_terminal(p)));
+                    .any(|k| self.pods.get(k).is_some_and(|p| !pod_has_ended(p)));
                 if !still_running {
                     set_condition(
                         &mut state,
@@ -964,7 +964,7 @@ impl SimCluster {
             return;
         };
         if pod.metadata.uid.as_deref() != Some(uid)
-            || is_terminal(pod)
+            || pod_has_ended(pod)
             || pod.metadata.deletion_timestamp.is_some()
         {
             return;
@@ -997,7 +997,7 @@ impl SimCluster {
         let Some(pod) = self.pods.get(key) else {
             return;
         };
-        if !is_terminal(pod) {
+        if !pod_has_ended(pod) {
             return;
         }
         rt.counted = true;

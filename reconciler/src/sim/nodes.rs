@@ -278,7 +278,7 @@ impl SimCluster {
             let Some(pod) = self.pods.get(&key) else {
                 continue;
             };
-            if super::workload::is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+            if crate::snapshot::pod_has_ended(pod) || pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             let tolerations = pod

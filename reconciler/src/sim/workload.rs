@@ -19,6 +19,7 @@ use super::nodes::{is_ready, is_schedulable, taints};
 use super::packages::ContainerResult;
 use super::util;
 use super::{Key, Shared, SimCluster, Timer};
+use crate::snapshot::pod_has_ended;
 
 /// Who owns a workload pod (spec/scenarios.md §2 `owner`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,12 +205,7 @@ fn termination_grace(pod: &Pod, requested: Option<i64>) -> Option<i64> {
         .as_ref()
         .and_then(|s| s.node_name.as_ref())
         .is_some();
-    (bound && grace > 0 && !is_terminal(pod)).then_some(grace)
-}
-
-/// Whether the pod reached Succeeded or Failed.
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(phase(pod), "Succeeded" | "Failed")
+    (bound && grace > 0 && !pod_has_ended(pod)).then_some(grace)
 }
 
 /// Ready for a PodDisruptionBudget: running, not terminating, its `Ready` condition true.
@@ -419,7 +415,7 @@ impl SimCluster {
             return;
         };
         if !self.nodes.get(&node).is_some_and(|n| is_ready(n))
-            || is_terminal(pod)
+            || pod_has_ended(pod)
             || pod.metadata.deletion_timestamp.is_some()
         {
             return;
@@ -539,7 +535,7 @@ impl SimCluster {
         let Some(pod) = self.pods.get(&key) else {
             return Err(EvictionError::NotFound(name.to_string()));
         };
-        if pod.metadata.deletion_timestamp.is_some() || is_terminal(pod) {
+        if pod.metadata.deletion_timestamp.is_some() || pod_has_ended(pod) {
             return Ok(());
         }
         let labels = pod.metadata.labels.clone().unwrap_or_default();
@@ -600,7 +596,7 @@ impl SimCluster {
         }
         let lingers = termination_grace(pod, grace);
         if let Some((reason, message)) = disruption
-            && !is_terminal(pod)
+            && !pod_has_ended(pod)
         {
             set_pod_condition(
                 pod,
@@ -650,7 +646,7 @@ impl SimCluster {
         let now = util::time(self.now);
         if let Some(pod) = self.pods.get_mut(key)
             && let Some((reason, message)) = disruption
-            && !is_terminal(pod)
+            && !pod_has_ended(pod)
         {
             set_pod_condition(
                 pod,
@@ -681,7 +677,7 @@ impl SimCluster {
             Some(PodKind::Job { .. })
         );
         if let Some(pod) = self.pods.get_mut(key)
-            && !is_terminal(pod)
+            && !pod_has_ended(pod)
         {
             let st = pod.status.get_or_insert_with(PodStatus::default);
             st.phase = Some("Failed".into());
@@ -832,7 +828,7 @@ impl SimCluster {
             .count() as i32;
         let expected = pods
             .iter()
-            .filter(|p| !is_terminal(p) && p.metadata.deletion_timestamp.is_none())
+            .filter(|p| !pod_has_ended(p) && p.metadata.deletion_timestamp.is_none())
             .count() as i32;
         let desired = if let Some(max) = &spec.max_unavailable {
             (expected - int_or_percent(max, expected)).max(0)
@@ -958,7 +954,7 @@ impl SimCluster {
             let Some(pod) = self.pods.get(&key) else {
                 continue;
             };
-            if is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+            if pod_has_ended(pod) || pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             let tolerations = pod
@@ -980,7 +976,7 @@ impl SimCluster {
         let Some(pod) = self.pods.get(key) else {
             return;
         };
-        if is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+        if pod_has_ended(pod) || pod.metadata.deletion_timestamp.is_some() {
             return;
         }
         match self.pod_rt.get(key).map(|r| r.kind.clone()) {
