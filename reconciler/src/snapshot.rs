@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Node, Pod, PodSpec, PodTemplateSpec};
 use nodewright_schema::approvals::ApprovedBatches;
 use nodewright_schema::{DeploymentPolicy, NodeWright};
 
@@ -20,6 +20,48 @@ pub fn pod_has_ended(pod: &Pod) -> bool {
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
+}
+
+/// Takes a finished Job's pod template (`Complete` or `Failed`, which Kubernetes never takes
+/// back): the lifecycle reads the template of unfinished Jobs only (staleness, the interrupt
+/// budget), and a rollout keeps every finished Job until its TTL, thousands of templates of
+/// several containers each. `None`, leaving the Job alone, while it is unfinished.
+pub fn take_finished_job_template(job: &mut Job) -> Option<PodTemplateSpec> {
+    if crate::engine::jobs::is_unfinished(job) {
+        return None;
+    }
+    job.spec
+        .as_mut()
+        .map(|spec| std::mem::take(&mut spec.template))
+}
+
+/// Takes an ended pod's spec, leaving its node: drains read the spec of running and pending
+/// pods only. Logs are listed by an ended pod's init containers' names, which
+/// `keep_container_names` keeps. `None`, leaving the pod alone, while it has not ended.
+pub fn take_ended_pod_spec(pod: &mut Pod, keep_container_names: bool) -> Option<PodSpec> {
+    if !pod_has_ended(pod) {
+        return None;
+    }
+    let spec = pod.spec.as_mut()?;
+    let init_containers = spec
+        .init_containers
+        .as_ref()
+        .filter(|_| keep_container_names)
+        .map(|containers| {
+            containers
+                .iter()
+                .map(|c| Container {
+                    name: c.name.clone(),
+                    ..Container::default()
+                })
+                .collect()
+        });
+    let kept = PodSpec {
+        node_name: spec.node_name.clone(),
+        init_containers,
+        ..PodSpec::default()
+    };
+    Some(std::mem::replace(spec, kept))
 }
 
 /// The world as one pass sees it.

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Node, ObjectReference, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod};
 use kube::api::{
     DeleteParams, EvictParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions,
 };
@@ -327,46 +327,17 @@ fn trim_node(node: &mut Node) {
     }
 }
 
-/// A Job as the store keeps it. Once finished (`Complete` or `Failed`, which Kubernetes never
-/// takes back) its pod template goes too: the lifecycle reads the template of unfinished Jobs
-/// only (staleness, the interrupt budget), and a rollout keeps every finished Job until its
-/// TTL, thousands of templates of several containers each.
+/// A Job as the store keeps it: a finished one without its pod template.
 fn trim_job(job: &mut Job) {
     trim_managed_fields(job);
-    if !crate::engine::jobs::is_unfinished(job)
-        && let Some(spec) = &mut job.spec
-    {
-        spec.template = Default::default();
-    }
+    crate::snapshot::take_finished_job_template(job);
 }
 
-/// A pod as the lifecycle needs it: once it has run to its end only its node remains of its
-/// spec, as drains read the spec of running and pending pods only. `package logs` lists an
-/// ended pod's logs by its init containers' names, which `keep_container_names` keeps.
+/// A pod as the lifecycle needs it: an ended one keeps only its node of its spec, and its init
+/// containers' names when `keep_container_names` (`package logs` lists logs by them).
 fn trim_pod(pod: &mut Pod, keep_container_names: bool) {
     trim_managed_fields(pod);
-    if crate::snapshot::pod_has_ended(pod)
-        && let Some(spec) = &mut pod.spec
-    {
-        let init_containers = spec
-            .init_containers
-            .take()
-            .filter(|_| keep_container_names)
-            .map(|containers| {
-                containers
-                    .into_iter()
-                    .map(|c| Container {
-                        name: c.name,
-                        ..Container::default()
-                    })
-                    .collect()
-            });
-        *spec = PodSpec {
-            node_name: spec.node_name.take(),
-            init_containers,
-            ..PodSpec::default()
-        };
-    }
+    crate::snapshot::take_ended_pod_spec(pod, keep_container_names);
 }
 
 /// CRs keep their managed fields: they tell whether another controller writes their status.

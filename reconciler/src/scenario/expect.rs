@@ -54,8 +54,8 @@ pub fn check(
     if let Some(pods) = &expect.pods {
         for (key, e) in pods {
             let (ns, name) = split_key(key, "default");
-            let view = world.pods().get(&(ns, name)).map(|pod| {
-                let mut v = to_value(pod);
+            let view = world.whole_pod(&(ns, name)).map(|pod| {
+                let mut v = to_value(&*pod);
                 if let Value::Mapping(m) = &mut v {
                     let st = pod.status.as_ref();
                     insert(
@@ -455,7 +455,10 @@ fn check_jobs(e: &JobsExpect, world: &SimCluster) -> Result<(), Mismatch> {
         matches(
             &format!("jobs.items.{address}"),
             expected,
-            by_address(address).map(to_value).as_ref(),
+            by_address(address)
+                .and_then(|j| world.whole_job(j.metadata.name.as_deref().unwrap_or_default()))
+                .map(|j| to_value(&*j))
+                .as_ref(),
         )?;
     }
     for address in &e.absent {

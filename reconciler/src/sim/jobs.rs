@@ -378,6 +378,7 @@ impl SimCluster {
                 self.jobs.remove(name);
                 self.job_rt.remove(name);
                 self.pods_by_job.remove(&uid);
+                self.forget_archived(&uid);
             }
             return;
         }

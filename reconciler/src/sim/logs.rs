@@ -166,7 +166,11 @@ impl SimCluster {
                 message: format!("pods \"{}\" not found", req.pod),
             });
         };
-        let spec = pod.spec.clone().unwrap_or_default();
+        // An ended pod's containers are archived with its spec.
+        let spec = self
+            .whole_pod(&key)
+            .and_then(|p| p.into_owned().spec)
+            .unwrap_or_default();
         let mains: Vec<String> = spec.containers.iter().map(|c| c.name.clone()).collect();
         let inits: Vec<String> = spec
             .init_containers

@@ -12,6 +12,7 @@
 
 mod actions;
 pub mod agent;
+mod archive;
 pub mod history;
 pub mod http;
 mod jobs;
@@ -147,6 +148,9 @@ pub struct SimCluster {
     expired_jobs: BTreeSet<(String, String)>,
     violations: Vec<Violation>,
     workload_specs: HashMap<Key, WorkloadPodInput>,
+    /// What finished Jobs and ended pods no longer need, while no server answers from the
+    /// world (`None` once one does).
+    archive: Option<archive::Archive>,
 }
 
 impl SimCluster {
@@ -182,6 +186,7 @@ impl SimCluster {
             expired_jobs: BTreeSet::new(),
             violations: Vec::new(),
             workload_specs: HashMap::new(),
+            archive: Some(archive::Archive::default()),
         }
     }
 
@@ -389,6 +394,7 @@ impl SimCluster {
         for _ in 0..10_000 {
             if let Some(job) = self.dirty_jobs.pop_first() {
                 self.sync_job(&job);
+                self.archive_finished(&job);
                 continue;
             }
             if let Some((job, uid)) = self.expired_jobs.pop_first() {
@@ -402,6 +408,7 @@ impl SimCluster {
 
     /// Records from now on which objects change, for a server that publishes them.
     pub(crate) fn track_changes(&mut self) {
+        self.stop_archiving();
         self.nodes.track();
         self.pods.track();
         self.jobs.track();

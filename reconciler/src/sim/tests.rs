@@ -279,6 +279,80 @@ fn a_successful_stage_completes_the_job_after_the_durations_add_up() {
 }
 
 #[test]
+fn a_finished_job_and_its_ended_pod_keep_what_a_pass_reads_and_come_back_whole() {
+    let mut sim = sim("example/tuning: {default: {duration: 1s}}");
+    node(&mut sim, "n1");
+    sim.create_job(stage_job("j", "n1", "apply", "Never", 3));
+    sim.advance(Duration::from_secs(1));
+    let template = sim.jobs()["j"].spec.as_ref().unwrap().template.clone();
+    let running = pods_of(&sim, "j").remove(0);
+    let key = (NS.to_string(), running.metadata.name.clone().unwrap());
+    assert!(!is_finished(&sim.jobs()["j"]));
+    assert!(
+        running.spec.as_ref().unwrap().containers.len() == 1,
+        "a running pod is whole: a drain reads its spec"
+    );
+    sim.advance(Duration::from_secs(10));
+    assert!(has_condition(&sim.jobs()["j"], "Complete"));
+
+    let seen = sim.snapshot(Memory::default());
+    let job = seen
+        .jobs
+        .iter()
+        .find(|j| j.metadata.name.as_deref() == Some("j"))
+        .unwrap();
+    assert_eq!(
+        job.spec.as_ref().unwrap().template,
+        PodTemplateSpec::default()
+    );
+    let pod = seen
+        .pods
+        .iter()
+        .find(|p| p.metadata.name == running.metadata.name)
+        .unwrap();
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some("n1"));
+    assert!(spec.containers.is_empty());
+    let names: Vec<&str> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["tuning-init", "tuning-apply", "tuning-applycheck"],
+        "logs are listed by them"
+    );
+    assert_eq!(pod.status, sim.pods()[&key].status, "the status is whole");
+
+    let whole_job = sim.whole_job("j").unwrap().into_owned();
+    assert_eq!(whole_job.spec.as_ref().unwrap().template, template);
+    let whole_pod = sim.whole_pod(&key).unwrap().into_owned();
+    assert_eq!(whole_pod.spec, running.spec);
+    let main_log = sim.pod_logs(&crate::cluster::LogRequest {
+        namespace: NS.into(),
+        pod: key.1.clone(),
+        container: None,
+        tail_lines: None,
+        limit_bytes: None,
+        previous: false,
+    });
+    assert!(
+        main_log.is_ok(),
+        "an ended pod's only main container is found from its archived spec: {main_log:?}"
+    );
+
+    sim.track_changes();
+    assert_eq!(
+        sim.jobs()["j"].spec,
+        whole_job.spec,
+        "a served world answers whole objects"
+    );
+    assert_eq!(sim.pods()[&key].spec, running.spec);
+}
+
+#[test]
 fn a_job_sync_that_changes_nothing_keeps_the_object_a_snapshot_holds() {
     let mut sim =
         sim("example/tuning: {stages: {apply: {duration: 20s}, apply-check: {duration: 5s}}}");

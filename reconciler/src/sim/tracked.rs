@@ -90,6 +90,12 @@ impl<K: Ord + Clone, V> Tracked<K, V> {
         Some(removed)
     }
 
+    /// Every object, to change them without recording a change: for what does not change the
+    /// objects as the cluster serves them.
+    pub fn values_mut_unrecorded(&mut self) -> impl Iterator<Item = &mut V> {
+        self.map.values_mut()
+    }
+
     /// Keeps the objects `keep` accepts.
     pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
         let changed = &mut self.changed;

@@ -391,6 +391,7 @@ impl SimCluster {
     fn remove_pod(&mut self, key: &Key) -> Option<(Pod, PodRt)> {
         let pod = self.pods.remove(key)?;
         let rt = self.pod_rt.remove(key)?;
+        self.forget_archived(pod.metadata.uid.as_deref().unwrap_or_default());
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref())
             && let Some(set) = self.pods_by_node.get_mut(node)
         {

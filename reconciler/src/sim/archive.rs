@@ -1,0 +1,171 @@
+//! What an in-process world keeps of finished Jobs and ended pods.
+//!
+//! A rollout keeps every finished Job and its ended pods until the Job's TTL: on a 10,000-node
+//! fleet, tens of thousands of objects whose pod templates and specs (several containers and
+//! volumes each) nothing in the lifecycle reads again. While no server answers from the world,
+//! such an object keeps what a pass reads (as the kube adapter's stores do) and the rest is
+//! kept as JSON, from which a reader that wants the whole object (a scenario's expectations,
+//! a log request) gets it back. A served world keeps whole objects: it answers every read.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Key, SimCluster};
+use crate::snapshot::{take_ended_pod_spec, take_finished_job_template};
+
+/// The pod templates of finished Jobs and the specs of ended pods, as JSON by object uid. A
+/// Job's pod is made from its template, so a pod's spec and its Job's template spec are mostly
+/// the same text, kept once.
+#[derive(Debug, Default)]
+pub(super) struct Archive {
+    templates: HashMap<String, ArchivedTemplate>,
+    specs: HashMap<String, Arc<str>>,
+}
+
+#[derive(Debug)]
+struct ArchivedTemplate {
+    metadata: Box<str>,
+    spec: Option<Arc<str>>,
+}
+
+impl ArchivedTemplate {
+    fn new(template: &PodTemplateSpec) -> Self {
+        ArchivedTemplate {
+            metadata: to_json(&template.metadata),
+            spec: template.spec.as_ref().map(|spec| Arc::from(to_json(spec))),
+        }
+    }
+
+    fn restore(&self) -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: from_json(&self.metadata),
+            spec: self.spec.as_deref().map(from_json),
+        }
+    }
+}
+
+fn to_json<T: Serialize>(part: &T) -> Box<str> {
+    // A k8s-openapi type serializes to JSON without fail: its maps have string keys.
+    serde_json::to_string(part)
+        .expect("a Kubernetes object part serializes to JSON")
+        .into_boxed_str()
+}
+
+fn from_json<T: DeserializeOwned>(json: &str) -> T {
+    // The text is what `to_json` wrote from the same type.
+    serde_json::from_str(json).expect("an archived part reads back as the type that wrote it")
+}
+
+fn uid(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.uid.as_deref().unwrap_or_default()
+}
+
+impl SimCluster {
+    /// Archives what a Job that has finished, and each of its pods that has ended, no longer
+    /// needs; run after the Job controller's sync, which sees every pod end.
+    pub(super) fn archive_finished(&mut self, job_name: &str) {
+        let Some(archive) = &mut self.archive else {
+            return;
+        };
+        let Some(job) = self.jobs.get(job_name) else {
+            return;
+        };
+        let job_uid = uid(&job.metadata).to_string();
+        let job_done =
+            !archive.templates.contains_key(&job_uid) && !crate::engine::jobs::is_unfinished(job);
+        if job_done
+            && let Some(job) = self.jobs.get_mut_unrecorded(job_name)
+            && let Some(template) = take_finished_job_template(job)
+        {
+            archive
+                .templates
+                .insert(job_uid.clone(), ArchivedTemplate::new(&template));
+        }
+        let template_spec = archive.templates.get(&job_uid).and_then(|t| t.spec.clone());
+        for key in self.pods_by_job.get(&job_uid).into_iter().flatten() {
+            let Some(pod) = self.pods.get_mut_unrecorded(key) else {
+                continue;
+            };
+            if archive.specs.contains_key(uid(&pod.metadata)) {
+                continue;
+            }
+            if let Some(spec) = take_ended_pod_spec(pod, true) {
+                let json = to_json(&spec);
+                let json = match &template_spec {
+                    Some(same) if **same == *json => Arc::clone(same),
+                    _ => Arc::from(json),
+                };
+                archive.specs.insert(uid(&pod.metadata).to_string(), json);
+            }
+        }
+    }
+
+    /// Forgets what was archived of an object that left the world.
+    pub(super) fn forget_archived(&mut self, object_uid: &str) {
+        if let Some(archive) = &mut self.archive {
+            archive.templates.remove(object_uid);
+            archive.specs.remove(object_uid);
+        }
+    }
+
+    /// From now on keeps whole objects, restoring those archived: a server answers from them.
+    pub(super) fn stop_archiving(&mut self) {
+        let Some(archive) = self.archive.take() else {
+            return;
+        };
+        for job in self.jobs.values_mut_unrecorded() {
+            if let Some(archived) = archive.templates.get(uid(&job.metadata))
+                && let Some(spec) = &mut job.spec
+            {
+                spec.template = archived.restore();
+            }
+        }
+        for pod in self.pods.values_mut_unrecorded() {
+            if let Some(json) = archive.specs.get(uid(&pod.metadata)) {
+                pod.spec = Some(from_json::<PodSpec>(json));
+            }
+        }
+    }
+
+    /// A Job as the cluster holds it, its pod template included once it has finished.
+    pub fn whole_job(&self, name: &str) -> Option<Cow<'_, Job>> {
+        let job = self.jobs.get(name)?;
+        let archived = self
+            .archive
+            .as_ref()
+            .and_then(|a| a.templates.get(uid(&job.metadata)));
+        Some(match archived {
+            None => Cow::Borrowed(&**job),
+            Some(archived) => {
+                let mut whole = Job::clone(job);
+                if let Some(spec) = &mut whole.spec {
+                    spec.template = archived.restore();
+                }
+                Cow::Owned(whole)
+            }
+        })
+    }
+
+    /// A pod as the cluster holds it, its spec whole once it has ended.
+    pub fn whole_pod(&self, key: &Key) -> Option<Cow<'_, Pod>> {
+        let pod = self.pods.get(key)?;
+        let json = self
+            .archive
+            .as_ref()
+            .and_then(|a| a.specs.get(uid(&pod.metadata)));
+        Some(match json {
+            None => Cow::Borrowed(&**pod),
+            Some(json) => {
+                let mut whole = Pod::clone(pod);
+                whole.spec = Some(from_json(json));
+                Cow::Owned(whole)
+            }
+        })
+    }
+}
