@@ -35,14 +35,21 @@ pub fn take_finished_job_template(job: &mut Job) -> Option<PodTemplateSpec> {
         .map(|spec| std::mem::take(&mut spec.template))
 }
 
-/// Takes an ended pod's spec, leaving its node: drains read the spec of running and pending
-/// pods only. Logs are listed by an ended pod's init containers' names, which
-/// `keep_container_names` keeps. `None`, leaving the pod alone, while it has not ended.
+/// Takes an ended pod's spec, leaving [`ended_pod_spec_kept`]. `None`, leaving the pod alone,
+/// while it has not ended.
 pub fn take_ended_pod_spec(pod: &mut Pod, keep_container_names: bool) -> Option<PodSpec> {
     if !pod_has_ended(pod) {
         return None;
     }
     let spec = pod.spec.as_mut()?;
+    let kept = ended_pod_spec_kept(spec, keep_container_names);
+    Some(std::mem::replace(spec, kept))
+}
+
+/// What a pass needs of an ended pod's spec: its node, as drains read the spec of running and
+/// pending pods only. Logs are listed by an ended pod's init containers' names, which
+/// `keep_container_names` keeps.
+pub fn ended_pod_spec_kept(spec: &PodSpec, keep_container_names: bool) -> PodSpec {
     let init_containers = spec
         .init_containers
         .as_ref()
@@ -56,12 +63,11 @@ pub fn take_ended_pod_spec(pod: &mut Pod, keep_container_names: bool) -> Option<
                 })
                 .collect()
         });
-    let kept = PodSpec {
+    PodSpec {
         node_name: spec.node_name.clone(),
         init_containers,
         ..PodSpec::default()
-    };
-    Some(std::mem::replace(spec, kept))
+    }
 }
 
 /// The world as one pass sees it.

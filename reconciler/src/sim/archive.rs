@@ -11,13 +11,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Key, SimCluster};
-use crate::snapshot::{take_ended_pod_spec, take_finished_job_template};
+use super::{Key, Shared, SimCluster};
+use crate::snapshot::{ended_pod_spec_kept, pod_has_ended};
 
 /// The pod templates of finished Jobs and the specs of ended pods, as JSON by object uid. A
 /// Job's pod is made from its template, so a pod's spec and its Job's template spec are mostly
@@ -67,42 +67,50 @@ fn uid(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &st
 }
 
 impl SimCluster {
-    /// Archives what a Job that has finished, and each of its pods that has ended, no longer
-    /// needs; run after the Job controller's sync, which sees every pod end.
+    /// Archives what a Job that has finished, and each of its ended pods, no longer needs; run
+    /// after the Job controller's sync, which sees the Job finish. The world's object is
+    /// replaced by a new one made without the archived part, which a snapshot may still hold.
     pub(super) fn archive_finished(&mut self, job_name: &str) {
         let Some(archive) = &mut self.archive else {
             return;
         };
-        let Some(job) = self.jobs.get(job_name) else {
+        let Some(slot) = self.jobs.get_mut_unrecorded(job_name) else {
             return;
         };
-        let job_uid = uid(&job.metadata).to_string();
-        let job_done =
-            !archive.templates.contains_key(&job_uid) && !crate::engine::jobs::is_unfinished(job);
-        if job_done
-            && let Some(job) = self.jobs.get_mut_unrecorded(job_name)
-            && let Some(template) = take_finished_job_template(job)
-        {
-            archive
-                .templates
-                .insert(job_uid.clone(), ArchivedTemplate::new(&template));
+        let job_uid = uid(&slot.metadata);
+        if crate::engine::jobs::is_unfinished(slot) || archive.templates.contains_key(job_uid) {
+            return;
         }
-        let template_spec = archive.templates.get(&job_uid).and_then(|t| t.spec.clone());
+        let job_uid = job_uid.to_string();
+        let Some(spec) = &slot.spec else {
+            return;
+        };
+        let template = ArchivedTemplate::new(&spec.template);
+        let template_spec = template.spec.clone();
+        *slot = Shared::new(Job {
+            metadata: slot.metadata.clone(),
+            spec: Some(without_template(spec)),
+            status: slot.status.clone(),
+        });
+        archive.templates.insert(job_uid.clone(), template);
         for key in self.pods_by_job.get(&job_uid).into_iter().flatten() {
-            let Some(pod) = self.pods.get_mut_unrecorded(key) else {
+            let Some(slot) = self.pods.get_mut_unrecorded(key) else {
                 continue;
             };
-            if archive.specs.contains_key(uid(&pod.metadata)) {
+            let Some(spec) = slot.spec.as_ref().filter(|_| pod_has_ended(slot)) else {
                 continue;
-            }
-            if let Some(spec) = take_ended_pod_spec(pod, true) {
-                let json = to_json(&spec);
-                let json = match &template_spec {
-                    Some(same) if **same == *json => Arc::clone(same),
-                    _ => Arc::from(json),
-                };
-                archive.specs.insert(uid(&pod.metadata).to_string(), json);
-            }
+            };
+            let json = to_json(spec);
+            let json = match &template_spec {
+                Some(same) if **same == *json => Arc::clone(same),
+                _ => Arc::from(json),
+            };
+            archive.specs.insert(uid(&slot.metadata).to_string(), json);
+            *slot = Shared::new(Pod {
+                metadata: slot.metadata.clone(),
+                spec: Some(ended_pod_spec_kept(spec, true)),
+                status: slot.status.clone(),
+            });
         }
     }
 
@@ -167,5 +175,46 @@ impl SimCluster {
                 Cow::Owned(whole)
             }
         })
+    }
+}
+
+/// A finished Job's spec as a pass reads it: everything but the pod template. Every field is
+/// named, so a field a new API version adds is a compile error here rather than lost.
+fn without_template(spec: &JobSpec) -> JobSpec {
+    let JobSpec {
+        active_deadline_seconds,
+        backoff_limit,
+        backoff_limit_per_index,
+        completion_mode,
+        completions,
+        managed_by,
+        manual_selector,
+        max_failed_indexes,
+        parallelism,
+        pod_failure_policy,
+        pod_replacement_policy,
+        selector,
+        success_policy,
+        suspend,
+        template: _,
+        ttl_seconds_after_finished,
+    } = spec;
+    JobSpec {
+        active_deadline_seconds: *active_deadline_seconds,
+        backoff_limit: *backoff_limit,
+        backoff_limit_per_index: *backoff_limit_per_index,
+        completion_mode: completion_mode.clone(),
+        completions: *completions,
+        managed_by: managed_by.clone(),
+        manual_selector: *manual_selector,
+        max_failed_indexes: *max_failed_indexes,
+        parallelism: *parallelism,
+        pod_failure_policy: pod_failure_policy.clone(),
+        pod_replacement_policy: pod_replacement_policy.clone(),
+        selector: selector.clone(),
+        success_policy: success_policy.clone(),
+        suspend: *suspend,
+        template: PodTemplateSpec::default(),
+        ttl_seconds_after_finished: *ttl_seconds_after_finished,
     }
 }
