@@ -906,7 +906,7 @@ pub fn run_on_sim(world: &mut crate::sim::SimCluster, args: &[String]) -> (u8, S
         Ok(cli) => cli,
         Err(e) => return (exit::USAGE, e.to_string()),
     };
-    let snapshot = world.snapshot(crate::snapshot::Memory::default());
+    let snapshot = world.whole_snapshot(crate::snapshot::Memory::default());
     if let Some(args) = LogsArgs::of(&cli.verb) {
         return package_logs_on_sim(world, &snapshot, &args, cli.common.output);
     }
@@ -1303,7 +1303,10 @@ mod tests {
         let mut world = world_after_a_retry();
         let direct = logs(&mut world, &[]);
         let cluster = SimAdapter::new(world);
-        let snapshot = block_on(cluster.snapshot()).unwrap();
+        // The verbs read the cluster as a client does, with every object whole.
+        let snapshot = cluster
+            .world()
+            .whole_snapshot(crate::snapshot::Memory::default());
         let mut args = LogsArgs {
             nodewright: "tuning".into(),
             package: "tuning".into(),

@@ -5,7 +5,8 @@
 //! volumes each) nothing in the lifecycle reads again. While no server answers from the world,
 //! such an object keeps what a pass reads (as the kube adapter's stores do) and the rest is
 //! kept as JSON, from which a reader that wants the whole object (a scenario's expectations,
-//! a log request) gets it back. A served world keeps whole objects: it answers every read.
+//! the verbs, a log request) gets it back. A served world keeps whole objects: it answers
+//! every read.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -17,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Key, Shared, SimCluster};
-use crate::snapshot::{ended_pod_spec_kept, pod_has_ended};
+use crate::snapshot::{Memory, Snapshot, ended_pod_spec_kept, pod_has_ended};
 
 /// The pod templates of finished Jobs and the specs of ended pods, as JSON by object uid. A
 /// Job's pod is made from its template, so a pod's spec and its Job's template spec are mostly
@@ -108,7 +109,7 @@ impl SimCluster {
             archive.specs.insert(uid(&slot.metadata).to_string(), json);
             *slot = Shared::new(Pod {
                 metadata: slot.metadata.clone(),
-                spec: Some(ended_pod_spec_kept(spec, true)),
+                spec: Some(ended_pod_spec_kept(spec, false)),
                 status: slot.status.clone(),
             });
         }
@@ -139,6 +140,30 @@ impl SimCluster {
                 pod.spec = Some(from_json::<PodSpec>(json));
             }
         }
+    }
+
+    /// The world as a client reading the cluster sees it (the verbs): every object whole.
+    pub fn whole_snapshot(&self, memory: Memory) -> Snapshot {
+        let mut snapshot = self.snapshot(memory);
+        if self.archive.is_some() {
+            for job in &mut snapshot.jobs {
+                if let Some(Cow::Owned(whole)) =
+                    self.whole_job(job.metadata.name.as_deref().unwrap_or_default())
+                {
+                    *job = Arc::new(whole);
+                }
+            }
+            for pod in &mut snapshot.pods {
+                let key = (
+                    pod.metadata.namespace.clone().unwrap_or_default(),
+                    pod.metadata.name.clone().unwrap_or_default(),
+                );
+                if let Some(Cow::Owned(whole)) = self.whole_pod(&key) {
+                    *pod = Arc::new(whole);
+                }
+            }
+        }
+        snapshot
     }
 
     /// A Job as the cluster holds it, its pod template included once it has finished.

@@ -313,23 +313,28 @@ fn a_finished_job_and_its_ended_pod_keep_what_a_pass_reads_and_come_back_whole()
     let spec = pod.spec.as_ref().unwrap();
     assert_eq!(spec.node_name.as_deref(), Some("n1"));
     assert!(spec.containers.is_empty());
-    let names: Vec<&str> = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| c.name.as_str())
-        .collect();
-    assert_eq!(
-        names,
-        ["tuning-init", "tuning-apply", "tuning-applycheck"],
-        "logs are listed by them"
-    );
+    assert_eq!(spec.init_containers, None);
     assert_eq!(pod.status, sim.pods()[&key].status, "the status is whole");
 
     let whole_job = sim.whole_job("j").unwrap().into_owned();
     assert_eq!(whole_job.spec.as_ref().unwrap().template, template);
     let whole_pod = sim.whole_pod(&key).unwrap().into_owned();
     assert_eq!(whole_pod.spec, running.spec);
+    let read = sim.whole_snapshot(Memory::default());
+    let read_pod = read
+        .pods
+        .iter()
+        .find(|p| p.metadata.name == running.metadata.name);
+    assert_eq!(
+        read_pod.unwrap().spec,
+        running.spec,
+        "the verbs read whole objects"
+    );
+    let read_job = read
+        .jobs
+        .iter()
+        .find(|j| j.metadata.name.as_deref() == Some("j"));
+    assert_eq!(read_job.unwrap().spec, whole_job.spec);
     let main_log = sim.pod_logs(&crate::cluster::LogRequest {
         namespace: NS.into(),
         pod: key.1.clone(),
