@@ -8,7 +8,8 @@
 //!
 //! Layout: this file holds the world and its clock; `nodes`, `workload`, `jobs` and
 //! `actions` add the node lifecycle, workload pods with the Eviction API, the Job controller
-//! with the kubelet, and the execution of plan actions.
+//! with the kubelet, and the execution of plan actions; `archive` keeps finished Jobs and
+//! ended pods compact while no server answers from the world.
 
 mod actions;
 pub mod agent;
