@@ -12,13 +12,15 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Key, Shared, SimCluster};
-use crate::snapshot::{Memory, Snapshot, ended_pod_spec_kept, pod_has_ended};
+use crate::snapshot::{
+    Memory, Snapshot, ended_pod_spec_kept, finished_job_spec_kept, pod_has_ended,
+};
 
 /// The pod templates of finished Jobs and the specs of ended pods, as JSON by object uid. A
 /// Job's pod is made from its template, so a pod's spec and its Job's template spec are mostly
@@ -90,7 +92,7 @@ impl SimCluster {
         let template_spec = template.spec.clone();
         *slot = Shared::new(Job {
             metadata: slot.metadata.clone(),
-            spec: Some(without_template(spec)),
+            spec: Some(finished_job_spec_kept(spec)),
             status: slot.status.clone(),
         });
         archive.templates.insert(job_uid.clone(), template);
@@ -200,46 +202,5 @@ impl SimCluster {
                 Cow::Owned(whole)
             }
         })
-    }
-}
-
-/// A finished Job's spec as a pass reads it: everything but the pod template. Every field is
-/// named, so a field a new API version adds is a compile error here rather than lost.
-fn without_template(spec: &JobSpec) -> JobSpec {
-    let JobSpec {
-        active_deadline_seconds,
-        backoff_limit,
-        backoff_limit_per_index,
-        completion_mode,
-        completions,
-        managed_by,
-        manual_selector,
-        max_failed_indexes,
-        parallelism,
-        pod_failure_policy,
-        pod_replacement_policy,
-        selector,
-        success_policy,
-        suspend,
-        template: _,
-        ttl_seconds_after_finished,
-    } = spec;
-    JobSpec {
-        active_deadline_seconds: *active_deadline_seconds,
-        backoff_limit: *backoff_limit,
-        backoff_limit_per_index: *backoff_limit_per_index,
-        completion_mode: completion_mode.clone(),
-        completions: *completions,
-        managed_by: managed_by.clone(),
-        manual_selector: *manual_selector,
-        max_failed_indexes: *max_failed_indexes,
-        parallelism: *parallelism,
-        pod_failure_policy: pod_failure_policy.clone(),
-        pod_replacement_policy: pod_replacement_policy.clone(),
-        selector: selector.clone(),
-        success_policy: success_policy.clone(),
-        suspend: *suspend,
-        template: PodTemplateSpec::default(),
-        ttl_seconds_after_finished: *ttl_seconds_after_finished,
     }
 }
