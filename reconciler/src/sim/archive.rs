@@ -31,6 +31,27 @@ pub(super) struct Archive {
     specs: HashMap<String, Arc<str>>,
 }
 
+impl Archive {
+    /// The Job whole, when its template is archived.
+    fn whole_job(&self, job: &Job) -> Option<Job> {
+        let archived = self.templates.get(uid(&job.metadata))?;
+        let mut whole = job.clone();
+        if let Some(spec) = &mut whole.spec {
+            spec.template = archived.restore();
+        }
+        Some(whole)
+    }
+
+    /// The pod whole, when its spec is archived.
+    fn whole_pod(&self, pod: &Pod) -> Option<Pod> {
+        let json = self.specs.get(uid(&pod.metadata))?;
+        Some(Pod {
+            spec: Some(from_json::<PodSpec>(json)),
+            ..pod.clone()
+        })
+    }
+}
+
 #[derive(Debug)]
 struct ArchivedTemplate {
     metadata: Box<str>,
@@ -131,15 +152,13 @@ impl SimCluster {
             return;
         };
         for job in self.jobs.values_mut_unrecorded() {
-            if let Some(archived) = archive.templates.get(uid(&job.metadata))
-                && let Some(spec) = &mut job.spec
-            {
-                spec.template = archived.restore();
+            if let Some(whole) = archive.whole_job(job) {
+                *job = Shared::new(whole);
             }
         }
         for pod in self.pods.values_mut_unrecorded() {
-            if let Some(json) = archive.specs.get(uid(&pod.metadata)) {
-                pod.spec = Some(from_json::<PodSpec>(json));
+            if let Some(whole) = archive.whole_pod(pod) {
+                *pod = Shared::new(whole);
             }
         }
     }
@@ -147,20 +166,14 @@ impl SimCluster {
     /// The world as a client reading the cluster sees it (the verbs): every object whole.
     pub fn whole_snapshot(&self, memory: Memory) -> Snapshot {
         let mut snapshot = self.snapshot(memory);
-        if self.archive.is_some() {
+        if let Some(archive) = &self.archive {
             for job in &mut snapshot.jobs {
-                if let Some(Cow::Owned(whole)) =
-                    self.whole_job(job.metadata.name.as_deref().unwrap_or_default())
-                {
+                if let Some(whole) = archive.whole_job(job) {
                     *job = Arc::new(whole);
                 }
             }
             for pod in &mut snapshot.pods {
-                let key = (
-                    pod.metadata.namespace.clone().unwrap_or_default(),
-                    pod.metadata.name.clone().unwrap_or_default(),
-                );
-                if let Some(Cow::Owned(whole)) = self.whole_pod(&key) {
+                if let Some(whole) = archive.whole_pod(pod) {
                     *pod = Arc::new(whole);
                 }
             }
@@ -171,36 +184,14 @@ impl SimCluster {
     /// A Job as the cluster holds it, its pod template included once it has finished.
     pub fn whole_job(&self, name: &str) -> Option<Cow<'_, Job>> {
         let job = self.jobs.get(name)?;
-        let archived = self
-            .archive
-            .as_ref()
-            .and_then(|a| a.templates.get(uid(&job.metadata)));
-        Some(match archived {
-            None => Cow::Borrowed(&**job),
-            Some(archived) => {
-                let mut whole = Job::clone(job);
-                if let Some(spec) = &mut whole.spec {
-                    spec.template = archived.restore();
-                }
-                Cow::Owned(whole)
-            }
-        })
+        let whole = self.archive.as_ref().and_then(|a| a.whole_job(job));
+        Some(whole.map_or(Cow::Borrowed(&**job), Cow::Owned))
     }
 
     /// A pod as the cluster holds it, its spec whole once it has ended.
     pub fn whole_pod(&self, key: &Key) -> Option<Cow<'_, Pod>> {
         let pod = self.pods.get(key)?;
-        let json = self
-            .archive
-            .as_ref()
-            .and_then(|a| a.specs.get(uid(&pod.metadata)));
-        Some(match json {
-            None => Cow::Borrowed(&**pod),
-            Some(json) => {
-                let mut whole = Pod::clone(pod);
-                whole.spec = Some(from_json(json));
-                Cow::Owned(whole)
-            }
-        })
+        let whole = self.archive.as_ref().and_then(|a| a.whole_pod(pod));
+        Some(whole.map_or(Cow::Borrowed(&**pod), Cow::Owned))
     }
 }

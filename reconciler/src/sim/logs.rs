@@ -169,7 +169,7 @@ impl SimCluster {
         // An ended pod's containers are archived with its spec.
         let spec = self
             .whole_pod(&key)
-            .and_then(|p| p.into_owned().spec)
+            .and_then(|p| p.spec.clone())
             .unwrap_or_default();
         let mains: Vec<String> = spec.containers.iter().map(|c| c.name.clone()).collect();
         let inits: Vec<String> = spec
