@@ -543,6 +543,7 @@ impl<'a> JobTable<'a> {
                 .into_iter()
                 .map(Some)
                 .collect();
+            last.entries.reserve_exact(jobs.len());
             for (i, job) in jobs.iter().enumerate() {
                 let k = source[i].map(|k| k as usize);
                 let very = k.and_then(|k| before.get_mut(k)?.take_if(|e| Arc::ptr_eq(&e.job, job)));

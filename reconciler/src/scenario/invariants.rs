@@ -18,7 +18,7 @@ use nodewright_schema::selector::Selector;
 /// deleted are not counted (their name is no longer a claim).
 pub fn duplicate_jobs(world: &SimCluster) -> Vec<String> {
     let mut by_address: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (name, job) in world.jobs() {
+    for (name, job) in world.unfinished_jobs() {
         if crate::sim::jobs_is_finished(job) || job.metadata.deletion_timestamp.is_some() {
             continue;
         }
@@ -119,13 +119,14 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
     for nw in world.nodewrights().values() {
         let name = nw.metadata.name.clone().unwrap_or_default();
         let selector = nw.spec.node_selectors.as_ref().map(Selector::parse);
-        let selected: Vec<&Node> = world
-            .nodes()
-            .values()
+        let selects = |n: &Node| selector.as_ref().is_none_or(|s| matches(s, labels(n)));
+        let selected: Vec<&Node> = (world.nodes().values())
             .map(|n| &**n)
-            .filter(|n| selector.as_ref().is_none_or(|s| matches(s, labels(n))))
+            .filter(|n| selects(n))
             .collect();
-        let worked = worked_nodes(world, nw, &selected);
+        let worked = worked_nodes(world, nw, &selected, |node| {
+            world.nodes().get(node).is_some_and(|n| selects(n))
+        });
         if worked.is_empty() {
             continue;
         }
@@ -236,7 +237,12 @@ pub fn over_budget(world: &SimCluster) -> Vec<String> {
     out
 }
 
-fn worked_nodes(world: &SimCluster, nw: &NodeWright, selected: &[&Node]) -> BTreeSet<String> {
+fn worked_nodes(
+    world: &SimCluster,
+    nw: &NodeWright,
+    selected: &[&Node],
+    selects: impl Fn(&str) -> bool,
+) -> BTreeSet<String> {
     let name = nw.metadata.name.as_deref().unwrap_or_default();
     let cordon = keys::cordon(name);
     let status = keys::status(name);
@@ -249,11 +255,7 @@ fn worked_nodes(world: &SimCluster, nw: &NodeWright, selected: &[&Node]) -> BTre
         })
         .filter_map(|n| n.metadata.name.clone())
         .collect();
-    let names: BTreeSet<&str> = selected
-        .iter()
-        .filter_map(|n| n.metadata.name.as_deref())
-        .collect();
-    for job in world.jobs().values() {
+    for (_, job) in world.unfinished_jobs() {
         let owner = job
             .metadata
             .labels
@@ -267,7 +269,7 @@ fn worked_nodes(world: &SimCluster, nw: &NodeWright, selected: &[&Node]) -> BTre
             .as_ref()
             .and_then(|s| s.template.spec.as_ref())
             .and_then(|s| s.node_name.as_deref());
-        if let Some(node) = node.filter(|n| names.contains(n)) {
+        if let Some(node) = node.filter(|n| selects(n)) {
             worked.insert(node.to_string());
         }
     }

@@ -353,6 +353,18 @@ impl<'h> Run<'h> {
     fn check_invariants(&mut self) {
         let mut world = self.cluster.world();
         let at = crate::sim::util::since(self.start, world.now());
+        #[cfg(debug_assertions)]
+        {
+            let scanned: Vec<&String> = (world.jobs().iter())
+                .filter(|(_, job)| !crate::sim::jobs_is_finished(job))
+                .map(|(name, _)| name)
+                .collect();
+            let indexed: Vec<&String> = world.unfinished_jobs().map(|(name, _)| name).collect();
+            assert_eq!(
+                indexed, scanned,
+                "the world's unfinished Jobs are not the Jobs it holds unfinished"
+            );
+        }
         let mut found: Vec<String> = invariants::over_budget(&world);
         found.extend(invariants::duplicate_jobs(&world));
         found.extend(self.interrupts.observe(&world));

@@ -288,6 +288,7 @@ impl SimCluster {
         }
         self.jobs.insert(name.clone(), Shared::new(job));
         self.job_rt.insert(name.clone(), JobRt::default());
+        self.unfinished_jobs.insert(name.clone());
         self.dirty_jobs.insert(name);
         self.settle();
         Outcome::Done
@@ -612,6 +613,15 @@ impl SimCluster {
         }
         if resync {
             self.dirty_jobs.insert(name.to_string());
+        }
+    }
+
+    /// Keeps [`SimCluster::unfinished_jobs`] as the sync of `name` left the Job.
+    pub(super) fn note_unfinished(&mut self, name: &str) {
+        if self.jobs.get(name).is_some_and(|job| !is_finished(job)) {
+            self.unfinished_jobs.insert(name.to_string());
+        } else {
+            self.unfinished_jobs.remove(name);
         }
     }
 

@@ -144,6 +144,9 @@ pub struct SimCluster {
     history: History,
     faults: Vec<FaultWindow>,
     dirty_jobs: BTreeSet<String>,
+    /// The Jobs the Job controller's last sync found unfinished, by name: the Jobs in flight
+    /// the invariants read, without visiting the finished ones a rollout keeps for their TTL.
+    unfinished_jobs: BTreeSet<String>,
     /// Finished Jobs whose TTL has run out (name, uid): the TTL controller deletes them as soon
     /// as it sees them, so a zero TTL frees a Job within the write that set it.
     expired_jobs: BTreeSet<(String, String)>,
@@ -184,6 +187,7 @@ impl SimCluster {
             history: History::default(),
             faults: Vec::new(),
             dirty_jobs: BTreeSet::new(),
+            unfinished_jobs: BTreeSet::new(),
             expired_jobs: BTreeSet::new(),
             violations: Vec::new(),
             workload_specs: HashMap::new(),
@@ -210,6 +214,11 @@ impl SimCluster {
     /// Every Job (operator namespace) by name.
     pub fn jobs(&self) -> &BTreeMap<String, Shared<Job>> {
         &self.jobs
+    }
+    /// The Jobs the Job controller last found unfinished (neither `Complete` nor `Failed`),
+    /// by name.
+    pub fn unfinished_jobs(&self) -> impl Iterator<Item = (&String, &Job)> {
+        (self.unfinished_jobs.iter()).filter_map(|name| Some((name, &**self.jobs.get(name)?)))
     }
     /// Every ConfigMap by `(namespace, name)`.
     pub fn config_maps(&self) -> &BTreeMap<Key, ConfigMap> {
@@ -395,6 +404,7 @@ impl SimCluster {
         for _ in 0..10_000 {
             if let Some(job) = self.dirty_jobs.pop_first() {
                 self.sync_job(&job);
+                self.note_unfinished(&job);
                 self.archive_finished(&job);
                 continue;
             }
