@@ -19,7 +19,7 @@ use nodewright_schema::selector::Selector;
 pub fn duplicate_jobs(world: &SimCluster) -> Vec<String> {
     let mut by_address: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, job) in world.unfinished_jobs() {
-        if crate::sim::jobs_is_finished(job) || job.metadata.deletion_timestamp.is_some() {
+        if job.metadata.deletion_timestamp.is_some() {
             continue;
         }
         if let Some(address) = crate::sim::job_address(job) {
@@ -261,7 +261,7 @@ fn worked_nodes(
             .labels
             .as_ref()
             .and_then(|l| l.get(keys::JOB_LABEL_NAME));
-        if owner.map(String::as_str) != Some(name) || crate::sim::jobs_is_finished(job) {
+        if owner.map(String::as_str) != Some(name) {
             continue;
         }
         let node = job
