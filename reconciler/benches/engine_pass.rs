@@ -21,10 +21,10 @@
 //! package-lane steps).
 
 // The counting allocator implements `GlobalAlloc`, an unsafe trait; it only forwards to
-// `System`.
+// mimalloc.
 #![allow(unsafe_code)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -46,13 +46,17 @@ use nodewright_schema::{
 
 /// Counts every allocation (and reallocation) of the process, and the bytes still live, so
 /// the bench can show what one pass allocates and that nothing accumulates across passes.
+/// Memory comes from mimalloc, the allocator the `nodewright` binary runs with, so pass
+/// times are those of the product.
 struct Counting;
+
+static INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
 static LIVE: AtomicI64 = AtomicI64::new(0);
 
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
+// SAFETY: every method forwards to mimalloc with the caller's arguments unchanged; the
 // counters are plain atomics and never touch the memory handed out.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -60,26 +64,26 @@ unsafe impl GlobalAlloc for Counting {
         BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
         LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded as received (see the impl).
-        unsafe { System.alloc(layout) }
+        unsafe { INNER.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
         LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded as received (see the impl).
-        unsafe { System.alloc_zeroed(layout) }
+        unsafe { INNER.alloc_zeroed(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded as received (see the impl).
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { INNER.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
         LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
         // SAFETY: forwarded as received (see the impl).
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { INNER.realloc(ptr, layout, new_size) }
     }
 }
 
