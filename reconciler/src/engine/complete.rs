@@ -31,12 +31,7 @@ pub fn config_digests(pkg: &Package) -> BTreeMap<String, String> {
 
 /// Lowercase hex SHA-256 of a string.
 pub fn sha256_hex(value: &str) -> String {
-    let digest = Sha256::digest(value.as_bytes());
-    let mut out = String::with_capacity(64);
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    hex::encode(Sha256::digest(value.as_bytes()))
 }
 
 /// Keys added, removed or changed between a node's record of a package and its spec (§16.3).
@@ -51,15 +46,23 @@ pub fn changed_config_keys(applied: &AppliedConfig, name: &str, pkg: &Package) -
     )) else {
         return Vec::new();
     };
-    let spec = config_digests(pkg);
+    let spec = pkg.config_map();
     let mut keys: Vec<String> = spec
         .iter()
-        .filter(|(k, d)| record.get(*k) != Some(*d))
+        .filter(|(k, v)| !record.get(*k).is_some_and(|d| digest_is(v, d)))
         .map(|(k, _)| k.clone())
         .collect();
     keys.extend(record.keys().filter(|k| !spec.contains_key(*k)).cloned());
     keys.sort();
     keys
+}
+
+/// Whether `recorded` is the lowercase hex SHA-256 of `value`: completion asks this of every
+/// configured package on every node it judges, so no digest string is built for it.
+fn digest_is(value: &str, recorded: &str) -> bool {
+    let mut hex = [0u8; 64];
+    hex::encode_to_slice(Sha256::digest(value.as_bytes()), &mut hex).is_ok()
+        && hex.as_slice() == recorded.as_bytes()
 }
 
 /// Shell-style glob match of a whole key (§6.8), through the workspace's one matcher

@@ -53,12 +53,7 @@ impl Repo {
             hash.update(content.as_bytes());
             hash.update([0]);
         }
-        let id: String = hash
-            .finalize()
-            .iter()
-            .take(20)
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let id = hex::encode(&hash.finalize()[..20]);
         self.commits.push(Commit {
             id,
             message: message.to_string(),

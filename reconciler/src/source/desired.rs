@@ -200,9 +200,7 @@ pub fn digest(desired: &Desired) -> String {
         policies,
     })
     .unwrap_or_default();
-    let hash = Sha256::digest(&bytes);
-    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+    format!("sha256:{}", hex::encode(Sha256::digest(&bytes)))
 }
 
 pub(crate) fn file_problem(v: &FileViolation) -> Problem {

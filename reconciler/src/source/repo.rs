@@ -269,8 +269,7 @@ impl RemoteSpec {
     /// named by a digest so any URL maps to a safe directory name.
     pub fn cache_dir(&self, cache_root: &Path) -> PathBuf {
         let digest = Sha256::digest(self.url.as_bytes());
-        let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
-        cache_root.join(format!("{hex}.git"))
+        cache_root.join(format!("{}.git", hex::encode(&digest[..12])))
     }
 
     /// In-memory git configuration that wires the ssh key into gix's ssh transport.

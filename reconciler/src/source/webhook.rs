@@ -228,8 +228,7 @@ pub fn github_signature(secret: &[u8], body: &[u8]) -> String {
     };
     mac.update(body);
     let tag = mac.finalize().into_bytes();
-    let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256={hex}")
+    format!("sha256={}", hex::encode(tag))
 }
 
 /// Constant-time token comparison (digests first, so the token length does not leak either).

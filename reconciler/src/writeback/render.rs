@@ -384,11 +384,7 @@ pub fn digest(files: &[StatusFile]) -> String {
         hasher.update(f.content.as_bytes());
         hasher.update([0]);
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(hasher.finalize())
 }
 
 /// A commit message saying what changed: `tuning: 12/40 complete, 1 erroring; driver: complete`.
