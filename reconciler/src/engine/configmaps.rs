@@ -3,13 +3,15 @@
 //! ConfigMap always follows the spec, `status.configUpdates` publishes the changed keys,
 //! and each node's `configApplied_<nw>` record decides its own config cycle.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use nodewright_schema::{NodeWright, Stage, State, keys, names};
+use nodewright_schema::{Interrupt, NodeWright, Stage, State, keys, names};
+use serde::{Deserialize, Serialize};
 
-use super::complete::{self, AppliedConfig};
+use super::complete;
 use super::context::{Flow, PassCtx};
 use super::write_order::After;
 use crate::plan::Action;
@@ -28,37 +30,60 @@ fn owner_reference(nw: &NodeWright) -> OwnerReference {
 
 /// `packages.json` of the node-metadata ConfigMap (§9.1), built from the current spec.
 pub fn packages_json(nw: &NodeWright, settings: &Settings) -> String {
-    let mut packages = serde_json::Map::new();
-    for (name, p) in nw.spec.packages() {
-        let mut entry = serde_json::Map::new();
-        entry.insert("name".into(), name.clone().into());
-        entry.insert("version".into(), p.version.clone().into());
-        entry.insert("image".into(), p.image.clone().into());
-        if let Some(agent) = p.agent_image_override.as_ref().filter(|s| !s.is_empty()) {
-            entry.insert("agentImageOverride".into(), agent.clone().into());
-        }
-        if let Some(i) = &p.interrupt {
-            entry.insert(
-                "interrupt".into(),
-                serde_json::to_value(i).unwrap_or_default(),
-            );
-        }
-        if !p.config_interrupts().is_empty() {
-            entry.insert(
-                "configInterrupts".into(),
-                serde_json::to_value(p.config_interrupts()).unwrap_or_default(),
-            );
-        }
-        packages.insert(name.clone(), serde_json::Value::Object(entry));
-    }
-    let mut root = serde_json::Map::new();
-    root.insert(
-        "agentVersion".into(),
-        settings.agent_version().to_string().into(),
-    );
-    root.insert("packages".into(), serde_json::Value::Object(packages));
-    serde_json::Value::Object(root).to_string()
+    let packages = nw
+        .spec
+        .packages()
+        .iter()
+        .map(|(name, p)| {
+            let entry = PackageMetadata {
+                name,
+                version: &p.version,
+                image: &p.image,
+                agent_image_override: p.agent_image_override.as_deref().filter(|s| !s.is_empty()),
+                interrupt: p.interrupt.as_ref(),
+                config_interrupts: Some(p.config_interrupts()).filter(|c| !c.is_empty()),
+            };
+            (name.as_str(), entry)
+        })
+        .collect();
+    let root = PackagesJson {
+        agent_version: settings.agent_version().to_string(),
+        packages,
+    };
+    // Borrowed strings and maps with string keys always serialize.
+    serde_json::to_string(&root).unwrap_or_default()
 }
+
+/// The document of `packages.json` (§9.1), in upstream's field order.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PackagesJson<'a> {
+    agent_version: String,
+    packages: BTreeMap<&'a str, PackageMetadata<'a>>,
+}
+
+/// One package of `packages.json`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PackageMetadata<'a> {
+    name: &'a str,
+    version: &'a str,
+    image: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent_image_override: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupt: Option<&'a Interrupt>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config_interrupts: Option<&'a BTreeMap<String, Interrupt>>,
+}
+
+/// A node's applied-config record read as a [`complete::AppliedConfig`] is, with its text borrowed from
+/// the annotation wherever it needs no unescaping.
+type RecordView<'a> = BTreeMap<Text<'a>, BTreeMap<Text<'a>, Text<'a>>>;
+
+/// A string of an applied-config record.
+#[derive(Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 /// The node-metadata ConfigMap of a node (§9.1); `None` for a node without labels and
 /// annotations.
@@ -299,17 +324,20 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         let Ok(state) = n.state(ctx.nws[nw].state_key()) else {
             continue;
         };
-        let mut applied: AppliedConfig = complete::parse_applied(raw);
+        // Most records are read and left as they are, so this one borrows its text.
+        let mut applied: RecordView = raw
+            .and_then(|r| serde_json::from_str(r).ok())
+            .unwrap_or_default();
         // Records of entries that are gone (an upgrade removed the old version, an uninstall
         // removed the package) describe nothing any more.
         let before = applied.len();
-        applied.retain(|k, _| state.0.contains_key(k));
+        applied.retain(|k, _| state.0.contains_key(k.0.as_ref()));
         let mut changed = applied.len() != before;
         for (name, p) in packages {
             if p.config_map().is_empty() {
                 continue;
             }
-            let entry_key = nodewright_schema::node_state::entry_key(name, &p.version);
+            let entry_key = Text(nodewright_schema::node_state::entry_key(name, &p.version).into());
             if applied.contains_key(&entry_key) {
                 continue;
             }
@@ -326,23 +354,25 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             }
             let cm_name = names::package_configmap(&nw_name, name, &p.version);
             let data = existing(ctx, &cm_name)
-                .and_then(|c| c.data.clone())
-                .unwrap_or_else(|| p.config_map().clone());
+                .and_then(|c| c.data.as_ref())
+                .unwrap_or_else(|| p.config_map());
             applied.insert(
                 entry_key,
                 data.iter()
-                    .map(|(k, v)| (k.clone(), complete::sha256_hex(v)))
+                    .map(|(k, v)| (Text(k.clone().into()), Text(complete::sha256_hex(v).into())))
                     .collect(),
             );
             changed = true;
         }
-        if changed {
-            if applied.is_empty() {
-                ctx.node_mut(id).remove_annotation(&key);
-            } else {
-                let value = serde_json::to_string(&applied).unwrap_or_default();
-                ctx.node_mut(id).set_annotation(key.clone(), value);
-            }
+        if !changed {
+            continue;
+        }
+        // The same document as a [`complete::AppliedConfig`] would write: text keys, sorted.
+        let value =
+            (!applied.is_empty()).then(|| serde_json::to_string(&applied).unwrap_or_default());
+        match value {
+            None => ctx.node_mut(id).remove_annotation(&key),
+            Some(value) => ctx.node_mut(id).set_annotation(key.clone(), value),
         }
     }
 
