@@ -77,8 +77,8 @@ struct PackageMetadata<'a> {
     config_interrupts: Option<&'a BTreeMap<String, Interrupt>>,
 }
 
-/// A node's applied-config record read as a [`complete::AppliedConfig`] is, with its text borrowed from
-/// the annotation wherever it needs no unescaping.
+/// A node's applied-config record in the shape of a [`complete::AppliedConfig`], its text
+/// borrowed from the annotation wherever it needs no unescaping.
 type RecordView<'a> = BTreeMap<Text<'a>, BTreeMap<Text<'a>, Text<'a>>>;
 
 /// A string of an applied-config record.
@@ -700,5 +700,35 @@ mod tests {
         let id = ctx.node_id("n1").unwrap();
         let applied = complete::parse_applied(ctx.node(id).annotation(&keys::config_applied("nw")));
         assert_eq!(applied["tuning|1.0.0"]["a.conf"], complete::sha256_hex("1"));
+    }
+
+    #[test]
+    fn a_record_is_pruned_of_gone_entries_and_keeps_escaped_text_as_it_was() {
+        let digest = complete::sha256_hex("1");
+        let record = format!(
+            r#"{{"old|0.9.0":{{"a.conf":"{digest}"}},"tuning|1.0.0":{{"a\"b\\c.conf":"{digest}"}}}}"#
+        );
+        let snap = world()
+            .node(
+                node("n1")
+                    .state("nw", &[("tuning", "1.0.0", Stage::Config, State::Complete)])
+                    .annotation(&keys::config_applied("nw"), &record),
+            )
+            .nw(testkit::nw("nw").with_package("tuning", with_config("1")))
+            .build();
+        let s = settings();
+        let mut ctx = PassCtx::new(&snap, &s);
+        package_configmaps(&mut ctx, 0);
+        let id = ctx.node_id("n1").unwrap();
+        let written = ctx
+            .node(id)
+            .annotation(&keys::config_applied("nw"))
+            .unwrap();
+        assert_eq!(
+            written,
+            format!(r#"{{"tuning|1.0.0":{{"a\"b\\c.conf":"{digest}"}}}}"#)
+        );
+        let applied = complete::parse_applied(Some(written));
+        assert_eq!(applied["tuning|1.0.0"]["a\"b\\c.conf"], digest);
     }
 }
