@@ -38,6 +38,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodewright_schema::{DeploymentPolicy, NodeWright};
+use rustc_hash::FxHashMap;
 
 use crate::snapshot::{Memory, Snapshot};
 
@@ -316,23 +317,17 @@ impl SimCluster {
         refresh(&mut snapshot.policies, self.policies.values(), |p| {
             &p.metadata
         });
-        share(&mut snapshot.nodes, self.nodes.values());
-        share(
-            &mut snapshot.jobs,
-            self.jobs.values().filter(|j| {
-                j.metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(nodewright_schema::keys::JOB_LABEL_NAME))
-            }),
-        );
-        share(
-            &mut snapshot.pods,
-            self.pods.values().filter(|p| {
-                p.metadata.namespace.as_deref() == Some(ns)
-                    || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
-            }),
-        );
+        share(&mut snapshot.nodes, self.nodes.values(), |_| true);
+        share(&mut snapshot.jobs, self.jobs.values(), |j| {
+            j.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(nodewright_schema::keys::JOB_LABEL_NAME))
+        });
+        share(&mut snapshot.pods, self.pods.values(), |p| {
+            p.metadata.namespace.as_deref() == Some(ns)
+                || p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+        });
         refresh(
             &mut snapshot.config_maps,
             self.config_maps
@@ -492,10 +487,25 @@ fn refresh<'a, S: Clone + 'a, T: From<S> + Borrow<S>>(
     }
 }
 
-/// Replaces `old` with the world's own allocations of `current`.
-fn share<'a, T: 'a>(old: &mut Vec<Arc<T>>, current: impl Iterator<Item = &'a Shared<T>>) {
-    old.clear();
-    old.extend(current.map(Shared::arc));
+/// Replaces `old`, the last snapshot this world refreshed, with the world's own allocations of
+/// the `current` objects that `admit` accepts. An object that snapshot holds is the same
+/// allocation only while unchanged (a write copies what a snapshot holds), so it was accepted
+/// then and is handed on as it is: the tens of thousands of Jobs and pods a rollout keeps are
+/// not read again on every pass.
+fn share<'a, T: 'a>(
+    old: &mut Vec<Arc<T>>,
+    current: impl Iterator<Item = &'a Shared<T>>,
+    admit: impl Fn(&T) -> bool,
+) {
+    let mut last: FxHashMap<*const T, Arc<T>> =
+        old.drain(..).map(|o| (Arc::as_ptr(&o), o)).collect();
+    for object in current {
+        match last.remove(&object.as_ptr()) {
+            Some(held) => old.push(held),
+            None if admit(object) => old.push(object.arc()),
+            None => {}
+        }
+    }
 }
 
 impl std::fmt::Debug for SimCluster {

@@ -30,6 +30,11 @@ impl<T> Shared<T> {
         Arc::unwrap_or_clone(self.0)
     }
 
+    /// Where the object lives: the same address while it is unchanged and a snapshot holds it.
+    pub fn as_ptr(&self) -> *const T {
+        Arc::as_ptr(&self.0)
+    }
+
     /// The shared allocation, for a snapshot.
     pub fn arc(&self) -> Arc<T> {
         Arc::clone(&self.0)
