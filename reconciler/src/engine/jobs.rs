@@ -830,9 +830,14 @@ pub fn is_failed(job: &Job) -> bool {
     has_condition(job, "Failed")
 }
 
+/// Finished = `Complete` or `Failed`, the Job controller's terminal conditions.
+pub fn is_finished(job: &Job) -> bool {
+    is_complete(job) || is_failed(job)
+}
+
 /// Unfinished = neither `Complete` nor `Failed` (a suspended Job is unfinished, §0.1).
 pub fn is_unfinished(job: &Job) -> bool {
-    !is_complete(job) && !is_failed(job)
+    !is_finished(job)
 }
 
 /// Whether the Job carries the `state-recorded` marker (§8.8).

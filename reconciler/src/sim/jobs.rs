@@ -26,6 +26,7 @@ use super::workload::{
     PodKind, PodRt, has_ready_condition, set_pod_condition, terminate_running, terminated,
 };
 use super::{Key, Shared, SimCluster, Timer};
+pub use crate::engine::jobs::{has_condition, is_finished};
 use crate::plan::Outcome;
 use crate::snapshot::pod_has_ended;
 
@@ -117,11 +118,6 @@ fn strip_version(label: &str) -> String {
     label.to_string()
 }
 
-/// Whether a Job has a condition of this type with status True.
-pub fn has_condition(job: &Job, type_: &str) -> bool {
-    condition(job, type_).is_some_and(|c| c.status == "True")
-}
-
 fn condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
     job.status
         .as_ref()?
@@ -129,11 +125,6 @@ fn condition<'a>(job: &'a Job, type_: &str) -> Option<&'a JobCondition> {
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_)
-}
-
-/// Whether a Job is finished (Complete or Failed).
-pub fn is_finished(job: &Job) -> bool {
-    has_condition(job, "Complete") || has_condition(job, "Failed")
 }
 
 fn set_condition(
