@@ -2,11 +2,13 @@
 //! admission (§16.3): a node is complete only when no requested uninstall still has an entry
 //! and every package's applied-config record matches its current `configMap`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nodewright_schema::keys;
 use nodewright_schema::{NodeState, NodeWright, NodeWrightSpec, Package, Stage, State};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::context::PassCtx;
@@ -17,6 +19,21 @@ pub type AppliedConfig = BTreeMap<String, BTreeMap<String, String>>;
 /// Parses a node's applied-config record. An absent or unreadable record reads as empty (every
 /// package then counts as matching, §16.3 backfill).
 pub fn parse_applied(raw: Option<&str>) -> AppliedConfig {
+    raw.and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or_default()
+}
+
+/// A node's applied-config record as [`parse_applied`] reads it, its text borrowed from the
+/// annotation wherever it needs no unescaping: for a step that reads every node's record and
+/// rewrites few. It writes the same document an [`AppliedConfig`] would.
+pub type AppliedRecord<'a> = BTreeMap<RecordText<'a>, BTreeMap<RecordText<'a>, RecordText<'a>>>;
+
+/// A string of an applied-config record.
+#[derive(Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RecordText<'a>(#[serde(borrow)] pub Cow<'a, str>);
+
+/// [`parse_applied`], borrowing.
+pub fn read_applied(raw: Option<&str>) -> AppliedRecord<'_> {
     raw.and_then(|r| serde_json::from_str(r).ok())
         .unwrap_or_default()
 }

@@ -3,15 +3,14 @@
 //! ConfigMap always follows the spec, `status.configUpdates` publishes the changed keys,
 //! and each node's `configApplied_<nw>` record decides its own config cycle.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use nodewright_schema::{Interrupt, NodeWright, Stage, State, keys, names};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::complete;
+use super::complete::{self, RecordText};
 use super::context::{Flow, PassCtx};
 use super::write_order::After;
 use crate::plan::Action;
@@ -76,14 +75,6 @@ struct PackageMetadata<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     config_interrupts: Option<&'a BTreeMap<String, Interrupt>>,
 }
-
-/// A node's applied-config record in the shape of a [`complete::AppliedConfig`], its text
-/// borrowed from the annotation wherever it needs no unescaping.
-type RecordView<'a> = BTreeMap<Text<'a>, BTreeMap<Text<'a>, Text<'a>>>;
-
-/// A string of an applied-config record.
-#[derive(Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 /// The node-metadata ConfigMap of a node (§9.1); `None` for a node without labels and
 /// annotations.
@@ -324,10 +315,7 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         let Ok(state) = n.state(ctx.nws[nw].state_key()) else {
             continue;
         };
-        // Most records are read and left as they are, so this one borrows its text.
-        let mut applied: RecordView = raw
-            .and_then(|r| serde_json::from_str(r).ok())
-            .unwrap_or_default();
+        let mut applied = complete::read_applied(raw);
         // Records of entries that are gone (an upgrade removed the old version, an uninstall
         // removed the package) describe nothing any more.
         let before = applied.len();
@@ -337,7 +325,8 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             if p.config_map().is_empty() {
                 continue;
             }
-            let entry_key = Text(nodewright_schema::node_state::entry_key(name, &p.version).into());
+            let entry_key =
+                RecordText(nodewright_schema::node_state::entry_key(name, &p.version).into());
             if applied.contains_key(&entry_key) {
                 continue;
             }
@@ -359,7 +348,12 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             applied.insert(
                 entry_key,
                 data.iter()
-                    .map(|(k, v)| (Text(k.clone().into()), Text(complete::sha256_hex(v).into())))
+                    .map(|(k, v)| {
+                        (
+                            RecordText(k.clone().into()),
+                            RecordText(complete::sha256_hex(v).into()),
+                        )
+                    })
                     .collect(),
             );
             changed = true;
@@ -367,7 +361,6 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         if !changed {
             continue;
         }
-        // The same document as a [`complete::AppliedConfig`] would write: text keys, sorted.
         let value =
             (!applied.is_empty()).then(|| serde_json::to_string(&applied).unwrap_or_default());
         match value {
