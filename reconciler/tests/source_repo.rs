@@ -85,6 +85,29 @@ fn a_local_path_remote_and_a_shallow_fetch_work() {
 }
 
 #[test]
+fn a_branch_that_does_not_exist_is_refused_with_the_branches_there_are() {
+    // See: issue 24 — `run --repo` on a repository whose branch is `master` said only that
+    // "main" does not name a commit.
+    let tmp = tempfile::tempdir().unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.write("a.yaml", "a: 1\n");
+    work.commit("first");
+    git(&work.dir, &["branch", "-m", "main", "master"]);
+    git(&work.dir, &["branch", "release"]);
+
+    let repo = GitRepo::open(&work.dir).unwrap();
+    let refused = repo.resolve("main").unwrap_err().to_string();
+    assert!(
+        refused.starts_with("revision \"main\" does not name a commit in "),
+        "{refused}"
+    );
+    assert!(
+        refused.ends_with("; the branches here are: master, release"),
+        "{refused}"
+    );
+}
+
+#[test]
 fn reads_a_commit_that_is_not_checked_out_and_resolves_tags() {
     let tmp = tempfile::tempdir().unwrap();
     let work = WorkRepo::init(&tmp.path().join("work"));

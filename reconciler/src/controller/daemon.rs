@@ -170,13 +170,24 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
     mut observe: impl FnMut(&Iteration<'_>) -> ControlFlow<()>,
 ) -> Result<(), LoopError> {
     let mut was_leading = true;
+    // The repository's read error while it lasts: said once, and once when it reads again.
+    let mut unreadable: Option<String> = None;
     loop {
         let iteration_started = std::time::Instant::now();
         let (fetch, change) = source.poll(pacer.now(controller.cluster()));
         let change = match change {
-            Ok(change) => change,
+            Ok(change) => {
+                if unreadable.take().is_some() {
+                    tracing::info!("the repository reads again");
+                }
+                change
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the repository; keeping the desired state in force");
+                let error = e.to_string();
+                if unreadable.as_ref() != Some(&error) {
+                    tracing::warn!(%error, "cannot read the repository; keeping the desired state in force");
+                }
+                unreadable = Some(error);
                 SourceChange::None
             }
         };

@@ -244,7 +244,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                     });
                 if !done && let Some(mut e) = entry.clone() {
                     for k in others {
-                        ctx.node_mut(node).remove_entry(state_key, &k);
+                        ctx.remove_and_publish_entry(nw, node, &k);
                     }
                     e.stage = Some(Stage::Upgrade);
                     e.state = Some(State::Complete);
@@ -269,8 +269,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                         e.restarts = 0;
                         set(ctx, nw, node, e);
                     } else {
-                        ctx.node_mut(node).remove_entry(state_key, &key);
-                        ctx.publish_node(nw, node);
+                        ctx.remove_and_publish_entry(nw, node, &key);
                     }
                     applied_event(ctx, &nw_name, &node_name, &pkg, stage);
                     wrote = true;

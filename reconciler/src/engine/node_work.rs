@@ -60,18 +60,18 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
     let mut uninstall_work: Vec<String> = Vec::new();
     for (name, p) in packages {
         if let Some(e) = packages::cancel_entry(nw_obj, &state, name, p) {
-            ctx.record_entry(nw, node, e);
+            ctx.record_and_publish_entry(nw, node, e);
             ctx.set_node_status(nw, node, Status::InProgress);
             continue;
         }
         match packages::uninstall_step(nw_obj, &state, name, p) {
             UninstallStep::None => {}
             UninstallStep::Remove(key) => {
-                ctx.node_mut(node).remove_entry(state_key, &key);
+                ctx.remove_and_publish_entry(nw, node, &key);
                 ctx.set_node_status(nw, node, Status::InProgress);
             }
             UninstallStep::Enter(e) => {
-                ctx.record_entry(nw, node, e);
+                ctx.record_and_publish_entry(nw, node, e);
                 ctx.set_node_status(nw, node, Status::InProgress);
                 uninstall_work.push(name.clone());
             }
@@ -116,7 +116,7 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
                         configuration_changed_since_parked(ctx, nw, node, name, p, stage)
                     }));
             if configured && settled && !e.is(Stage::Config, State::InProgress) {
-                ctx.record_entry(
+                ctx.record_and_publish_entry(
                     nw,
                     node,
                     packages::entry(name, p, Stage::Config, State::InProgress),
@@ -178,10 +178,9 @@ fn configuration_changed_since_parked(
 ) -> bool {
     let package_label = format!("{name}-{}", package.version);
     let wanted = jobs::config_record_json(package);
-    node_jobs(ctx, nw, node).iter().any(|j| {
+    package_jobs(ctx, nw, node, &package_label).iter().any(|j| {
         (jobs::is_failed(j) || jobs::is_unfinished(j))
             && jobs::job_stage(j) == Some(stage)
-            && jobs::label(j, keys::JOB_LABEL_PACKAGE) == Some(package_label.as_str())
             && jobs::annotation(j, keys::JOB_ANNOTATION_CONFIG_DIGESTS) != Some(wanted.as_str())
     })
 }
@@ -229,6 +228,19 @@ fn merged_interrupt(
 fn node_jobs<'s>(ctx: &PassCtx<'s>, nw: usize, node: usize) -> Vec<&'s Job> {
     let label = names::node_label_value(ctx.node(node).name());
     ctx.index.jobs_of(ctx.nws[nw].name, &label).to_vec()
+}
+
+/// Jobs of this NodeWright on this node for one package version (`<name>-<version>`), from
+/// the snapshot.
+fn package_jobs<'c, 's>(
+    ctx: &'c PassCtx<'s>,
+    nw: usize,
+    node: usize,
+    package_label: &str,
+) -> &'c [&'s Job] {
+    let label = names::node_label_value(ctx.node(node).name());
+    ctx.index
+        .package_jobs_of(ctx.nws[nw].name, &label, package_label)
 }
 
 fn created_this_pass(ctx: &PassCtx<'_>, name: &str) -> bool {
@@ -402,11 +414,9 @@ fn start_interrupt(
         return;
     }
     let package_label = format!("{name}-{}", package.version);
-    let running = node_jobs(ctx, nw, node).iter().any(|j| {
-        jobs::is_interrupt_job(j)
-            && jobs::label(j, keys::JOB_LABEL_PACKAGE) == Some(package_label.as_str())
-            && jobs::is_unfinished(j)
-    });
+    let running = package_jobs(ctx, nw, node, &package_label)
+        .iter()
+        .any(|j| jobs::is_interrupt_job(j) && jobs::is_unfinished(j));
     let job_name = names::interrupt_job_name(
         ctx.nws[nw].name,
         stage.as_str(),
@@ -564,10 +574,10 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
     let node_name = ctx.node(node).name().to_string();
     // In-flight gate: an unfinished Job for (NodeWright, package label, node) (§8.14).
     let package_label = format!("{name}-{entry_version}");
-    if node_jobs(ctx, nw, node).iter().any(|j| {
-        jobs::label(j, keys::JOB_LABEL_PACKAGE) == Some(package_label.as_str())
-            && jobs::is_unfinished(j)
-    }) {
+    if package_jobs(ctx, nw, node, &package_label)
+        .iter()
+        .any(|j| jobs::is_unfinished(j))
+    {
         return Dispatch::Dispatched;
     }
     let job_name =
@@ -607,7 +617,7 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
         },
     );
     ctx.create_job(node, job);
-    ctx.record_entry(
+    ctx.record_and_publish_entry(
         nw,
         node,
         packages::entry(name, &package, stage, State::InProgress),

@@ -326,6 +326,28 @@ impl std::fmt::Debug for GitRepo {
 
 /// The whole cause chain on one line, each cause's Display once, e.g. "Transport handshake
 /// failed: … invalid peer certificate: UnknownIssuer".
+/// The repository's local branches by short name (at most a dozen, then `…`): what a
+/// revision that names none of them could have meant.
+fn local_branches(repo: &gix::Repository) -> Vec<String> {
+    const SHOWN: usize = 12;
+    let Ok(references) = repo.references() else {
+        return Vec::new();
+    };
+    let Ok(branches) = references.local_branches() else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = branches
+        .filter_map(Result::ok)
+        .map(|r| r.name().shorten().to_string())
+        .collect();
+    names.sort();
+    if names.len() > SHOWN {
+        names.truncate(SHOWN);
+        names.push("…".to_string());
+    }
+    names
+}
+
 pub(crate) fn msg(e: impl std::error::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut current: Option<&dyn std::error::Error> = Some(&e);
@@ -480,7 +502,14 @@ impl GitRepo {
             repo: self.path.clone(),
             message,
         };
-        let id = repo.rev_parse_single(rev).map_err(|e| err(msg(e)))?;
+        let id = repo.rev_parse_single(rev).map_err(|e| {
+            let branches = local_branches(&repo);
+            err(if branches.is_empty() {
+                msg(e)
+            } else {
+                format!("{}; the branches here are: {}", msg(e), branches.join(", "))
+            })
+        })?;
         let commit = id
             .object()
             .map_err(|e| err(msg(e)))?

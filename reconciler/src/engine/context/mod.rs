@@ -364,12 +364,35 @@ impl<'a> PassCtx<'a> {
         entry: PackageStatus,
     ) -> bool {
         let key = nodewright_schema::node_state::entry_key(&entry.name, &entry.version);
-        let in_sync = self.nws[nw]
-            .position(node)
-            .filter(|&p| self.nws[nw].published_at[p] == self.nodes[node].writes());
+        let in_sync = self.mirror_in_sync(nw, node);
         if !self.record_entry(nw, node, entry) {
             return false;
         }
+        self.publish_entry(nw, node, &key, in_sync);
+        true
+    }
+
+    /// Removes a package entry (keyed `<name>|<version>`) from a node's state and from
+    /// `status.nodeState[node]`, mirroring only that entry as
+    /// [`PassCtx::record_and_publish_entry`] does.
+    pub fn remove_and_publish_entry(&mut self, nw: usize, node: usize, key: &str) {
+        let in_sync = self.mirror_in_sync(nw, node);
+        let state_key = self.nws[nw].state_key();
+        self.nodes[node].remove_entry(state_key, key);
+        self.publish_entry(nw, node, key, in_sync);
+    }
+
+    /// The node's position among the NodeWright's selected nodes when `status.nodeState[node]`
+    /// holds the node's working state.
+    fn mirror_in_sync(&self, nw: usize, node: usize) -> Option<usize> {
+        self.nws[nw]
+            .position(node)
+            .filter(|&p| self.nws[nw].published_at[p] == self.nodes[node].writes())
+    }
+
+    /// Mirrors the node state's entry `key` into `status.nodeState[node]`: that entry alone
+    /// when the mirror held the rest (`in_sync`), the whole state otherwise.
+    fn publish_entry(&mut self, nw: usize, node: usize, key: &str, in_sync: Option<usize>) {
         let n = &self.nodes[node];
         let view = &mut self.nws[nw];
         match (in_sync, n.state(view.state_key())) {
@@ -379,9 +402,9 @@ impl<'a> PassCtx<'a> {
                         *mirror = Some(state.clone());
                         true
                     }
-                    Some(m) => match state.0.get(&key) {
-                        Some(e) => m.0.insert(key.clone(), e.clone()).as_ref() != Some(e),
-                        None => m.0.remove(&key).is_some(),
+                    Some(m) => match state.0.get(key) {
+                        Some(e) => m.0.insert(key.to_string(), e.clone()).as_ref() != Some(e),
+                        None => m.0.remove(key).is_some(),
                     },
                 });
                 if changed {
@@ -391,7 +414,6 @@ impl<'a> PassCtx<'a> {
             }
             _ => self.publish_node(nw, node),
         }
-        true
     }
 
     /// Records a package entry in a node's state for a NodeWright. A malformed state refuses

@@ -21,6 +21,8 @@ pub struct SnapIndex<'a> {
     pub(super) jobs_on: OnceCell<FxHashMap<&'a str, FxHashMap<&'a str, Few<&'a Job>>>>,
     /// Jobs by NodeWright `name` label (any node, with or without a `node` label).
     pub(super) jobs_of_nw: FxHashMap<&'a str, Vec<&'a Job>>,
+    /// Jobs by NodeWright `name` label, `node` label and `package` label.
+    pub(super) package_jobs: OnceCell<PackageJobs<'a>>,
     /// Jobs by `node` label (any NodeWright).
     pub(super) jobs_on_node: OnceCell<FxHashMap<&'a str, Few<&'a Job>>>,
     /// Pods by `spec.nodeName`.
@@ -53,6 +55,7 @@ impl<'a> SnapIndex<'a> {
             job_by_uid: OnceCell::new(),
             jobs_on: OnceCell::new(),
             jobs_of_nw,
+            package_jobs: OnceCell::new(),
             jobs_on_node: OnceCell::new(),
             pods_on_node: OnceCell::new(),
             config_map_by_name,
@@ -102,6 +105,30 @@ impl<'a> SnapIndex<'a> {
             .and_then(|m| m.get(node_label))
             .map_or(&[], Few::as_slice)
     }
+    /// Jobs of one package version of a NodeWright on a node, by the Job `node` and
+    /// `package` label values: a node runs a Job per package, so a decision about one package
+    /// must not read the Jobs of all the others.
+    pub fn package_jobs_of(&self, nw: &str, node_label: &str, package_label: &str) -> &[&'a Job] {
+        let table = self.package_jobs.get_or_init(|| {
+            let mut table = PackageJobs::default();
+            for (job, facts) in self.jobs_with_facts() {
+                if let (Some(nw), Some(node), Some(package)) = (
+                    facts.nodewright,
+                    facts.node_label,
+                    jobs::label(job, keys::JOB_LABEL_PACKAGE),
+                ) {
+                    let on_node = table.entry(nw).or_default().entry(node).or_default();
+                    on_node.entry(package).or_default().push(job);
+                }
+            }
+            table
+        });
+        table
+            .get(nw)
+            .and_then(|m| m.get(node_label))
+            .and_then(|m| m.get(package_label))
+            .map_or(&[], Few::as_slice)
+    }
     /// Jobs carrying this NodeWright `name` label.
     pub fn nw_jobs(&self, nw: &str) -> &[&'a Job] {
         self.jobs_of_nw.get(nw).map_or(&[], Vec::as_slice)
@@ -137,6 +164,10 @@ impl<'a> SnapIndex<'a> {
         table.get(node).map_or(&[], Few::as_slice)
     }
 }
+
+/// Jobs by NodeWright `name` label, then `node` label, then `package` label.
+pub(super) type PackageJobs<'a> =
+    FxHashMap<&'a str, FxHashMap<&'a str, FxHashMap<&'a str, Few<&'a Job>>>>;
 
 /// The first Job of each key (a name or uid of its metadata), like a `find` over `jobs`.
 pub(super) fn first_by<'a>(

@@ -100,8 +100,9 @@ pub struct NodeWork<'a> {
     pub(super) unschedulable: bool,
     /// Some metadata/spec writer ran (annotations, labels, taints, unschedulable).
     pub(super) dirty: bool,
-    /// Count of writes to this node so far in the pass; derived values computed at one count
-    /// stay valid while it does not move (see [`NwView::complete`]).
+    /// Count of changes to this node so far in the pass (a write that leaves the value as it
+    /// was is none); derived values computed at one count stay valid while it does not move
+    /// (see [`NwView::complete`]).
     pub(super) writes: u32,
     /// This pass's NodeWright states on this node; parsed on first use. Handed from pass to
     /// pass with the node object ([`StateCache`]), so a node the fleet did not change starts
@@ -218,34 +219,34 @@ impl<'a> NodeWork<'a> {
 
     /// Sets an annotation.
     pub fn set_annotation(&mut self, key: impl Into<String>, value: impl Into<String>) {
-        self.writes = self.writes.wrapping_add(1);
         let (key, value) = (key.into(), value.into());
         if self.annotations.get(&key) != Some(&value) {
+            self.writes = self.writes.wrapping_add(1);
             self.dirty = true;
             self.annotations.to_mut().insert(key, value);
         }
     }
     /// Removes an annotation.
     pub fn remove_annotation(&mut self, key: &str) {
-        self.writes = self.writes.wrapping_add(1);
         if self.annotations.contains_key(key) {
+            self.writes = self.writes.wrapping_add(1);
             self.dirty = true;
             self.annotations.to_mut().remove(key);
         }
     }
     /// Sets a label.
     pub fn set_label(&mut self, key: impl Into<String>, value: impl Into<String>) {
-        self.writes = self.writes.wrapping_add(1);
         let (key, value) = (key.into(), value.into());
         if self.labels.get(&key) != Some(&value) {
+            self.writes = self.writes.wrapping_add(1);
             self.dirty = true;
             self.labels.to_mut().insert(key, value);
         }
     }
     /// Removes a label.
     pub fn remove_label(&mut self, key: &str) {
-        self.writes = self.writes.wrapping_add(1);
         if self.labels.contains_key(key) {
+            self.writes = self.writes.wrapping_add(1);
             self.dirty = true;
             self.labels.to_mut().remove(key);
         }
