@@ -318,7 +318,7 @@ fn a_projection_beyond_its_limit_is_refused_at_once_and_the_diff_is_still_comple
     assert_eq!(stdout.matches("[upgrade]").count(), 1_000, "{stdout}");
     assert!(
         stdout.contains(
-            "Simulation failed: too large to project: the base rollout runs 8000 package × node pairs (most for NodeWright big: 1000 packages × 8 node(s)), more than --max-simulated-pairs (1000); the diff itself is complete, and a larger limit projects it"
+            "Simulation failed: too large to project: the base rollout runs 8000 package × node pairs (most for NodeWright big: 1000 packages × 8 node(s)), more than --max-simulated-pairs (2000); the diff itself is complete, and a larger limit projects it"
         ),
         "{stdout}"
     );

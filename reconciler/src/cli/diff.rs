@@ -83,7 +83,7 @@ pub struct Args {
     pub nodes: usize,
     /// Most package × node pairs --simulate projects in each rollout (base, then head): each
     /// NodeWright's packages times the nodes it selects. Every pair is a Job alive while
-    /// packages run in parallel, so this bounds the projection's memory and time (about 200 MiB
+    /// packages run in parallel, so this bounds the projection's memory and time (about 320 MiB
     /// and 3 s at the default); a larger change is diffed but not projected.
     #[arg(
         long,

@@ -35,7 +35,7 @@ pub struct FleetProjection {
 /// How many package × node pairs each rollout of a projection (base, then head) may run by
 /// default. Every pair can be a Job and its pod alive at once, as packages run in parallel, so
 /// this bounds the projection's memory and time; a change beyond it is diffed, not projected.
-pub const DEFAULT_MAX_PAIRS: usize = 1_000;
+pub const DEFAULT_MAX_PAIRS: usize = 2_000;
 
 /// The package × node pairs rolling out `desired` runs on `nodes`: each NodeWright's packages
 /// times the nodes its selector picks.
