@@ -373,3 +373,68 @@ async fn an_unreachable_remote_is_retried_with_backoff_and_logged_once_per_episo
         .0;
     assert!(recovered > Duration::from_secs(900));
 }
+
+#[tokio::test]
+async fn a_branch_that_cannot_be_read_is_logged_once_with_the_branches_there_are() {
+    // See: issue 24 — `run --repo` on a repository without the tracked branch logged the same
+    // warning on every pass and never said which branches exist.
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, _bare) = remote(tmp.path());
+    let location = RepoLocation::Local(work.dir.clone());
+    let mut source = GitSource::open(
+        &location,
+        "main",
+        "nodewright/status",
+        ReadOptions::default(),
+    )
+    .unwrap()
+    .with_cadence(FetchCadence::new(POLL, 11));
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut record = Record::default();
+    let mut renamed = false;
+    let mut restored = false;
+    run(Fleet::plain(2), &mut source, |it| {
+        let at = record.observe(it);
+        if at >= Duration::from_secs(60) && !renamed {
+            git(&work.dir, &["branch", "-m", "main", "master"]);
+            renamed = true;
+        }
+        if at >= Duration::from_secs(600) && !restored {
+            git(&work.dir, &["branch", "-m", "master", "main"]);
+            restored = true;
+        }
+        if at >= Duration::from_secs(900) {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    })
+    .await;
+    assert!(
+        record.passes > 10,
+        "the loop kept passing: {}",
+        record.passes
+    );
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        text.matches("cannot read the repository").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("revision \"main\" does not name a commit")
+            && text.contains("the branches here are: master"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("the repository reads again").count(),
+        1,
+        "{text}"
+    );
+}

@@ -324,8 +324,6 @@ impl std::fmt::Debug for GitRepo {
     }
 }
 
-/// The whole cause chain on one line, each cause's Display once, e.g. "Transport handshake
-/// failed: … invalid peer certificate: UnknownIssuer".
 /// The repository's local branches by short name (at most a dozen, then `…`): what a
 /// revision that names none of them could have meant.
 fn local_branches(repo: &gix::Repository) -> Vec<String> {
@@ -348,6 +346,8 @@ fn local_branches(repo: &gix::Repository) -> Vec<String> {
     names
 }
 
+/// The whole cause chain on one line, each cause's Display once, e.g. "Transport handshake
+/// failed: … invalid peer certificate: UnknownIssuer".
 pub(crate) fn msg(e: impl std::error::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut current: Option<&dyn std::error::Error> = Some(&e);
