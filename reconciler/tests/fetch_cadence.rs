@@ -380,6 +380,8 @@ async fn a_branch_that_cannot_be_read_is_logged_once_with_the_branches_there_are
     // warning on every pass and never said which branches exist.
     let tmp = tempfile::tempdir().unwrap();
     let (work, _bare) = remote(tmp.path());
+    // The status branch is not desired state, so it is not offered as a branch to follow.
+    git(&work.dir, &["branch", "nodewright/status"]);
     let location = RepoLocation::Local(work.dir.clone());
     let mut source = GitSource::open(
         &location,
@@ -429,7 +431,7 @@ async fn a_branch_that_cannot_be_read_is_logged_once_with_the_branches_there_are
     );
     assert!(
         text.contains("revision \"main\" does not name a commit")
-            && text.contains("the branches here are: master"),
+            && text.contains("the branches here are: master\n"),
         "{text}"
     );
     assert_eq!(

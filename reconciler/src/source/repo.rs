@@ -324,9 +324,9 @@ impl std::fmt::Debug for GitRepo {
     }
 }
 
-/// The repository's local branches by short name (at most a dozen, then `…`): what a
-/// revision that names none of them could have meant.
-fn local_branches(repo: &gix::Repository) -> Vec<String> {
+/// The repository's local branches by short name but `unlike` (at most a dozen, then `…`):
+/// what a revision that names none of them could have meant.
+fn local_branches(repo: &gix::Repository, unlike: Option<&str>) -> Vec<String> {
     const SHOWN: usize = 12;
     let Ok(references) = repo.references() else {
         return Vec::new();
@@ -337,6 +337,7 @@ fn local_branches(repo: &gix::Repository) -> Vec<String> {
     let mut names: Vec<String> = branches
         .filter_map(Result::ok)
         .map(|r| r.name().shorten().to_string())
+        .filter(|name| Some(name.as_str()) != unlike)
         .collect();
     names.sort();
     if names.len() > SHOWN {
@@ -496,6 +497,12 @@ impl GitRepo {
     /// Resolve a branch, tag, `HEAD`, full or abbreviated commit id (any `rev-parse` spec) to
     /// a commit id, peeling annotated tags.
     pub fn resolve(&self, rev: &str) -> Result<ObjectId, RepoError> {
+        self.resolve_among(rev, None)
+    }
+
+    /// [`GitRepo::resolve`]; a revision that names nothing is refused with the branches it
+    /// could have meant, `unlike` left out.
+    fn resolve_among(&self, rev: &str, unlike: Option<&str>) -> Result<ObjectId, RepoError> {
         let repo = self.repo.to_thread_local();
         let err = |message: String| RepoError::Resolve {
             rev: rev.to_owned(),
@@ -503,7 +510,7 @@ impl GitRepo {
             message,
         };
         let id = repo.rev_parse_single(rev).map_err(|e| {
-            let branches = local_branches(&repo);
+            let branches = local_branches(&repo, unlike);
             err(if branches.is_empty() {
                 msg(e)
             } else {
@@ -528,7 +535,7 @@ impl GitRepo {
                 branch: status_branch.to_owned(),
             });
         }
-        self.resolve(rev)
+        self.resolve_among(rev, Some(status_branch))
     }
 
     /// Run `f` with a thread-local gix handle (for tree walks and signature checks).
