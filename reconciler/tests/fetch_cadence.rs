@@ -298,6 +298,20 @@ async fn mid_rollout_passes_do_not_fetch_more_often_than_the_poll_interval() {
 #[derive(Clone, Default)]
 struct Logs(Arc<Mutex<Vec<u8>>>);
 
+impl Logs {
+    /// Collects what this thread logs at INFO and above while the guard lives.
+    fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+}
+
 impl Write for Logs {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(buf);
@@ -314,14 +328,7 @@ async fn an_unreachable_remote_is_retried_with_backoff_and_logged_once_per_episo
     let (_work, bare) = remote(tmp.path());
     let away = tmp.path().join("away.git");
     let mut source = source(&bare, &tmp.path().join("cache"));
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture();
     let mut record = Record::default();
     run(Fleet::plain(2), &mut source, |it| {
         let at = record.observe(it);
@@ -391,14 +398,7 @@ async fn a_branch_that_cannot_be_read_is_logged_once_with_the_branches_there_are
     )
     .unwrap()
     .with_cadence(FetchCadence::new(POLL, 11));
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Logs::capture();
     let mut record = Record::default();
     let mut renamed = false;
     let mut restored = false;
