@@ -379,7 +379,7 @@ fn labels(
         (keys::JOB_LABEL_NAME.to_string(), owner.name.clone()),
         (
             keys::JOB_LABEL_PACKAGE.to_string(),
-            format!("{package_name}-{version}"),
+            package_label(package_name, version),
         ),
         (
             keys::JOB_LABEL_STAGE.to_string(),
@@ -866,6 +866,11 @@ pub fn label<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
         .as_ref()
         .and_then(|l| l.get(key))
         .map(String::as_str)
+}
+
+/// A Job's `package` label value: the package and its version, `<name>-<version>`.
+pub fn package_label(name: &str, version: &str) -> String {
+    format!("{name}-{version}")
 }
 
 /// The Job's name.

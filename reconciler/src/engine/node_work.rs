@@ -176,13 +176,14 @@ fn configuration_changed_since_parked(
     package: &Package,
     stage: Stage,
 ) -> bool {
-    let package_label = format!("{name}-{}", package.version);
     let wanted = jobs::config_record_json(package);
-    package_jobs(ctx, nw, node, &package_label).iter().any(|j| {
-        (jobs::is_failed(j) || jobs::is_unfinished(j))
-            && jobs::job_stage(j) == Some(stage)
-            && jobs::annotation(j, keys::JOB_ANNOTATION_CONFIG_DIGESTS) != Some(wanted.as_str())
-    })
+    package_jobs(ctx, nw, node, name, &package.version)
+        .iter()
+        .any(|j| {
+            (jobs::is_failed(j) || jobs::is_unfinished(j))
+                && jobs::job_stage(j) == Some(stage)
+                && jobs::annotation(j, keys::JOB_ANNOTATION_CONFIG_DIGESTS) != Some(wanted.as_str())
+        })
 }
 
 fn current_state(ctx: &PassCtx<'_>, nw: usize, node: usize) -> NodeState {
@@ -230,17 +231,20 @@ fn node_jobs<'s>(ctx: &PassCtx<'s>, nw: usize, node: usize) -> Vec<&'s Job> {
     ctx.index.jobs_of(ctx.nws[nw].name, &label).to_vec()
 }
 
-/// Jobs of this NodeWright on this node for one package version (`<name>-<version>`), from
-/// the snapshot.
+/// Jobs of this NodeWright on this node for one package version, from the snapshot.
 fn package_jobs<'c, 's>(
     ctx: &'c PassCtx<'s>,
     nw: usize,
     node: usize,
-    package_label: &str,
+    name: &str,
+    version: &str,
 ) -> &'c [&'s Job] {
     let label = names::node_label_value(ctx.node(node).name());
-    ctx.index
-        .package_jobs_of(ctx.nws[nw].name, &label, package_label)
+    ctx.index.package_jobs_of(
+        ctx.nws[nw].name,
+        &label,
+        &jobs::package_label(name, version),
+    )
 }
 
 fn created_this_pass(ctx: &PassCtx<'_>, name: &str) -> bool {
@@ -413,8 +417,7 @@ fn start_interrupt(
     if merged && !siblings_skipped(ctx, nw, node, name, runnable) {
         return;
     }
-    let package_label = format!("{name}-{}", package.version);
-    let running = package_jobs(ctx, nw, node, &package_label)
+    let running = package_jobs(ctx, nw, node, name, &package.version)
         .iter()
         .any(|j| jobs::is_interrupt_job(j) && jobs::is_unfinished(j));
     let job_name = names::interrupt_job_name(
@@ -573,8 +576,7 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
     }
     let node_name = ctx.node(node).name().to_string();
     // In-flight gate: an unfinished Job for (NodeWright, package label, node) (§8.14).
-    let package_label = format!("{name}-{entry_version}");
-    if package_jobs(ctx, nw, node, &package_label)
+    if package_jobs(ctx, nw, node, name, &entry_version)
         .iter()
         .any(|j| jobs::is_unfinished(j))
     {
