@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Node, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Node, Pod, PodSpec, PodStatus, PodTemplateSpec,
+};
 use nodewright_schema::approvals::ApprovedBatches;
 use nodewright_schema::{DeploymentPolicy, NodeWright};
 
@@ -109,6 +111,28 @@ pub fn ended_pod_spec_kept(spec: &PodSpec, keep_container_names: bool) -> PodSpe
         node_name: spec.node_name.clone(),
         init_containers,
         ..PodSpec::default()
+    }
+}
+
+/// Takes a succeeded pod's status, leaving [`succeeded_pod_status_kept`]. `None`, leaving the
+/// pod alone, while it has not succeeded.
+pub fn take_succeeded_pod_status(pod: &mut Pod) -> Option<PodStatus> {
+    let status = pod.status.as_mut()?;
+    if status.phase.as_deref() != Some("Succeeded") {
+        return None;
+    }
+    let kept = succeeded_pod_status_kept(status);
+    Some(std::mem::replace(status, kept))
+}
+
+/// What a pass needs of a succeeded pod's status: its phase. Conditions and container
+/// statuses serve failure classification (§8.7), in-flight evidence (§8.10) and the interrupt
+/// budget (§8.16), which read failed and unfinished pods only, while a rollout keeps every
+/// succeeded stage pod until its Job's TTL.
+pub fn succeeded_pod_status_kept(status: &PodStatus) -> PodStatus {
+    PodStatus {
+        phase: status.phase.clone(),
+        ..PodStatus::default()
     }
 }
 

@@ -149,7 +149,7 @@ async fn connect(server: &SimServer, instance: &str) -> KubeCluster {
             namespace: NS.into(),
             instance: instance.into(),
             clock: server.clock(),
-            keep_ended_pod_containers: true,
+            keep_ended_pods_for_logs: true,
         },
     )
     .await

@@ -997,11 +997,12 @@ pub fn run(verb: VerbCommand, common: Common) -> ExitCode {
 }
 
 /// Connects to the cluster the flags name, every request under `budget`; ended pods keep
-/// their init containers' names when `keep_ended_pod_containers` (for `package logs`).
+/// their init containers' names and statuses when `keep_ended_pods_for_logs` (for `package
+/// logs`).
 pub async fn connect(
     target: &Target,
     budget: &crate::cluster::api_budget::ApiBudget,
-    keep_ended_pod_containers: bool,
+    keep_ended_pods_for_logs: bool,
 ) -> Result<crate::cluster::kube::KubeCluster, String> {
     let kubeconfig = target.kubeconfig_path();
     let (client, clock) = crate::cluster::kube::client(kubeconfig.as_deref(), budget)
@@ -1013,7 +1014,7 @@ pub async fn connect(
             namespace: target.namespace.clone(),
             instance: "nodewright-cli".into(),
             clock,
-            keep_ended_pod_containers,
+            keep_ended_pods_for_logs,
         },
     )
     .await

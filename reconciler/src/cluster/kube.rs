@@ -176,16 +176,16 @@ pub struct KubeOptions {
     pub instance: String,
     /// Where "now" comes from.
     pub clock: Clock,
-    /// Whether ended pods keep their init containers' names (`package logs` lists by them;
-    /// the lifecycle never reads them).
-    pub keep_ended_pod_containers: bool,
+    /// Whether ended pods keep their init containers' names and statuses (`package logs`
+    /// lists by them with their exit codes; the lifecycle never reads them).
+    pub keep_ended_pods_for_logs: bool,
 }
 
 impl KubeOptions {
     /// A pod as the stores keep it (see [`trim_pod`]).
     fn pod_trim(&self) -> impl FnMut(&mut Pod) + Send + 'static {
-        let keep_container_names = self.keep_ended_pod_containers;
-        move |pod| trim_pod(pod, keep_container_names)
+        let keep_for_logs = self.keep_ended_pods_for_logs;
+        move |pod| trim_pod(pod, keep_for_logs)
     }
 }
 
@@ -333,11 +333,15 @@ fn trim_job(job: &mut Job) {
     crate::snapshot::take_finished_job_template(job);
 }
 
-/// A pod as the lifecycle needs it: an ended one keeps only its node of its spec, and its init
-/// containers' names when `keep_container_names` (`package logs` lists logs by them).
-fn trim_pod(pod: &mut Pod, keep_container_names: bool) {
+/// A pod as the lifecycle needs it: an ended one keeps only its node of its spec, and a
+/// succeeded one only its phase of its status. `keep_for_logs` keeps an ended pod's init
+/// containers' names and its statuses: `package logs` lists logs by them with their exit codes.
+fn trim_pod(pod: &mut Pod, keep_for_logs: bool) {
     trim_managed_fields(pod);
-    crate::snapshot::take_ended_pod_spec(pod, keep_container_names);
+    crate::snapshot::take_ended_pod_spec(pod, keep_for_logs);
+    if !keep_for_logs {
+        crate::snapshot::take_succeeded_pod_status(pod);
+    }
 }
 
 /// CRs keep their managed fields: they tell whether another controller writes their status.
@@ -1269,6 +1273,95 @@ fn declared<K: Resource<DynamicType = ()> + serde::Serialize>(object: &K, commit
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The stores' trims change no decision: through a rollout with a reboot, a config file
+    /// and stage attempts that fail, every pass plans over trimmed nodes, Jobs and pods what
+    /// it plans over whole ones.
+    #[test]
+    fn the_stores_trims_change_no_decision() {
+        use crate::cluster::Desired;
+        use crate::engine::reconcile;
+        use crate::settings::Settings;
+        use crate::sim::{ModelRunner, NodeInput, PackageModels, SimCluster};
+        use crate::snapshot::Memory;
+
+        let models = PackageModels(
+            serde_yaml::from_str(
+                "example/driver: {default: {duration: 3s}, rebootTakes: 10s}\n\
+                 example/tuning: {default: {duration: 1s}, stages: {apply: {failures: 1}}}",
+            )
+            .expect("package models are valid YAML"),
+        );
+        let nodewright = r#"
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata: {name: gpu, generation: 1}
+spec:
+  nodeSelectors: {matchLabels: {pool: gpu}}
+  interruptionBudget: {percent: 50}
+  packages:
+    driver: {version: 1.0.0, image: example/driver, interrupt: {type: reboot}}
+    tuning: {version: 1.0.0, image: example/tuning, configMap: {a.conf: "x=1"}}
+"#;
+        let mut sim = SimCluster::new("nodewright", Box::new(ModelRunner::new(models)), 3);
+        for i in 0..4 {
+            sim.add_node(NodeInput {
+                name: format!("n{i}"),
+                labels: [("pool".to_string(), "gpu".to_string())].into(),
+                ..NodeInput::default()
+            });
+        }
+        sim.apply_desired(&Desired {
+            nodewrights: vec![serde_yaml::from_str(nodewright).expect("valid NodeWright")],
+            commit: "c1".into(),
+            ..Desired::default()
+        });
+        let settings = Settings::default();
+        let mut snap = sim.snapshot(Memory::default());
+        let (mut succeeded, mut failed) = (0, 0);
+        for _ in 0..600 {
+            sim.refresh_snapshot(&mut snap);
+            let mut trimmed = snap.clone();
+            trimmed.nodes = (snap.nodes.iter())
+                .map(|n| Arc::new(trimmed_copy(&**n, trim_node)))
+                .collect();
+            trimmed.jobs = (snap.jobs.iter())
+                .map(|j| Arc::new(trimmed_copy(&**j, trim_job)))
+                .collect();
+            trimmed.pods = (snap.pods.iter())
+                .map(|p| Arc::new(trimmed_copy(&**p, |p| trim_pod(p, false))))
+                .collect();
+            for pod in &snap.pods {
+                match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                    Some("Succeeded") => succeeded += 1,
+                    Some("Failed") => failed += 1,
+                    _ => {}
+                }
+            }
+            let plan = reconcile(&snap, &settings);
+            assert_eq!(reconcile(&trimmed, &settings), plan, "at {}", snap.now);
+            for action in &plan.actions {
+                let _ = sim.execute(action);
+            }
+            sim.advance(std::time::Duration::from_secs(2));
+        }
+        assert!(
+            succeeded > 0 && failed > 0,
+            "{succeeded} succeeded, {failed} failed"
+        );
+        let status = snap.nodewrights[0].status.as_ref();
+        assert_eq!(
+            status.and_then(|s| s.status),
+            Some(nodewright_schema::Status::Complete),
+            "the rollout completes"
+        );
+    }
+
+    fn trimmed_copy<K: Clone>(object: &K, trim: impl FnOnce(&mut K)) -> K {
+        let mut copy = object.clone();
+        trim(&mut copy);
+        copy
+    }
 
     #[test]
     fn a_repeated_event_is_written_once_per_refresh_interval() {
