@@ -305,11 +305,44 @@ where
         while let Some(item) = stream.next().await {
             match item {
                 Ok(_) => changed.notify_one(),
-                Err(e) => tracing::warn!(error = %e, "watch error; retrying with backoff"),
+                Err(e) => {
+                    tracing::warn!(error = %watch_error_text(&e), "watch error; retrying with backoff")
+                }
             }
         }
     });
     (store, task)
+}
+
+/// A watch error as an operator reads it: the server's code, reason and message rather than
+/// the client's rendering of the whole status object.
+fn watch_error_text(e: &watcher::Error) -> String {
+    let (what, source) = match e {
+        watcher::Error::InitialListFailed(source) => ("listing failed", source),
+        watcher::Error::WatchStartFailed(source) => ("starting the watch failed", source),
+        watcher::Error::WatchFailed(source) => ("the watch failed", source),
+        watcher::Error::WatchError(status) => {
+            return format!("the API server ended the watch: {}", status_text(status));
+        }
+        other => return other.to_string(),
+    };
+    format!("{what}: {}", client_error_text(source))
+}
+
+/// A client error as an operator reads it; an API refusal as the server's code, reason and
+/// message.
+pub(crate) fn client_error_text(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status_text(status),
+        other => other.to_string(),
+    }
+}
+
+fn status_text(status: &kube::core::Status) -> String {
+    match status.reason.as_str() {
+        "" => format!("{} {}", status.code, status.message),
+        reason => format!("{} {reason}: {}", status.code, status.message),
+    }
 }
 
 /// What the lifecycle never reads of an object held in a store: who wrote which field. A
@@ -1354,6 +1387,26 @@ spec:
             status.and_then(|s| s.status),
             Some(nodewright_schema::Status::Complete),
             "the rollout completes"
+        );
+    }
+
+    #[test]
+    fn a_watch_error_reads_as_the_servers_code_reason_and_message() {
+        let status = kube::core::Status {
+            code: 410,
+            reason: "Expired".into(),
+            message: "The provided continue parameter is too old".into(),
+            ..kube::core::Status::default()
+        };
+        let listing = watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status.clone())));
+        assert_eq!(
+            watch_error_text(&listing),
+            "listing failed: 410 Expired: The provided continue parameter is too old"
+        );
+        let ended = watcher::Error::WatchError(Box::new(status));
+        assert_eq!(
+            watch_error_text(&ended),
+            "the API server ended the watch: 410 Expired: The provided continue parameter is too old"
         );
     }
 

@@ -237,7 +237,7 @@ impl LeaderElector {
                         flag.store(false, Ordering::SeqCst);
                     }
                     Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "lease renewal failed");
+                        tracing::warn!(error = %super::kube::client_error_text(&e), "lease renewal failed");
                         if last_renewal.is_none_or(|at| at.elapsed() >= self.config.renew_deadline)
                         {
                             flag.store(false, Ordering::SeqCst);
@@ -253,7 +253,7 @@ impl LeaderElector {
                     _ = stopping.notified() => {
                         flag.store(false, Ordering::SeqCst);
                         if let Err(e) = self.release().await {
-                            tracing::warn!(error = %e, "could not release the lease");
+                            tracing::warn!(error = %super::kube::client_error_text(&e), "could not release the lease");
                         }
                         return;
                     }
