@@ -25,13 +25,15 @@ use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Reco
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use nodewright_schema::{DeploymentPolicy, NodeWright, keys};
+use nodewright_schema::{DeploymentPolicy, NodeWright, NodeWrightStatus, keys};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{Cluster, ClusterError, Desired, LogRequest};
-use crate::plan::{Action, EventObject, EventType, NodePatch, Outcome, apply_node_patch};
+use crate::plan::{
+    Action, EventObject, EventType, MapPatch, NodePatch, Outcome, StatusPatch, apply_node_patch,
+};
 use crate::snapshot::Snapshot;
 
 /// Field manager for every write of this product.
@@ -204,11 +206,19 @@ pub struct KubeCluster {
     changed: Arc<Notify>,
     recorder: Recorder,
     event_correlator: Mutex<EventCorrelator>,
-    /// Per node: the `resourceVersion` our last write replaced and the server's answer, until
-    /// the watch delivers it (see [`KubeCluster::cached_node`]).
-    written_nodes: Mutex<std::collections::HashMap<String, (Option<String>, Node)>>,
+    /// Per node: our last write's answer, until the watch delivers it (see
+    /// [`KubeCluster::cached_node`]).
+    written_nodes: Mutex<std::collections::HashMap<String, WrittenNode>>,
     tasks: Vec<JoinHandle<()>>,
     writes_allowed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The server's answer to a write of a node, and the `resourceVersion` that write replaced.
+/// The answer is boxed: a pass that writes thousands of nodes grows the table, whose slots
+/// would otherwise each hold a whole node.
+struct WrittenNode {
+    replaced: Option<String>,
+    answer: Box<Node>,
 }
 
 struct NodePodWatch {
@@ -545,8 +555,8 @@ impl KubeCluster {
         let mut written = self.written_nodes.lock().unwrap_or_else(|e| e.into_inner());
         match written.get(name) {
             // The watch still holds the version that write replaced.
-            Some((replaced, answer)) if watched.metadata.resource_version == *replaced => {
-                Some(answer.clone())
+            Some(written) if watched.metadata.resource_version == written.replaced => {
+                Some((*written.answer).clone())
             }
             // The watch caught up (or someone wrote since): its copy is the newest.
             Some(_) => {
@@ -564,7 +574,13 @@ impl KubeCluster {
             self.written_nodes
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(name, (replaced.metadata.resource_version.clone(), answer));
+                .insert(
+                    name,
+                    WrittenNode {
+                        replaced: replaced.metadata.resource_version.clone(),
+                        answer: Box::new(answer),
+                    },
+                );
         }
     }
 
@@ -575,10 +591,10 @@ impl KubeCluster {
         self.written_nodes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|name, (replaced, _)| {
+            .retain(|name, written| {
                 self.nodes
                     .get(&reflector::ObjectRef::new(name))
-                    .is_some_and(|watched| watched.metadata.resource_version == *replaced)
+                    .is_some_and(|watched| watched.metadata.resource_version == written.replaced)
             });
     }
 
@@ -838,6 +854,132 @@ pub fn merge_diff(old: &Value, new: &Value) -> Value {
             Value::Object(patch)
         }
         _ => new.clone(),
+    }
+}
+
+/// The merge patch turning the live status `current` into `patch` applied to it, built from
+/// the entries the patch touches: a write of a hundred nodes' entries does not serialize a
+/// 10,000-node status twice. The same patch as [`merge_diff`] of the two whole statuses.
+fn status_merge_patch(current: Option<&NodeWrightStatus>, patch: &StatusPatch) -> Value {
+    let fields = current.map(status_fields).unwrap_or_default();
+    let mut body = merge_diff(&to_value(&fields), &to_value(patch.fields()));
+    let maps = [
+        (
+            "nodeStatus",
+            map_merge_patch(
+                current.and_then(|s| s.node_status.as_ref()),
+                &patch.node_status,
+            ),
+        ),
+        (
+            "nodeState",
+            map_merge_patch(
+                current.and_then(|s| s.node_state.as_ref()),
+                &patch.node_state,
+            ),
+        ),
+        (
+            "nodeBootIds",
+            map_merge_patch(
+                current.and_then(|s| s.node_boot_ids.as_ref()),
+                &patch.node_boot_ids,
+            ),
+        ),
+    ];
+    if let Some(object) = body.as_object_mut() {
+        for (field, change) in maps {
+            if let Some(change) = change {
+                object.insert(field.to_string(), change);
+            }
+        }
+    }
+    body
+}
+
+/// A status without its three per-node maps, which [`StatusPatch`] carries as changes. Every
+/// field is named, so a field the status gains is a compile error here rather than unwritten.
+fn status_fields(status: &NodeWrightStatus) -> NodeWrightStatus {
+    let NodeWrightStatus {
+        status,
+        node_status: _,
+        node_state: _,
+        conditions,
+        observed_generation,
+        node_boot_ids: _,
+        node_priority,
+        node_order_offset,
+        config_updates,
+        compartment_statuses,
+        nodes_in_progress,
+        complete_nodes,
+        package_list,
+    } = status;
+    NodeWrightStatus {
+        status: *status,
+        node_status: None,
+        node_state: None,
+        conditions: conditions.clone(),
+        observed_generation: *observed_generation,
+        node_boot_ids: None,
+        node_priority: node_priority.clone(),
+        node_order_offset: *node_order_offset,
+        config_updates: config_updates.clone(),
+        compartment_statuses: compartment_statuses.clone(),
+        nodes_in_progress: *nodes_in_progress,
+        complete_nodes: complete_nodes.clone(),
+        package_list: package_list.clone(),
+    }
+}
+
+/// The merge patch of one per-node map under `change`: `None` when the map stays as it is,
+/// `null` when it empties (the field goes, as the status serializes an empty map), else its
+/// changed entries (`null` for removed ones).
+fn map_merge_patch<V: serde::Serialize + PartialEq>(
+    current: Option<&BTreeMap<String, V>>,
+    change: &MapPatch<V>,
+) -> Option<Value> {
+    let empty = BTreeMap::new();
+    let current_map = current.unwrap_or(&empty);
+    let mut entries = serde_json::Map::new();
+    let mut set = |node: &str, old: Option<&V>, new: Option<&V>| match (old, new) {
+        (None, None) => {}
+        (Some(_), None) => {
+            entries.insert(node.to_string(), Value::Null);
+        }
+        (old, Some(new)) if old != Some(new) => {
+            let new = to_value(new);
+            let entry = match old {
+                Some(old) => merge_diff(&to_value(old), &new),
+                None => new,
+            };
+            // An entry that differs from its old value only where JSON does not is no change,
+            // while a new entry counts even when it is empty.
+            if old.is_none() || entry.as_object().is_none_or(|o| !o.is_empty()) {
+                entries.insert(node.to_string(), entry);
+            }
+        }
+        _ => {}
+    };
+    if change.replace {
+        for (node, old) in current_map {
+            if !matches!(change.set.get(node), Some(Some(_))) {
+                set(node, Some(old), None);
+            }
+        }
+    }
+    for (node, new) in &change.set {
+        set(node, current_map.get(node), new.as_ref());
+    }
+    let empties = !change.set.values().any(Option::is_some)
+        && (change.replace
+            || current_map
+                .keys()
+                .all(|k| matches!(change.set.get(k), Some(None))));
+    match (current.is_some(), empties) {
+        (true, true) => Some(Value::Null),
+        (false, true) => None,
+        _ if entries.is_empty() => None,
+        _ => Some(Value::Object(entries)),
     }
 }
 
@@ -1125,9 +1267,9 @@ impl Cluster for KubeCluster {
                         .then(|| self.nodewrights.get(&reflector::ObjectRef::new(name)))
                         .flatten();
                     let current = match cached {
-                        Some(nw) => (*nw).clone(),
+                        Some(nw) => nw,
                         None => match nodewrights.get_status(name).await {
-                            Ok(nw) => nw,
+                            Ok(nw) => Arc::new(nw),
                             Err(e) if status_code(&e) == Some(404) => {
                                 return Ok(Outcome::NotFound);
                             }
@@ -1136,9 +1278,7 @@ impl Cluster for KubeCluster {
                     };
                     // The per-node maps travel as changes: apply them to the live status so
                     // entries another writer added since the snapshot stay (§5.15).
-                    let new = patch.applied_to(current.status.as_ref());
-                    let old = to_value(&current.status.clone().unwrap_or_default());
-                    let diff = merge_diff(&old, &to_value(&new));
+                    let diff = status_merge_patch(current.status.as_ref(), patch);
                     if diff.as_object().is_some_and(|o| o.is_empty()) {
                         return Ok(Outcome::Done);
                     }
@@ -1408,6 +1548,93 @@ spec:
             watch_error_text(&ended),
             "the API server ended the watch: 410 Expired: The provided continue parameter is too old"
         );
+    }
+
+    mod status_patches {
+        use super::super::*;
+        use nodewright_schema::{NodeState, PackageStatus, Stage, State, Status};
+        use proptest::prelude::*;
+
+        /// A node state by number; 3 is the empty state a selected node starts with.
+        fn package_state(state: u8) -> NodeState {
+            if state == 3 {
+                return NodeState::default();
+            }
+            let state = [State::InProgress, State::Complete, State::Erroring][state as usize % 3];
+            NodeState(BTreeMap::from([(
+                "a|1".to_string(),
+                PackageStatus::new("a", "1", "img", Stage::Apply, state),
+            )]))
+        }
+
+        /// Per node n0..n3: absent, or a value picked by a small number.
+        fn any_map() -> impl Strategy<Value = Option<BTreeMap<String, u8>>> {
+            proptest::option::of(proptest::collection::btree_map("n[0-3]", 0u8..4, 0..4))
+        }
+
+        fn any_change() -> impl Strategy<Value = (bool, BTreeMap<String, Option<u8>>)> {
+            (
+                any::<bool>(),
+                proptest::collection::btree_map("n[0-3]", proptest::option::of(0u8..4), 0..4),
+            )
+        }
+
+        fn map_of<V>(
+            map: &Option<BTreeMap<String, u8>>,
+            f: impl Fn(u8) -> V,
+        ) -> Option<BTreeMap<String, V>> {
+            map.as_ref()
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), f(*v))).collect())
+        }
+
+        fn change_of<V>(
+            change: &(bool, BTreeMap<String, Option<u8>>),
+            f: impl Fn(u8) -> V,
+        ) -> MapPatch<V> {
+            MapPatch {
+                replace: change.0,
+                set: change
+                    .1
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.map(&f)))
+                    .collect(),
+            }
+        }
+
+        fn node_status(v: u8) -> Status {
+            [Status::Complete, Status::Waiting, Status::InProgress][v as usize % 3]
+        }
+
+        proptest! {
+            /// The patch built from the touched entries is the one the whole statuses give.
+            #[test]
+            fn a_status_patch_from_its_entries_is_the_whole_statuses_merge_patch(
+                current in proptest::option::of((any_map(), any_map(), any_map(), 0i64..3)),
+                changes in (any_change(), any_change(), any_change(), 0i64..3),
+            ) {
+                let current = current.map(|(states, statuses, boots, generation)| NodeWrightStatus {
+                    node_state: map_of(&states, package_state),
+                    node_status: map_of(&statuses, node_status),
+                    node_boot_ids: map_of(&boots, |v| format!("boot-{v}")),
+                    observed_generation: Some(generation),
+                    ..NodeWrightStatus::default()
+                });
+                let patch = StatusPatch::new(
+                    NodeWrightStatus {
+                        observed_generation: Some(changes.3),
+                        ..NodeWrightStatus::default()
+                    },
+                    change_of(&changes.1, node_status),
+                    change_of(&changes.0, package_state),
+                    change_of(&changes.2, |v| format!("boot-{v}")),
+                );
+                let whole = merge_diff(
+                    &to_value(&current.clone().unwrap_or_default()),
+                    &to_value(&patch.applied_to(current.as_ref())),
+                );
+                prop_assert_eq!(status_merge_patch(current.as_ref(), &patch), whole);
+            }
+        }
     }
 
     fn trimmed_copy<K: Clone>(object: &K, trim: impl FnOnce(&mut K)) -> K {
