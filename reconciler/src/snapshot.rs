@@ -35,6 +35,46 @@ pub fn take_finished_job_template(job: &mut Job) -> Option<PodTemplateSpec> {
     Some(std::mem::replace(spec, kept).template)
 }
 
+/// Leaves an unfinished Job's pod template with [`unfinished_job_template_kept`]; a finished
+/// Job is left alone.
+pub fn trim_unfinished_job_template(job: &mut Job) {
+    if !crate::engine::jobs::is_unfinished(job) {
+        return;
+    }
+    if let Some(spec) = job.spec.as_mut() {
+        spec.template = unfinished_job_template_kept(&spec.template);
+    }
+}
+
+/// What a pass reads of an unfinished Job's pod template: its metadata (the LimitRanger
+/// mark), its node, and per init container the name, image, args, env and resources
+/// (staleness, §8.14; the interrupt budget, §8.16). Volumes, mounts, security contexts and
+/// the main container are written once and never read back, while a batch of thousands of
+/// nodes keeps as many Jobs running.
+pub fn unfinished_job_template_kept(template: &PodTemplateSpec) -> PodTemplateSpec {
+    let spec = template.spec.as_ref().map(|spec| PodSpec {
+        node_name: spec.node_name.clone(),
+        init_containers: spec.init_containers.as_ref().map(|containers| {
+            containers
+                .iter()
+                .map(|c| Container {
+                    name: c.name.clone(),
+                    image: c.image.clone(),
+                    args: c.args.clone(),
+                    env: c.env.clone(),
+                    resources: c.resources.clone(),
+                    ..Container::default()
+                })
+                .collect()
+        }),
+        ..PodSpec::default()
+    });
+    PodTemplateSpec {
+        metadata: template.metadata.clone(),
+        spec,
+    }
+}
+
 /// What a pass needs of a finished Job's spec (`Complete` or `Failed`, which Kubernetes never
 /// takes back): everything but the pod template, which the lifecycle reads of unfinished Jobs
 /// only (staleness, the interrupt budget), while a rollout keeps every finished Job until its

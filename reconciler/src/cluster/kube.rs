@@ -370,10 +370,12 @@ fn trim_node(node: &mut Node) {
     }
 }
 
-/// A Job as the store keeps it: a finished one without its pod template.
+/// A Job as the store keeps it: a finished one without its pod template, an unfinished one
+/// with the parts of it a pass reads.
 fn trim_job(job: &mut Job) {
     trim_managed_fields(job);
     crate::snapshot::take_finished_job_template(job);
+    crate::snapshot::trim_unfinished_job_template(job);
 }
 
 /// A pod as the lifecycle needs it: an ended one keeps only its node of its spec, and a
@@ -1461,7 +1463,8 @@ mod tests {
         let models = PackageModels(
             serde_yaml::from_str(
                 "example/driver: {default: {duration: 3s}, rebootTakes: 10s}\n\
-                 example/tuning: {default: {duration: 1s}, stages: {apply: {failures: 1}}}",
+                 example/tuning: {default: {duration: 1s}, stages: {apply: {failures: 1}}}\n\
+                 example/daemon: {default: {duration: 1s}, stages: {interrupt: {fail: true}}}",
             )
             .expect("package models are valid YAML"),
         );
@@ -1476,16 +1479,30 @@ spec:
     driver: {version: 1.0.0, image: example/driver, interrupt: {type: reboot}}
     tuning: {version: 1.0.0, image: example/tuning, configMap: {a.conf: "x=1"}}
 "#;
+        // Its service restart fails again and again, which the interrupt budget ends (§8.16).
+        let restarting = r#"
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata: {name: cpu, generation: 1}
+spec:
+  nodeSelectors: {matchLabels: {pool: cpu}}
+  packages:
+    daemon: {version: 1.0.0, image: example/daemon, interrupt: {type: service, services: [d]}}
+"#;
         let mut sim = SimCluster::new("nodewright", Box::new(ModelRunner::new(models)), 3);
-        for i in 0..4 {
+        for i in 0..5 {
+            let pool = if i < 4 { "gpu" } else { "cpu" };
             sim.add_node(NodeInput {
                 name: format!("n{i}"),
-                labels: [("pool".to_string(), "gpu".to_string())].into(),
+                labels: [("pool".to_string(), pool.to_string())].into(),
                 ..NodeInput::default()
             });
         }
         sim.apply_desired(&Desired {
-            nodewrights: vec![serde_yaml::from_str(nodewright).expect("valid NodeWright")],
+            nodewrights: vec![
+                serde_yaml::from_str(nodewright).expect("valid NodeWright"),
+                serde_yaml::from_str(restarting).expect("valid NodeWright"),
+            ],
             commit: "c1".into(),
             ..Desired::default()
         });
@@ -1522,7 +1539,16 @@ spec:
             succeeded > 0 && failed > 0,
             "{succeeded} succeeded, {failed} failed"
         );
-        let status = snap.nodewrights[0].status.as_ref();
+        let ended = (snap.jobs.iter()).any(|j| {
+            crate::engine::jobs::annotation(j, keys::JOB_ANNOTATION_RESTART_LIMIT_EXCEEDED)
+                .is_some()
+        });
+        assert!(
+            ended,
+            "the interrupt budget ends the failing service restart"
+        );
+        let gpu = (snap.nodewrights.iter()).find(|nw| nw.metadata.name.as_deref() == Some("gpu"));
+        let status = gpu.and_then(|nw| nw.status.as_ref());
         assert_eq!(
             status.and_then(|s| s.status),
             Some(nodewright_schema::Status::Complete),
