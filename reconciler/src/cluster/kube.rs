@@ -934,8 +934,8 @@ fn status_fields(status: &NodeWrightStatus) -> NodeWrightStatus {
 }
 
 /// The merge patch of one per-node map under `change`: `None` when the map stays as it is,
-/// `null` when it empties (the field goes, as the status serializes an empty map), else its
-/// changed entries (`null` for removed ones).
+/// `null` when it empties (an empty map is written as no field), else its changed entries
+/// (`null` for removed ones).
 fn map_merge_patch<V: serde::Serialize + PartialEq>(
     current: Option<&BTreeMap<String, V>>,
     change: &MapPatch<V>,
@@ -1449,9 +1449,9 @@ fn declared<K: Resource<DynamicType = ()> + serde::Serialize>(object: &K, commit
 mod tests {
     use super::*;
 
-    /// The stores' trims change no decision: through a rollout with a reboot, a config file
-    /// and stage attempts that fail, every pass plans over trimmed nodes, Jobs and pods what
-    /// it plans over whole ones.
+    /// The stores' trims change no decision: through a rollout with a reboot, a config file,
+    /// stage attempts that fail and a service restart the interrupt budget ends, every pass
+    /// plans over trimmed nodes, Jobs and pods what it plans over whole ones.
     #[test]
     fn the_stores_trims_change_no_decision() {
         use crate::cluster::Desired;
