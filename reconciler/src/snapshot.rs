@@ -51,7 +51,7 @@ pub fn trim_unfinished_job_template(job: &mut Job) {
 /// (staleness, §8.14; the interrupt budget, §8.16). Volumes, mounts, security contexts and
 /// the main container are written once and never read back, while a batch of thousands of
 /// nodes keeps as many Jobs running.
-pub fn unfinished_job_template_kept(template: &PodTemplateSpec) -> PodTemplateSpec {
+fn unfinished_job_template_kept(template: &PodTemplateSpec) -> PodTemplateSpec {
     let spec = template.spec.as_ref().map(|spec| PodSpec {
         node_name: spec.node_name.clone(),
         init_containers: spec.init_containers.as_ref().map(|containers| {
@@ -154,25 +154,18 @@ pub fn ended_pod_spec_kept(spec: &PodSpec, keep_container_names: bool) -> PodSpe
     }
 }
 
-/// Takes a succeeded pod's status, leaving [`succeeded_pod_status_kept`]. `None`, leaving the
-/// pod alone, while it has not succeeded.
-pub fn take_succeeded_pod_status(pod: &mut Pod) -> Option<PodStatus> {
-    let status = pod.status.as_mut()?;
-    if status.phase.as_deref() != Some("Succeeded") {
-        return None;
-    }
-    let kept = succeeded_pod_status_kept(status);
-    Some(std::mem::replace(status, kept))
-}
-
-/// What a pass needs of a succeeded pod's status: its phase. Conditions and container
-/// statuses serve failure classification (§8.7), in-flight evidence (§8.10) and the interrupt
-/// budget (§8.16), which read failed and unfinished pods only, while a rollout keeps every
-/// succeeded stage pod until its Job's TTL.
-pub fn succeeded_pod_status_kept(status: &PodStatus) -> PodStatus {
-    PodStatus {
-        phase: status.phase.clone(),
-        ..PodStatus::default()
+/// Leaves a succeeded pod's status with its phase alone. Conditions and container statuses
+/// serve failure classification (§8.7), in-flight evidence (§8.10) and the interrupt budget
+/// (§8.16), which read failed and unfinished pods only, while a rollout keeps every succeeded
+/// stage pod until its Job's TTL.
+pub fn trim_succeeded_pod_status(pod: &mut Pod) {
+    if let Some(status) = pod.status.as_mut()
+        && status.phase.as_deref() == Some("Succeeded")
+    {
+        *status = PodStatus {
+            phase: status.phase.take(),
+            ..PodStatus::default()
+        };
     }
 }
 

@@ -385,7 +385,7 @@ fn trim_pod(pod: &mut Pod, keep_for_logs: bool) {
     trim_managed_fields(pod);
     crate::snapshot::take_ended_pod_spec(pod, keep_for_logs);
     if !keep_for_logs {
-        crate::snapshot::take_succeeded_pod_status(pod);
+        crate::snapshot::trim_succeeded_pod_status(pod);
     }
 }
 
