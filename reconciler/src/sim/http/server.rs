@@ -784,7 +784,7 @@ fn respond_with(
     inner.publish();
     inner
         .get(rid, key)
-        .map(|v| json_response(code, &v))
+        .map(|v| stored_object_response(code, v))
         .ok_or_else(|| ApiError::not_found(rid, &key.1))
 }
 
@@ -798,9 +798,24 @@ fn respond_or(
 ) -> Response {
     inner.publish();
     match inner.get(rid, key) {
-        Some(v) => json_response(200, &v),
+        Some(v) => stored_object_response(200, v),
         None => json_response(200, written),
     }
+}
+
+/// The answer to a write: the stored object, encoded as the connection sends it, after the
+/// world's lock is released, so one write's answer does not hold up every other request.
+fn stored_object_response(code: u16, object: Arc<Value>) -> Response {
+    let encoded =
+        futures::stream::once(async move { Ok::<_, Infallible>(Bytes::from(object.to_string())) });
+    let code = axum::http::StatusCode::from_u16(code)
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(encoded),
+    )
+        .into_response()
 }
 
 fn deleted_status(rid: Rid, key: &ObjKey, before: Option<&Value>) -> Response {

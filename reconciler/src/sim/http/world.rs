@@ -13,6 +13,7 @@
 //! read-only and shares every check with it, so the file is long by keeping each write and
 //! its twin side by side: one concept, the mapping of API writes onto the simulator.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -196,7 +197,7 @@ fn outcome_error(outcome: Outcome, rid: Rid, name: &str) -> Result<(), ApiError>
 }
 
 fn decode<T: serde::de::DeserializeOwned>(value: &Value, rid: Rid) -> Result<T, ApiError> {
-    serde_json::from_value(value.clone()).map_err(|e| {
+    T::deserialize(value).map_err(|e| {
         ApiError::invalid(
             rid,
             &key_of(value).1,
@@ -205,7 +206,6 @@ fn decode<T: serde::de::DeserializeOwned>(value: &Value, rid: Rid) -> Result<T, 
     })
 }
 
-/// Diffs one simulator collection against its published copies.
 /// Publishes the objects of one kind the simulator wrote since the last call: work per change,
 /// whatever the size of the fleet. An object written with an unchanged resourceVersion (a
 /// change made in place) gets a new one, as every change does on a real server.
@@ -1359,6 +1359,15 @@ impl Inner {
         result
     }
 
+    /// The node as served: the simulator's own object (the served copy is its encoding), so
+    /// a node write decodes only the object written.
+    fn served_node(&self, served: &Value, name: &str) -> Result<Cow<'_, Node>, ApiError> {
+        match self.sim.nodes().get(name) {
+            Some(node) => Ok(Cow::Borrowed(&**node)),
+            None => decode(served, resources::NODES).map(Cow::Owned),
+        }
+    }
+
     fn update_checked(
         &mut self,
         rid: Rid,
@@ -1379,8 +1388,8 @@ impl Inner {
         admit_fields(rid, name, &new)?;
         match (rid, status) {
             (resources::NODES, false) => {
-                let (before, after): (Node, Node) = (decode(&old, rid)?, decode(&new, rid)?);
-                let patch = node_patch(&before, &after);
+                let after: Node = decode(&new, rid)?;
+                let patch = node_patch(&*self.served_node(&old, name)?, &after);
                 if patch.is_empty() {
                     return Ok(());
                 }
@@ -1391,10 +1400,13 @@ impl Inner {
                 outcome_error(outcome, rid, name)
             }
             (resources::NODES, true) => {
-                let (before, after): (Node, Node) = (decode(&old, rid)?, decode(&new, rid)?);
+                let after: Node = decode(&new, rid)?;
+                let before = self.served_node(&old, name)?;
                 // The node status strategy resets only the spec: labels and annotations
                 // written through `nodes/status` are kept (controllers rely on it).
                 let mut meta = node_patch(&before, &after);
+                let was = conditions(&before);
+                drop(before);
                 meta.add_taints.clear();
                 meta.remove_taints.clear();
                 meta.unschedulable = None;
@@ -1405,7 +1417,7 @@ impl Inner {
                         .map_err(sim_error)?;
                     outcome_error(outcome, rid, name)?;
                 }
-                let (was, now) = (conditions(&before), conditions(&after));
+                let now = conditions(&after);
                 let set: Vec<NodeCondition> =
                     now.iter().filter(|c| !was.contains(c)).cloned().collect();
                 let remove: Vec<String> = was
