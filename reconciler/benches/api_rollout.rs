@@ -222,6 +222,7 @@ fn main() {
                 port: 0,
                 speed,
                 tick: Duration::from_millis(20),
+                ..ServeOptions::default()
             },
         ))
         .expect("sim serve starts");

@@ -136,6 +136,7 @@ async fn serve(sim: SimCluster, speed: f64) -> SimServer {
             port: 0,
             speed,
             tick: Duration::from_millis(20),
+            ..ServeOptions::default()
         },
     )
     .await
@@ -718,6 +719,111 @@ async fn a_stale_resource_version_is_a_409_and_the_adapter_retries_from_fresh_st
     );
 }
 
+/// A loaded API server's watch lags behind its writes. A pass must still see what the last
+/// pass wrote to a node (its cordon, its package states): acting on the older node would
+/// start a stage again, sweep the Job just created for it, or reboot it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_shows_the_adapters_node_writes_before_the_lagging_watch_does() {
+    let lag = Duration::from_secs(2);
+    let server = SimServer::start(
+        world(),
+        ServeOptions {
+            watch_delay: lag,
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let cluster = connect(&server, "a").await;
+    let in_progress = |stage| {
+        let mut patch = NodePatch::new("n1");
+        patch.node_state.push(NodeStateDelta::Entries {
+            nodewright: "tuning".into(),
+            upsert: BTreeMap::from([(
+                "p|1.0.0".into(),
+                PackageStatus::new("p", "1.0.0", "example/p", stage, State::InProgress),
+            )]),
+            remove: vec![],
+        });
+        patch
+    };
+    let mut cordon = in_progress(Stage::Apply);
+    cordon.unschedulable = Some(true);
+    let erroring = k8s_openapi::api::core::v1::NodeCondition {
+        type_: "nodewright.nvidia.com/tuning/Erroring".into(),
+        status: "True".into(),
+        ..Default::default()
+    };
+    // Three writes on top of each other, none delivered by the watch yet.
+    let started = tokio::time::Instant::now();
+    for action in [
+        Action::PatchNode(cordon),
+        Action::PatchNodeConditions {
+            node: "n1".into(),
+            set: vec![erroring.clone()],
+            remove: vec![],
+        },
+        Action::PatchNode(in_progress(Stage::Config)),
+    ] {
+        assert_eq!(cluster.execute(&action).await.unwrap(), Outcome::Done);
+    }
+    let shows_the_writes = |snap: &nodewright_reconciler::snapshot::Snapshot| {
+        let n1 = snap
+            .nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some("n1"))
+            .unwrap();
+        let stage = n1
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(&keys::node_state("tuning")))
+            .map(|text| nodewright_schema::NodeState::parse(text).unwrap())
+            .and_then(|state| state.0.get("p|1.0.0").and_then(|e| e.stage));
+        let conditions = n1.status.as_ref().and_then(|s| s.conditions.as_ref());
+        n1.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+            && stage == Some(Stage::Config)
+            && conditions.is_some_and(|c| c.iter().any(|c| c.type_ == erroring.type_))
+    };
+    let early = cluster.snapshot().await.unwrap();
+    assert!(
+        started.elapsed() < lag,
+        "the snapshot was taken after the watch could deliver the writes"
+    );
+    assert!(
+        shows_the_writes(&early),
+        "the pass would act on the node as it was"
+    );
+
+    // Once the watch delivers them, its copies are the node, and a writer's change shows.
+    tokio::time::sleep(lag + Duration::from_millis(500)).await;
+    let nodes: Api<Node> = Api::all(server.client().await.unwrap());
+    nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"other/writer": "1"}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(lag + Duration::from_millis(500)).await;
+    let late = cluster.snapshot().await.unwrap();
+    assert!(shows_the_writes(&late));
+    let n1 = late
+        .nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some("n1"))
+        .unwrap();
+    assert_eq!(
+        n1.metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get("other/writer"),
+        Some(&"1".to_string())
+    );
+}
+
 /// The prefixed node annotations, for comparing two runs.
 fn node_annotations(nodes: &[Node]) -> BTreeMap<String, BTreeMap<String, String>> {
     nodes
@@ -740,8 +846,30 @@ fn complete(nw: Option<&NodeWright>) -> bool {
     nw.and_then(|n| n.status.as_ref()).and_then(|s| s.status) == Some(Status::Complete)
 }
 
+/// The simulator's record of stage Jobs started and nodes rebooted, counted per line.
+fn jobs_and_reboots(sim: &SimCluster) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for entry in sim.history().entries() {
+        if entry.line.starts_with("job ") || entry.line.starts_with("reboot ") {
+            *counts.entry(entry.line.clone()).or_default() += 1;
+        }
+    }
+    counts
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_rollout_over_http_ends_like_the_in_process_simulator() {
+    rollout_over_http_ends_like_in_process(Duration::ZERO).await;
+}
+
+/// With watches 300 ms behind the writes, every pass still acts on what the last one wrote:
+/// no stage Job is started twice and no node is rebooted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_with_a_lagging_watch_runs_each_job_and_reboot_once() {
+    rollout_over_http_ends_like_in_process(Duration::from_millis(300)).await;
+}
+
+async fn rollout_over_http_ends_like_in_process(watch_delay: Duration) {
     let desired = Desired {
         nodewrights: vec![rollout_nodewright()],
         policies: vec![],
@@ -775,9 +903,20 @@ async fn a_full_rollout_over_http_ends_like_the_in_process_simulator() {
     assert!(complete(
         local.cluster().world().nodewrights().get("rollout")
     ));
+    let expected_runs = jobs_and_reboots(&local.cluster().world());
 
     // Over HTTP, real time x40.
-    let server = serve(world(), 40.0).await;
+    let server = SimServer::start(
+        world(),
+        ServeOptions {
+            speed: 40.0,
+            tick: Duration::from_millis(20),
+            watch_delay,
+            ..ServeOptions::default()
+        },
+    )
+    .await
+    .unwrap();
     let cluster = connect(&server, "a").await;
     let mut remote = Controller::new(cluster, engine, Settings::default());
     let mut refused = false;
@@ -799,7 +938,11 @@ async fn a_full_rollout_over_http_ends_like_the_in_process_simulator() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(refused, "the PDB refused an eviction during the drain");
+    // A lagging watch delays the drain past the protected pod's end.
+    assert!(
+        refused || !watch_delay.is_zero(),
+        "the PDB refused an eviction during the drain"
+    );
     let client = server.client().await.unwrap();
     let nodes = Api::<Node>::all(client)
         .list(&ListParams::default())
@@ -832,6 +975,10 @@ async fn a_full_rollout_over_http_ends_like_the_in_process_simulator() {
             .world()
             .read(|w| nodewright_reconciler::scenario::invariants::duplicate_jobs(&w.sim))
             .is_empty()
+    );
+    assert_eq!(
+        server.world().read(|w| jobs_and_reboots(&w.sim)),
+        expected_runs
     );
 }
 

@@ -67,6 +67,7 @@ async fn serve_at(speed: f64) -> SimServer {
             port: 0,
             speed,
             tick: Duration::from_millis(20),
+            ..ServeOptions::default()
         },
     )
     .await

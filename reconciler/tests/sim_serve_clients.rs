@@ -34,6 +34,7 @@ async fn serve(speed: f64) -> SimServer {
             port: 0,
             speed,
             tick: Duration::from_millis(20),
+            ..ServeOptions::default()
         },
     )
     .await

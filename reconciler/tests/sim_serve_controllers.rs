@@ -42,6 +42,7 @@ async fn serve() -> SimServer {
             port: 0,
             speed: 20.0,
             tick: Duration::from_millis(20),
+            ..ServeOptions::default()
         },
     )
     .await
@@ -591,6 +592,7 @@ async fn kubectl_drain_classifies_pods_by_their_apps_v1_owners() {
             port: 0,
             speed: 20.0,
             tick: Duration::from_millis(20),
+            ..ServeOptions::default()
         },
     )
     .await

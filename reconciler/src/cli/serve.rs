@@ -30,6 +30,9 @@ Examples:
   # The cluster of a scenario file (nodes, workload pods, PDBs, package models)
   nodewright sim serve --scenario tests/scenarios/pkg-pdb-drain-blocked.yaml --port 6443
 
+  # A cluster whose watches lag 200 ms behind its writes, as a loaded API server's do
+  nodewright sim serve --nodes 20 --watch-delay 200ms
+
   # Then, in another terminal
   kubectl --kubeconfig ~/.cache/nodewright/sim-kubeconfig.yaml get nodes
   nodewright node status --sim";
@@ -64,6 +67,11 @@ pub struct Args {
     /// Virtual seconds per wall second.
     #[arg(long, default_value_t = 1.0)]
     pub speed: f64,
+    /// Send watch events this long (wall time) after each change, as a loaded API server's
+    /// watch cache lags behind its writes: a controller under test must not act on the older
+    /// state its caches still show (e.g. `200ms`).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = super::parse_duration)]
+    pub watch_delay: Duration,
 }
 
 /// The world `args` describe.
@@ -130,6 +138,7 @@ pub fn run(command: SimCommand) -> ExitCode {
             port: args.port,
             speed: args.speed,
             tick: Duration::from_millis(50),
+            watch_delay: args.watch_delay,
         };
         let server = match SimServer::start(world, options).await {
             Ok(s) => s,

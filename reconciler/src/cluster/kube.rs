@@ -214,11 +214,30 @@ pub struct KubeCluster {
 }
 
 /// The server's answer to a write of a node, and the `resourceVersion` that write replaced.
-/// The answer is boxed: a pass that writes thousands of nodes grows the table, whose slots
-/// would otherwise each hold a whole node.
+/// The answer is shared: snapshots hand it to the engine as the node until the watch
+/// delivers it, and a table of thousands of written nodes keeps small slots.
 struct WrittenNode {
     replaced: Option<String>,
-    answer: Box<Node>,
+    answer: Arc<Node>,
+}
+
+impl WrittenNode {
+    /// Whether the answer is newer than the watched copy, i.e. the watch has not delivered it.
+    /// Resource versions compare as integers where both are (as client-go's mutation cache
+    /// compares them), so a later write by anyone also wins; otherwise only the version this
+    /// write replaced counts as older.
+    fn supersedes(&self, watched: &Node) -> bool {
+        let number = |node: &Node| {
+            node.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        match (number(&self.answer), number(watched)) {
+            (Some(answer), Some(watched)) => answer > watched,
+            _ => watched.metadata.resource_version == self.replaced,
+        }
+    }
 }
 
 struct NodePodWatch {
@@ -556,10 +575,7 @@ impl KubeCluster {
         let watched = self.nodes.get(&reflector::ObjectRef::new(name))?;
         let mut written = self.written_nodes.lock().unwrap_or_else(|e| e.into_inner());
         match written.get(name) {
-            // The watch still holds the version that write replaced.
-            Some(written) if watched.metadata.resource_version == written.replaced => {
-                Some((*written.answer).clone())
-            }
+            Some(written) if written.supersedes(&watched) => Some((*written.answer).clone()),
             // The watch caught up (or someone wrote since): its copy is the newest.
             Some(_) => {
                 written.remove(name);
@@ -573,16 +589,24 @@ impl KubeCluster {
     fn wrote_node(&self, replaced: &Node, mut answer: Node) {
         trim_node(&mut answer);
         if let Some(name) = replaced.metadata.name.clone() {
-            self.written_nodes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(
-                    name,
-                    WrittenNode {
-                        replaced: replaced.metadata.resource_version.clone(),
-                        answer: Box::new(answer),
-                    },
-                );
+            let mut written = self.written_nodes.lock().unwrap_or_else(|e| e.into_inner());
+            // A write on top of our own undelivered answer replaced what the watch still holds.
+            let replaced = match written.get(&name) {
+                Some(earlier)
+                    if earlier.answer.metadata.resource_version
+                        == replaced.metadata.resource_version =>
+                {
+                    earlier.replaced.clone()
+                }
+                _ => replaced.metadata.resource_version.clone(),
+            };
+            written.insert(
+                name,
+                WrittenNode {
+                    replaced,
+                    answer: Arc::new(answer),
+                },
+            );
         }
     }
 
@@ -596,8 +620,26 @@ impl KubeCluster {
             .retain(|name, written| {
                 self.nodes
                     .get(&reflector::ObjectRef::new(name))
-                    .is_some_and(|watched| watched.metadata.resource_version == written.replaced)
+                    .is_some_and(|watched| written.supersedes(&watched))
             });
+    }
+
+    /// Puts this process's own node writes the watch has not delivered yet in place of the
+    /// watched copies: a pass must not act on a node as it was before the last pass wrote it
+    /// (its cordon, its package states), however late the watch is. Call after
+    /// [`Self::forget_delivered_writes`], which leaves only the undelivered answers.
+    fn read_own_node_writes(&self, nodes: &mut [Arc<Node>]) {
+        let written = self.written_nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if written.is_empty() {
+            return;
+        }
+        for node in nodes {
+            if let Some(w) = node.metadata.name.as_deref().and_then(|n| written.get(n))
+                && w.supersedes(node)
+            {
+                *node = w.answer.clone();
+            }
+        }
     }
 
     /// A node to write against: the watched copy on the first attempt (its `resourceVersion`
@@ -1014,6 +1056,7 @@ impl Cluster for KubeCluster {
         let mut nodes: Vec<Arc<Node>> = self.nodes.state();
         nodes.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         self.forget_delivered_writes();
+        self.read_own_node_writes(&mut nodes);
         let mut jobs = self.jobs.state();
         jobs.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut nodewrights = self.nodewrights.state();

@@ -57,6 +57,9 @@ pub struct ServeOptions {
     pub speed: f64,
     /// How often the clock task advances the simulator.
     pub tick: Duration,
+    /// How long after a change its watch events are sent, as a loaded API server's watch
+    /// cache lags behind its writes; a controller must not act on the older state it sees.
+    pub watch_delay: Duration,
 }
 
 impl Default for ServeOptions {
@@ -65,6 +68,7 @@ impl Default for ServeOptions {
             port: 0,
             speed: 1.0,
             tick: Duration::from_millis(50),
+            watch_delay: Duration::ZERO,
         }
     }
 }
@@ -144,6 +148,7 @@ impl SimServer {
             world: world.clone(),
             address: address.to_string(),
             requests: metrics::RequestCounter::default(),
+            watch_delay: options.watch_delay,
         });
         let router = axum::Router::new()
             .fallback(server::handle)

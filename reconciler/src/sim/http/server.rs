@@ -31,6 +31,8 @@ pub struct Shared {
     pub address: String,
     /// `apiserver_request_total`, served on `/metrics`.
     pub requests: super::metrics::RequestCounter,
+    /// How long a change waits before its watch events are sent.
+    pub watch_delay: Duration,
 }
 
 enum Route {
@@ -981,6 +983,7 @@ struct WatchState {
     bookmarks: bool,
     /// Whether events carry a one-row Table instead of the object (`kubectl get -w`).
     table: bool,
+    delay: Duration,
     done: bool,
 }
 
@@ -1038,6 +1041,7 @@ fn watch(
         deadline: watch_deadline(timeout),
         bookmarks,
         table,
+        delay: shared.watch_delay,
         done: false,
     };
     let stream = futures::stream::unfold(state, |mut st| async move {
@@ -1070,6 +1074,9 @@ fn watch(
                 false
             });
             for entry in &fresh {
+                if !st.delay.is_zero() {
+                    tokio::time::sleep_until((entry.at + st.delay).into()).await;
+                }
                 let shown = view.as_ref().map(|v| v as &dyn Fn(&Value) -> Value);
                 if let Some(line) = filtered(entry, st.namespace.as_deref(), &st.sel, shown) {
                     st.queue.push_back(line);

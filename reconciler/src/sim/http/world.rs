@@ -58,6 +58,8 @@ pub struct LogEntry {
     /// The object before a MODIFIED or DELETED change (for selector transitions, and to
     /// list as of an earlier resourceVersion).
     pub prev: Option<Arc<Value>>,
+    /// When the change was made (wall time), for watches that lag on purpose.
+    pub at: std::time::Instant,
     /// `object` as JSON, encoded once for every watch that reports the change.
     json: OnceLock<Bytes>,
 }
@@ -76,6 +78,7 @@ impl LogEntry {
             type_,
             object,
             prev,
+            at: std::time::Instant::now(),
             json: OnceLock::new(),
         }
     }
