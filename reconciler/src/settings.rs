@@ -93,9 +93,11 @@ pub mod constants {
     /// budget's burst (upstream's 30) busy while round trips are under way; the budget, not
     /// this bound, is what protects the API server.
     pub const WRITES_IN_FLIGHT: usize = 32;
-    /// After a cluster change wakes the reconciler, it waits this long so a burst of watch
-    /// events becomes one pass: short next to `reconcileInterval`, so a pass follows the
-    /// change it reacts to as promptly as the interval promises.
+    /// After a cluster change wakes the reconciler, it waits until the burst of watch events
+    /// ends, this long without a new one, so the burst becomes one pass.
+    pub const CHANGE_QUIET: Duration = Duration::from_millis(10);
+    /// The longest wait for a burst to end: under a steady stream of events a pass still
+    /// follows the change it reacts to promptly, short next to `reconcileInterval`.
     pub const CHANGE_SETTLE: Duration = Duration::from_millis(50);
     /// How far back along the tracked branch the source looks for the commits that last
     /// changed a NodeWright's spec and its approvals; an approval older than that counts

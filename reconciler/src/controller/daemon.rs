@@ -80,11 +80,25 @@ impl<C: Cluster + Sync> Pacer<C> for WallClock {
         tokio::select! {
             _ = tokio::time::sleep(delay) => Wake::Elapsed,
             _ = cluster.changed() => {
-                tokio::time::sleep(crate::settings::constants::CHANGE_SETTLE).await;
+                settle(|| cluster.changed()).await;
                 Wake::Elapsed
             }
             _ = next_trigger(&mut self.triggers) => Wake::Triggered,
             _ = self.shutdown.changed() => Wake::Stop,
+        }
+    }
+}
+
+/// Waits for the burst of watch events a change belongs to: until `CHANGE_QUIET` passes
+/// without another event, and no longer than `CHANGE_SETTLE`.
+async fn settle<F: Future<Output = ()>>(mut changed: impl FnMut() -> F) {
+    use crate::settings::constants::{CHANGE_QUIET, CHANGE_SETTLE};
+    let deadline = tokio::time::Instant::now() + CHANGE_SETTLE;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(CHANGE_QUIET) => return,
+            _ = tokio::time::sleep_until(deadline) => return,
+            _ = changed() => {}
         }
     }
 }
@@ -293,4 +307,53 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::Notify;
+    use tokio::time::{Duration, Instant};
+
+    use super::settle;
+    use crate::settings::constants::{CHANGE_QUIET, CHANGE_SETTLE};
+
+    /// Watch events `every` apart from now on, `count` of them.
+    fn events(changed: &Arc<Notify>, every: Duration, count: usize) {
+        let changed = changed.clone();
+        tokio::spawn(async move {
+            for _ in 0..count {
+                tokio::time::sleep(every).await;
+                changed.notify_one();
+            }
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_change_is_acted_on_once_the_quiet_period_passes() {
+        let changed = Arc::new(Notify::new());
+        let started = Instant::now();
+        settle(|| changed.notified()).await;
+        assert_eq!(started.elapsed(), CHANGE_QUIET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_is_waited_out_as_one() {
+        let changed = Arc::new(Notify::new());
+        events(&changed, CHANGE_QUIET / 2, 4);
+        let started = Instant::now();
+        settle(|| changed.notified()).await;
+        // The last event comes at twice the quiet period; the quiet period follows it.
+        assert_eq!(started.elapsed(), CHANGE_QUIET * 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_stream_of_events_delays_the_pass_no_longer_than_the_settle() {
+        let changed = Arc::new(Notify::new());
+        events(&changed, CHANGE_QUIET / 4, 1000);
+        let started = Instant::now();
+        settle(|| changed.notified()).await;
+        assert_eq!(started.elapsed(), CHANGE_SETTLE);
+    }
 }
