@@ -106,9 +106,35 @@ async fn setup(speed: f64) -> Setup {
     }
 }
 
+/// A `nodewright run` that is killed when the test ends, passed or failed, so a failing test
+/// leaves no reconciler behind.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 impl Setup {
     /// Starts `nodewright run`; its stderr goes to `<name>.log`.
-    fn run(&self, name: &str, extra: &[&str]) -> Child {
+    fn run(&self, name: &str, extra: &[&str]) -> Running {
         let log = std::fs::File::create(self.root.join(format!("{name}.log"))).unwrap();
         Command::new(env!("CARGO_BIN_EXE_nodewright"))
             .arg("run")
@@ -123,6 +149,7 @@ impl Setup {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
+            .map(Running)
             .unwrap()
     }
 
