@@ -723,7 +723,7 @@ async fn a_stale_resource_version_is_a_409_and_the_adapter_retries_from_fresh_st
 /// pass wrote to a node (its cordon, its package states): acting on the older node would
 /// start a stage again, sweep the Job just created for it, or reboot it twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_snapshot_shows_the_adapters_node_writes_before_the_lagging_watch_does() {
+async fn a_snapshot_shows_the_adapters_writes_before_the_lagging_watch_does() {
     let lag = Duration::from_secs(2);
     let server = SimServer::start(
         world(),
@@ -785,6 +785,14 @@ async fn a_snapshot_shows_the_adapters_node_writes_before_the_lagging_watch_does
             && stage == Some(Stage::Config)
             && conditions.is_some_and(|c| c.iter().any(|c| c.type_ == erroring.type_))
     };
+    // A Job created and not yet delivered is not created again by the next pass.
+    assert_eq!(
+        cluster
+            .execute(&Action::CreateJob(Box::new(job("tuning-p-apply-n1", "n1"))))
+            .await
+            .unwrap(),
+        Outcome::Done
+    );
     let early = cluster.snapshot().await.unwrap();
     assert!(
         started.elapsed() < lag,
@@ -794,6 +802,13 @@ async fn a_snapshot_shows_the_adapters_node_writes_before_the_lagging_watch_does
         shows_the_writes(&early),
         "the pass would act on the node as it was"
     );
+    let job_names = |snap: &nodewright_reconciler::snapshot::Snapshot| {
+        snap.jobs
+            .iter()
+            .filter_map(|j| j.metadata.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(job_names(&early), ["tuning-p-apply-n1"]);
 
     // Once the watch delivers them, its copies are the node, and a writer's change shows.
     tokio::time::sleep(lag + Duration::from_millis(500)).await;
@@ -809,6 +824,7 @@ async fn a_snapshot_shows_the_adapters_node_writes_before_the_lagging_watch_does
     tokio::time::sleep(lag + Duration::from_millis(500)).await;
     let late = cluster.snapshot().await.unwrap();
     assert!(shows_the_writes(&late));
+    assert_eq!(job_names(&late), ["tuning-p-apply-n1"]);
     let n1 = late
         .nodes
         .iter()

@@ -209,6 +209,9 @@ pub struct KubeCluster {
     /// Per node: our last write's answer, until the watch delivers it (see
     /// [`KubeCluster::cached_node`]).
     written_nodes: Mutex<std::collections::HashMap<String, WrittenNode>>,
+    /// Per Job name: the server's answer to our creation of it, until the watch delivers it
+    /// (see [`KubeCluster::read_own_job_creations`]).
+    created_jobs: Mutex<std::collections::HashMap<String, CreatedJob>>,
     tasks: Vec<JoinHandle<()>>,
     writes_allowed: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -239,6 +242,16 @@ impl WrittenNode {
         }
     }
 }
+
+/// A Job this process created, as the server answered, and when.
+struct CreatedJob {
+    answer: Arc<Job>,
+    at: std::time::Instant,
+}
+
+/// How long a created Job the watch has not shown stands in for it: a watch that lags longer
+/// relists, and a Job deleted by someone else before the watch showed it must not linger.
+const CREATED_JOB_KEPT: Duration = Duration::from_secs(30);
 
 struct NodePodWatch {
     store: Store<Pod>,
@@ -482,6 +495,7 @@ impl KubeCluster {
             recorder,
             event_correlator: Mutex::new(EventCorrelator::default()),
             written_nodes: Mutex::new(std::collections::HashMap::new()),
+            created_jobs: Mutex::new(std::collections::HashMap::new()),
             tasks: vec![t1, t2, t3, t4, t5, t6, t7],
             writes_allowed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         };
@@ -638,6 +652,30 @@ impl KubeCluster {
                 && w.supersedes(node)
             {
                 *node = w.answer.clone();
+            }
+        }
+    }
+
+    /// Adds the Jobs this process created that the watch has not delivered yet (or that stand
+    /// where the watch still shows an older Job of the same name): a pass that does not see
+    /// the Job the last pass created creates it again, to be answered 409. `jobs` is sorted by
+    /// name and stays so.
+    fn read_own_job_creations(&self, jobs: &mut Vec<Arc<Job>>) {
+        let mut created = self.created_jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if created.is_empty() {
+            return;
+        }
+        created.retain(|name, job| {
+            let delivered = self
+                .jobs
+                .get(&reflector::ObjectRef::new(name).within(&self.options.namespace))
+                .is_some_and(|watched| watched.metadata.uid == job.answer.metadata.uid);
+            !delivered && job.at.elapsed() < CREATED_JOB_KEPT
+        });
+        for (name, job) in created.iter() {
+            match jobs.binary_search_by(|j| j.metadata.name.as_deref().cmp(&Some(name.as_str()))) {
+                Ok(at) => jobs[at] = job.answer.clone(),
+                Err(at) => jobs.insert(at, job.answer.clone()),
             }
         }
     }
@@ -1059,6 +1097,7 @@ impl Cluster for KubeCluster {
         self.read_own_node_writes(&mut nodes);
         let mut jobs = self.jobs.state();
         jobs.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        self.read_own_job_creations(&mut jobs);
         let mut nodewrights = self.nodewrights.state();
         nodewrights.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut policies = self.policies.state();
@@ -1162,11 +1201,28 @@ impl Cluster for KubeCluster {
                 self.patch_node_conditions(node, set, remove).await
             }
             Action::CreateJob(job) => match jobs.create(&PostParams::default(), job).await {
-                Ok(_) => Ok(Outcome::Done),
+                Ok(mut answer) => {
+                    trim_job(&mut answer);
+                    self.created_jobs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(
+                            answer.name_any(),
+                            CreatedJob {
+                                answer: Arc::new(answer),
+                                at: std::time::Instant::now(),
+                            },
+                        );
+                    Ok(Outcome::Done)
+                }
                 Err(e) if status_code(&e) == Some(409) => Ok(Outcome::AlreadyExists),
                 Err(e) => Err(api_error("create job", e)),
             },
             Action::DeleteJob { name, uid, .. } => {
+                self.created_jobs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(name);
                 let mut params = DeleteParams::foreground();
                 if let Some(uid) = uid {
                     params.preconditions = Some(Preconditions {
