@@ -207,7 +207,7 @@ pub struct KubeCluster {
     recorder: Recorder,
     event_correlator: Mutex<EventCorrelator>,
     /// Per node: our last write's answer, until the watch delivers it (see
-    /// [`KubeCluster::cached_node`]).
+    /// [`KubeCluster::read_own_node_writes`] and [`KubeCluster::cached_node`]).
     written_nodes: Mutex<std::collections::HashMap<String, WrittenNode>>,
     /// Per Job name: the server's answer to our creation of it, until the watch delivers it
     /// (see [`KubeCluster::read_own_job_creations`]).
@@ -624,36 +624,25 @@ impl KubeCluster {
         }
     }
 
-    /// Drops the answers to node writes that the watch has delivered (or that a later write
-    /// replaced): the watched copy is the newest for those, and a fleet's worth of answers
-    /// would otherwise stay until each node is written again.
-    fn forget_delivered_writes(&self) {
-        self.written_nodes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|name, written| {
-                self.nodes
-                    .get(&reflector::ObjectRef::new(name))
-                    .is_some_and(|watched| written.supersedes(&watched))
-            });
-    }
-
     /// Puts this process's own node writes the watch has not delivered yet in place of the
     /// watched copies: a pass must not act on a node as it was before the last pass wrote it
-    /// (its cordon, its package states), however late the watch is. Call after
-    /// [`Self::forget_delivered_writes`], which leaves only the undelivered answers.
+    /// (its cordon, its package states), however late the watch is. Answers the watch has
+    /// delivered (or a later write replaced) are dropped, or a fleet's worth would stay until
+    /// each node is written again. `nodes` is sorted by name.
     fn read_own_node_writes(&self, nodes: &mut [Arc<Node>]) {
-        let written = self.written_nodes.lock().unwrap_or_else(|e| e.into_inner());
-        if written.is_empty() {
-            return;
-        }
-        for node in nodes {
-            if let Some(w) = node.metadata.name.as_deref().and_then(|n| written.get(n))
-                && w.supersedes(node)
-            {
-                *node = w.answer.clone();
+        let mut written = self.written_nodes.lock().unwrap_or_else(|e| e.into_inner());
+        written.retain(|name, w| {
+            let Ok(at) =
+                nodes.binary_search_by(|n| n.metadata.name.as_deref().cmp(&Some(name.as_str())))
+            else {
+                return false;
+            };
+            let undelivered = w.supersedes(&nodes[at]);
+            if undelivered {
+                nodes[at] = w.answer.clone();
             }
-        }
+            undelivered
+        });
     }
 
     /// Adds the Jobs this process created that the watch has not delivered yet (or that stand
@@ -1093,7 +1082,6 @@ impl Cluster for KubeCluster {
         // so the engine's cross-pass caches find it where they left it.
         let mut nodes: Vec<Arc<Node>> = self.nodes.state();
         nodes.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        self.forget_delivered_writes();
         self.read_own_node_writes(&mut nodes);
         let mut jobs = self.jobs.state();
         jobs.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
