@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, NodeStatus, NodeSystemInfo, ObjectReference, Pod,
+};
 use kube::api::{
     DeleteParams, EvictParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions,
 };
@@ -178,8 +180,9 @@ pub struct KubeOptions {
     pub instance: String,
     /// Where "now" comes from.
     pub clock: Clock,
-    /// Whether ended pods keep their init containers' names and statuses (`package logs`
-    /// lists by them with their exit codes; the lifecycle never reads them).
+    /// Whether ended pods are kept with their init containers' names and statuses (`package
+    /// logs` lists by them with their exit codes). Otherwise succeeded package pods are not
+    /// watched at all: the lifecycle reads failed and unfinished pods only.
     pub keep_ended_pods_for_logs: bool,
 }
 
@@ -189,7 +192,25 @@ impl KubeOptions {
         let keep_for_logs = self.keep_ended_pods_for_logs;
         move |pod| trim_pod(pod, keep_for_logs)
     }
+
+    /// The watch of the reconciler's package pods: by the NodeWright label, and without the
+    /// succeeded ones unless ended pods are kept for logs. Failure classification (§8.7),
+    /// in-flight evidence (§8.10), archives (§8.11) and the interrupt budget (§8.16) never
+    /// find anything in a succeeded pod, while a rollout keeps one per finished Job until
+    /// the Job's TTL: tens of thousands on a large fleet.
+    fn package_pod_watch(&self) -> watcher::Config {
+        let labelled = watcher::Config::default().labels(keys::JOB_LABEL_NAME);
+        if self.keep_ended_pods_for_logs {
+            labelled
+        } else {
+            labelled.fields(UNSUCCEEDED_PODS)
+        }
+    }
 }
+
+/// The field selector of pods that have not succeeded. A pod that succeeds leaves the watch
+/// as a deletion, as the API server reports an object leaving a selection.
+const UNSUCCEEDED_PODS: &str = "status.phase!=Succeeded";
 
 /// The Cluster port over kube-rs.
 pub struct KubeCluster {
@@ -393,12 +414,22 @@ fn trim_managed_fields<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
-/// A node as the store keeps it: without its managed fields and its list of cached container
-/// images (often tens of kilobytes on a GPU node, and never read by the lifecycle).
+/// A node as the store keeps it: of its status, the conditions and the boot id, which is
+/// all the lifecycle reads (§4.5, reboots). Its cached container images (often tens of
+/// kilobytes on a GPU node), capacity, addresses and system info are never read, and a
+/// node write diffs the trimmed node against its trimmed self, so they stay as they are.
 fn trim_node(node: &mut Node) {
     trim_managed_fields(node);
     if let Some(status) = &mut node.status {
-        status.images = None;
+        let boot_id = status.node_info.take().map(|info| info.boot_id);
+        *status = NodeStatus {
+            conditions: status.conditions.take(),
+            node_info: boot_id.map(|boot_id| NodeSystemInfo {
+                boot_id,
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        };
     }
 }
 
@@ -457,7 +488,7 @@ impl KubeCluster {
         );
         let (package_pods, t5) = reflect(
             Api::<Pod>::namespaced(client.clone(), ns),
-            labelled.clone(),
+            options.package_pod_watch(),
             changed.clone(),
             options.pod_trim(),
         );
@@ -1538,9 +1569,12 @@ mod tests {
 
     /// The stores' trims change no decision: through a rollout with a reboot, a config file,
     /// stage attempts that fail and a service restart the interrupt budget ends, every pass
-    /// plans over trimmed nodes, Jobs and pods what it plans over whole ones.
+    /// plans over trimmed nodes, Jobs and pods, without succeeded package pods, what it plans
+    /// over whole ones.
     #[test]
     fn the_stores_trims_change_no_decision() {
+        let has_succeeded =
+            |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
         use crate::cluster::Desired;
         use crate::engine::reconcile;
         use crate::settings::Settings;
@@ -1605,7 +1639,9 @@ spec:
             trimmed.jobs = (snap.jobs.iter())
                 .map(|j| Arc::new(trimmed_copy(&**j, trim_job)))
                 .collect();
+            // The package pod watch of `run` leaves succeeded pods out.
             trimmed.pods = (snap.pods.iter())
+                .filter(|p| !(p.labels().contains_key(keys::JOB_LABEL_NAME) && has_succeeded(p)))
                 .map(|p| Arc::new(trimmed_copy(&**p, |p| trim_pod(p, false))))
                 .collect();
             for pod in &snap.pods {
