@@ -130,9 +130,9 @@ pub fn take_ended_pod_spec(pod: &mut Pod, keep_container_names: bool) -> Option<
     Some(std::mem::replace(spec, kept))
 }
 
-/// What a pass needs of an ended pod's spec: its node, as drains read the spec of running and
-/// pending pods only. Logs are listed by an ended pod's init containers' names, which
-/// `keep_container_names` keeps.
+/// What a pass needs of an ended pod's spec, or of a package pod's: its node, as drains read
+/// the spec of running and pending workload pods only. Logs are listed by a pod's init
+/// containers' names, which `keep_container_names` keeps.
 pub fn ended_pod_spec_kept(spec: &PodSpec, keep_container_names: bool) -> PodSpec {
     let init_containers = spec
         .init_containers

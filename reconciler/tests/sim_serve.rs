@@ -144,13 +144,26 @@ async fn serve(sim: SimCluster, speed: f64) -> SimServer {
 }
 
 async fn connect(server: &SimServer, instance: &str) -> KubeCluster {
+    connect_keeping_ended_pods(server, instance, true).await
+}
+
+/// Connects as `nodewright run` does: ended pods are not kept for `package logs`.
+async fn connect_as_run(server: &SimServer, instance: &str) -> KubeCluster {
+    connect_keeping_ended_pods(server, instance, false).await
+}
+
+async fn connect_keeping_ended_pods(
+    server: &SimServer,
+    instance: &str,
+    keep_ended_pods_for_logs: bool,
+) -> KubeCluster {
     KubeCluster::connect(
         server.client().await.unwrap(),
         KubeOptions {
             namespace: NS.into(),
             instance: instance.into(),
             clock: server.clock(),
-            keep_ended_pods_for_logs: true,
+            keep_ended_pods_for_logs,
         },
     )
     .await
@@ -933,7 +946,7 @@ async fn rollout_over_http_ends_like_in_process(watch_delay: Duration) {
     )
     .await
     .unwrap();
-    let cluster = connect(&server, "a").await;
+    let cluster = connect_as_run(&server, "a").await;
     let mut remote = Controller::new(cluster, engine, Settings::default());
     let mut refused = false;
     let end = tokio::time::Instant::now() + Duration::from_secs(150);
@@ -995,6 +1008,22 @@ async fn rollout_over_http_ends_like_in_process(watch_delay: Duration) {
     assert_eq!(
         server.world().read(|w| jobs_and_reboots(&w.sim)),
         expected_runs
+    );
+    // The stage pods succeeded and are still on the server; `run` no longer holds them, the
+    // status watch having told it they left its selection.
+    let succeeded =
+        |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
+    let pods = Api::<Pod>::namespaced(server.client().await.unwrap(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(pods.items.iter().any(succeeded), "stage pods succeeded");
+    let held = remote.cluster().snapshot().await.unwrap().pods;
+    assert!(
+        !held
+            .iter()
+            .any(|p| p.metadata.namespace.as_deref() == Some(NS) && succeeded(p)),
+        "no succeeded stage pod is held"
     );
 }
 

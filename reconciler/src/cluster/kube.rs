@@ -193,6 +193,12 @@ impl KubeOptions {
         move |pod| trim_pod(pod, keep_for_logs)
     }
 
+    /// A package pod as its store keeps it (see [`trim_package_pod`]).
+    fn package_pod_trim(&self) -> impl FnMut(&mut Pod) + Send + 'static {
+        let keep_for_logs = self.keep_ended_pods_for_logs;
+        move |pod| trim_package_pod(pod, keep_for_logs)
+    }
+
     /// The watch of the reconciler's package pods: by the NodeWright label, and without the
     /// succeeded ones unless ended pods are kept for logs. Failure classification (§8.7),
     /// in-flight evidence (§8.10), archives (§8.11) and the interrupt budget (§8.16) never
@@ -452,6 +458,20 @@ fn trim_pod(pod: &mut Pod, keep_for_logs: bool) {
     }
 }
 
+/// A package pod as its store keeps it: like any pod, and of its spec, running or not, only
+/// its node (and its init containers' names with `keep_for_logs`). The drain passes package
+/// pods by before it reads a spec (§7.6) and the handlers read their statuses, so a running
+/// stage pod's containers, volumes and tolerations are never read, while a batch of thousands
+/// of nodes keeps as many running.
+fn trim_package_pod(pod: &mut Pod, keep_for_logs: bool) {
+    trim_pod(pod, keep_for_logs);
+    if crate::engine::drain::is_package_pod(pod)
+        && let Some(spec) = pod.spec.as_mut()
+    {
+        *spec = crate::snapshot::ended_pod_spec_kept(spec, keep_for_logs);
+    }
+}
+
 /// CRs keep their managed fields: they tell whether another controller writes their status.
 fn keep_whole<K>(_: &mut K) {}
 
@@ -490,7 +510,7 @@ impl KubeCluster {
             Api::<Pod>::namespaced(client.clone(), ns),
             options.package_pod_watch(),
             changed.clone(),
-            options.pod_trim(),
+            options.package_pod_trim(),
         );
         let (package_config_maps, t6) = reflect(
             Api::<ConfigMap>::namespaced(client.clone(), ns),
@@ -1642,7 +1662,7 @@ spec:
             // The package pod watch of `run` leaves succeeded pods out.
             trimmed.pods = (snap.pods.iter())
                 .filter(|p| !(p.labels().contains_key(keys::JOB_LABEL_NAME) && has_succeeded(p)))
-                .map(|p| Arc::new(trimmed_copy(&**p, |p| trim_pod(p, false))))
+                .map(|p| Arc::new(trimmed_copy(&**p, |p| trim_package_pod(p, false))))
                 .collect();
             for pod in &snap.pods {
                 match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {

@@ -38,18 +38,21 @@ pub enum PodDecision {
     Evict,
 }
 
+/// Whether a pod carries the labels of a package stage pod (its NodeWright and package); in
+/// the operator namespace, the drain passes it by.
+pub fn is_package_pod(pod: &Pod) -> bool {
+    let labels = pod.metadata.labels.as_ref();
+    let has_label = |k: &str| labels.is_some_and(|l| l.contains_key(k));
+    has_label(keys::JOB_LABEL_NAME) && has_label(keys::JOB_LABEL_PACKAGE)
+}
+
 /// Classifies one pod bound to the node; the first matching rule of §7.6 wins.
 pub fn classify(pod: &Pod, drain: &DrainConfig, operator_namespace: &str) -> PodDecision {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if !matches!(phase, Some("Running") | Some("Pending")) {
         return PodDecision::Ignore;
     }
-    let labels = pod.metadata.labels.as_ref();
-    let has_label = |k: &str| labels.is_some_and(|l| l.contains_key(k));
-    if pod.metadata.namespace.as_deref() == Some(operator_namespace)
-        && has_label(keys::JOB_LABEL_NAME)
-        && has_label(keys::JOB_LABEL_PACKAGE)
-    {
+    if pod.metadata.namespace.as_deref() == Some(operator_namespace) && is_package_pod(pod) {
         return PodDecision::Ignore;
     }
     let tolerations = pod
