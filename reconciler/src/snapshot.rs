@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Node, Pod, PodSpec, PodStatus, PodTemplateSpec,
 };
@@ -22,17 +22,6 @@ pub fn pod_has_ended(pod: &Pod) -> bool {
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
-}
-
-/// Takes a finished Job's pod template, leaving [`finished_job_spec_kept`]. `None`, leaving
-/// the Job alone, while it is unfinished.
-pub fn take_finished_job_template(job: &mut Job) -> Option<PodTemplateSpec> {
-    if crate::engine::jobs::is_unfinished(job) {
-        return None;
-    }
-    let spec = job.spec.as_mut()?;
-    let kept = finished_job_spec_kept(spec);
-    Some(std::mem::replace(spec, kept).template)
 }
 
 /// Leaves an unfinished Job's pod template with [`unfinished_job_template_kept`]; a finished
@@ -72,50 +61,6 @@ fn unfinished_job_template_kept(template: &PodTemplateSpec) -> PodTemplateSpec {
     PodTemplateSpec {
         metadata: template.metadata.clone(),
         spec,
-    }
-}
-
-/// What a pass needs of a finished Job's spec (`Complete` or `Failed`, which Kubernetes never
-/// takes back): everything but the pod template, which the lifecycle reads of unfinished Jobs
-/// only (staleness, the interrupt budget), while a rollout keeps every finished Job until its
-/// TTL, thousands of templates of several containers each. Every field is named, so a field a
-/// new API version adds is a compile error here rather than lost.
-pub fn finished_job_spec_kept(spec: &JobSpec) -> JobSpec {
-    let JobSpec {
-        active_deadline_seconds,
-        backoff_limit,
-        backoff_limit_per_index,
-        completion_mode,
-        completions,
-        managed_by,
-        manual_selector,
-        max_failed_indexes,
-        parallelism,
-        pod_failure_policy,
-        pod_replacement_policy,
-        selector,
-        success_policy,
-        suspend,
-        template: _,
-        ttl_seconds_after_finished,
-    } = spec;
-    JobSpec {
-        active_deadline_seconds: *active_deadline_seconds,
-        backoff_limit: *backoff_limit,
-        backoff_limit_per_index: *backoff_limit_per_index,
-        completion_mode: completion_mode.clone(),
-        completions: *completions,
-        managed_by: managed_by.clone(),
-        manual_selector: *manual_selector,
-        max_failed_indexes: *max_failed_indexes,
-        parallelism: *parallelism,
-        pod_failure_policy: pod_failure_policy.clone(),
-        pod_replacement_policy: pod_replacement_policy.clone(),
-        selector: selector.clone(),
-        success_policy: success_policy.clone(),
-        suspend: *suspend,
-        template: PodTemplateSpec::default(),
-        ttl_seconds_after_finished: *ttl_seconds_after_finished,
     }
 }
 

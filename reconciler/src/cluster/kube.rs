@@ -439,12 +439,18 @@ fn trim_node(node: &mut Node) {
     }
 }
 
-/// A Job as the store keeps it: a finished one without its pod template, an unfinished one
-/// with the parts of it a pass reads.
+/// A Job as the store keeps it: a finished one without its spec, an unfinished one with the
+/// parts of its pod template a pass reads. Of a finished Job the lifecycle reads the labels,
+/// annotations and status (completion, failure evidence, parking, the rerun predicate,
+/// §8.8–§8.14), while a rollout keeps every finished Job until its TTL, four per node, and
+/// a Job's spec takes two kilobytes of memory however little of it is set.
 fn trim_job(job: &mut Job) {
     trim_managed_fields(job);
-    crate::snapshot::take_finished_job_template(job);
-    crate::snapshot::trim_unfinished_job_template(job);
+    if crate::engine::jobs::is_unfinished(job) {
+        crate::snapshot::trim_unfinished_job_template(job);
+    } else {
+        job.spec = None;
+    }
 }
 
 /// A pod as the lifecycle needs it: an ended one keeps only its node of its spec, and a

@@ -12,15 +12,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Key, Shared, SimCluster};
-use crate::snapshot::{
-    Memory, Snapshot, ended_pod_spec_kept, finished_job_spec_kept, pod_has_ended,
-};
+use crate::snapshot::{Memory, Snapshot, ended_pod_spec_kept, pod_has_ended};
 
 /// The pod templates of finished Jobs and the specs of ended pods, as JSON by object uid. A
 /// Job's pod is made from its template, so a pod's spec and its Job's template spec are mostly
@@ -88,6 +86,51 @@ fn from_json<T: DeserializeOwned>(json: &str) -> T {
 
 fn uid(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
     meta.uid.as_deref().unwrap_or_default()
+}
+
+/// What the world keeps of a finished Job's spec (`Complete` or `Failed`, which Kubernetes
+/// never takes back) while it archives the pod template: everything else, which its TTL
+/// controller and a served Job read. The lifecycle reads templates of unfinished Jobs only
+/// (staleness, the interrupt budget), while a rollout keeps every finished Job until its TTL,
+/// thousands of templates of several containers each. Every field is named, so a field a new
+/// API version adds is a compile error here rather than lost.
+pub fn finished_job_spec_kept(spec: &JobSpec) -> JobSpec {
+    let JobSpec {
+        active_deadline_seconds,
+        backoff_limit,
+        backoff_limit_per_index,
+        completion_mode,
+        completions,
+        managed_by,
+        manual_selector,
+        max_failed_indexes,
+        parallelism,
+        pod_failure_policy,
+        pod_replacement_policy,
+        selector,
+        success_policy,
+        suspend,
+        template: _,
+        ttl_seconds_after_finished,
+    } = spec;
+    JobSpec {
+        active_deadline_seconds: *active_deadline_seconds,
+        backoff_limit: *backoff_limit,
+        backoff_limit_per_index: *backoff_limit_per_index,
+        completion_mode: completion_mode.clone(),
+        completions: *completions,
+        managed_by: managed_by.clone(),
+        manual_selector: *manual_selector,
+        max_failed_indexes: *max_failed_indexes,
+        parallelism: *parallelism,
+        pod_failure_policy: pod_failure_policy.clone(),
+        pod_replacement_policy: pod_replacement_policy.clone(),
+        selector: selector.clone(),
+        success_policy: success_policy.clone(),
+        suspend: *suspend,
+        template: PodTemplateSpec::default(),
+        ttl_seconds_after_finished: *ttl_seconds_after_finished,
+    }
 }
 
 impl SimCluster {
