@@ -119,8 +119,9 @@ pub fn trim_succeeded_pod_status(pod: &mut Pod) {
 pub struct Snapshot {
     /// The pass's "now" (virtual in the simulator).
     pub now: Timestamp,
-    /// Every NodeWright (including ones being deleted).
-    pub nodewrights: Vec<NodeWright>,
+    /// Every NodeWright (including ones being deleted). Shared like `nodes`: an adapter hands
+    /// over its cache's allocation, and a status of thousands of nodes is not copied per pass.
+    pub nodewrights: Vec<Arc<NodeWright>>,
     /// Every DeploymentPolicy.
     pub policies: Vec<DeploymentPolicy>,
     /// Every Node. Shared, so an adapter hands over the same allocation for a node that did

@@ -366,7 +366,7 @@ async fn gitlab_approval_merge_request_is_opened_updated_and_closed() {
             .contains("(3 nodes complete")
     );
 
-    let outcome = requests.sync(&[], 1_700_000_200).await;
+    let outcome = requests.sync::<NodeWright>(&[], 1_700_000_200).await;
     assert_eq!(outcome.closed, [5], "{:?}", outcome.errors);
     let calls = take(&seen);
     let lines: Vec<&str> = calls.iter().map(|(l, _)| l.as_str()).collect();

@@ -958,7 +958,7 @@ async fn rollout_over_http_ends_like_in_process(watch_delay: Duration) {
             .iter()
             .any(|(_, o)| matches!(o, Outcome::EvictionRefused { .. }));
         let snap = remote.cluster().snapshot().await.unwrap();
-        if complete(snap.nodewrights.first()) {
+        if complete(snap.nodewrights.first().map(|nw| &**nw)) {
             break;
         }
         assert!(

@@ -147,11 +147,8 @@ fn bump_tuning(dir: &Path, epoch: i64) -> Result<(), String> {
     Ok(())
 }
 
-fn all_complete(nodewrights: &[nodewright_schema::NodeWright]) -> bool {
-    !nodewrights.is_empty()
-        && nodewrights
-            .iter()
-            .all(nodewright_schema::NodeWright::is_converged)
+fn all_complete(nodewrights: &[std::sync::Arc<nodewright_schema::NodeWright>]) -> bool {
+    !nodewrights.is_empty() && nodewrights.iter().all(|nw| nw.is_converged())
 }
 
 /// Runs the demo.
@@ -252,7 +249,7 @@ async fn demo(args: Args) -> ExitCode {
             .nodewrights
             .iter()
             .find(|nw| nw.name() == "gpu-tuning")
-            .is_some_and(nodewright_schema::NodeWright::is_converged);
+            .is_some_and(|nw| nw.is_converged());
         if !bumped && tuning_done {
             bumped = true;
             match bump_tuning(&dir, it.snapshot.now.as_second()) {

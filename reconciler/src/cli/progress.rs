@@ -95,7 +95,7 @@ impl Progress {
     }
 
     /// Updates the display from the NodeWrights' status; `clock` prefixes plain lines.
-    pub fn update(&mut self, nodewrights: &[NodeWright], clock: &str) {
+    pub fn update(&mut self, nodewrights: &[std::sync::Arc<NodeWright>], clock: &str) {
         match self {
             Progress::Bars { multi, bars } => {
                 for nw in nodewrights {

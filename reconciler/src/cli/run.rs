@@ -341,7 +341,7 @@ pub fn run(args: Args) -> ExitCode {
 /// commit.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct ForgeFeedback {
-    nodewrights: Vec<nodewright_schema::NodeWright>,
+    nodewrights: Vec<std::sync::Arc<nodewright_schema::NodeWright>>,
     rejected: Option<crate::writeback::source::Rejection>,
 }
 
@@ -606,7 +606,8 @@ async fn serve(args: Args) -> Result<(), String> {
         // Only the leader speaks for the fleet on the forge.
         statuses_tx.send_if_modified(|current| {
             let changed = it.leading
-                && (current.nodewrights != it.snapshot.nodewrights || current.rejected != rejected);
+                && (!same_nodewrights(&current.nodewrights, &it.snapshot.nodewrights)
+                    || current.rejected != rejected);
             if changed {
                 current.nodewrights.clone_from(&it.snapshot.nodewrights);
                 current.rejected.clone_from(&rejected);
@@ -833,8 +834,22 @@ fn process_usage() -> Option<(f64, u64)> {
     Some((ticks as f64 / 100.0, peak))
 }
 
+/// Whether two lists hold equal NodeWrights; one the cluster did not change since is the same
+/// allocation, and a status of thousands of nodes is not compared field by field per pass.
+fn same_nodewrights(
+    a: &[std::sync::Arc<nodewright_schema::NodeWright>],
+    b: &[std::sync::Arc<nodewright_schema::NodeWright>],
+) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| std::sync::Arc::ptr_eq(x, y) || x == y)
+}
+
 /// NodeWrights whose status subresource was written by a field manager other than ours.
-fn foreign_status_writers(nodewrights: &[nodewright_schema::NodeWright]) -> Vec<(String, String)> {
+fn foreign_status_writers(
+    nodewrights: &[std::sync::Arc<nodewright_schema::NodeWright>],
+) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for nw in nodewrights {
         for entry in nw.metadata.managed_fields.iter().flatten() {
@@ -904,7 +919,7 @@ async fn shutdown_signal() {
 /// NodeWrights whose maintenance windows (their own or their DeploymentPolicy's) only this
 /// reconciler honours.
 fn windowed_nodewrights<'a>(
-    nodewrights: &'a [nodewright_schema::NodeWright],
+    nodewrights: &'a [std::sync::Arc<nodewright_schema::NodeWright>],
     policies: &[nodewright_schema::DeploymentPolicy],
 ) -> Vec<&'a str> {
     nodewrights
@@ -926,7 +941,7 @@ fn windowed_nodewrights<'a>(
 }
 
 /// NodeWrights with an approval gate, which only this reconciler honours.
-fn gated_nodewrights(nodewrights: &[nodewright_schema::NodeWright]) -> Vec<&str> {
+fn gated_nodewrights(nodewrights: &[std::sync::Arc<nodewright_schema::NodeWright>]) -> Vec<&str> {
     nodewrights
         .iter()
         .filter(|nw| {
@@ -954,7 +969,10 @@ mod tests {
             nw
         };
         assert_eq!(
-            super::gated_nodewrights(&[nw("gated", true), nw("free", false)]),
+            super::gated_nodewrights(&[
+                std::sync::Arc::new(nw("gated", true)),
+                std::sync::Arc::new(nw("free", false))
+            ]),
             ["gated"]
         );
     }
@@ -988,7 +1006,8 @@ mod tests {
             nw("own", None, true),
             nw("inherited", Some("night"), false),
             nw("none", None, false),
-        ];
+        ]
+        .map(std::sync::Arc::new);
         assert_eq!(
             super::windowed_nodewrights(&nodewrights, &[policy]),
             ["own", "inherited"]
@@ -1011,14 +1030,14 @@ mod tests {
             entry(crate::cluster::kube::FIELD_MANAGER, Some("status")),
             entry("kubectl", None),
         ]);
-        assert!(foreign_status_writers(std::slice::from_ref(&nw)).is_empty());
+        assert!(foreign_status_writers(&[std::sync::Arc::new(nw.clone())]).is_empty());
         nw.metadata
             .managed_fields
             .as_mut()
             .unwrap()
             .push(entry("manager", Some("status")));
         assert_eq!(
-            foreign_status_writers(&[nw]),
+            foreign_status_writers(&[std::sync::Arc::new(nw)]),
             vec![("gpu".to_string(), "manager".to_string())]
         );
     }

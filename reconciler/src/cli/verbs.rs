@@ -1076,7 +1076,11 @@ mod tests {
             .into_iter()
             .map(std::sync::Arc::new)
             .collect(),
-            nodewrights: vec![nodewright("gpu", &[("pool", "gpu")], &[("pkg", "1.0.0")])],
+            nodewrights: vec![std::sync::Arc::new(nodewright(
+                "gpu",
+                &[("pool", "gpu")],
+                &[("pkg", "1.0.0")],
+            ))],
             ..Snapshot::default()
         }
     }

@@ -1179,7 +1179,7 @@ impl Cluster for KubeCluster {
         }
         Ok(Snapshot {
             now: self.options.clock.now(),
-            nodewrights: nodewrights.iter().map(|o| (**o).clone()).collect(),
+            nodewrights,
             policies: policies.iter().map(|o| (**o).clone()).collect(),
             nodes,
             jobs,

@@ -94,7 +94,7 @@ impl StatusWriter {
     pub fn write(
         &mut self,
         now: Timestamp,
-        nodewrights: &[NodeWright],
+        nodewrights: &[std::sync::Arc<NodeWright>],
     ) -> Result<StatusWrite, WritebackError> {
         let docs = documents(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
         // Changed documents mean changed files: within the coalescing interval there is

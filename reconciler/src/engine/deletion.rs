@@ -253,7 +253,7 @@ mod tests {
         let mut snap = world()
             .node(node("n1").state("nw", &[("undo", "1.0.0", Stage::Config, State::Complete)]))
             .build();
-        snap.nodewrights.push(b);
+        snap.nodewrights.push(std::sync::Arc::new(b));
         let s = settings();
         let mut ctx = PassCtx::new(&snap, &s);
         assert_eq!(finalizer(&mut ctx, 0), Flow::Continue);

@@ -740,7 +740,7 @@ mod tests {
             )
             .pod(pod(Some("ReplicaSet")))
             .build();
-        snap.nodewrights.push(b);
+        snap.nodewrights.push(std::sync::Arc::new(b));
         let (g, evicted, emitted, status) = gate(&snap);
         assert_eq!((g, evicted), (DrainGate::Wait, 0));
         assert_eq!(status, "erroring");

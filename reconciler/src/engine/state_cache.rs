@@ -1199,7 +1199,7 @@ mod tests {
             .node(node("n2"))
             .nw(nw("a").package("p", "1.0.0"))
             .build();
-        let meta = &mut snap.nodewrights[0].metadata;
+        let meta = &mut Arc::make_mut(&mut snap.nodewrights[0]).metadata;
         meta.uid = Some("uid-a".into());
         meta.resource_version = Some("1".into());
         let settings = settings();
@@ -1283,14 +1283,16 @@ mod tests {
         // The package is edited: the completion inputs change, and the carry is not used.
         let _ = reconcile_cached(&snap, &settings, &mut cache);
         carried(&mut cache, &snap, 0).digest = Some(None);
-        let package = snap.nodewrights[0]
+        let package = Arc::make_mut(&mut snap.nodewrights[0])
             .spec
             .packages
             .as_mut()
             .and_then(|p| p.get_mut("p"))
             .expect("package p");
         package.image = "example/other".into();
-        snap.nodewrights[0].metadata.resource_version = Some("2".into());
+        Arc::make_mut(&mut snap.nodewrights[0])
+            .metadata
+            .resource_version = Some("2".into());
         assert_warm_is_cold(&snap, &settings, &mut cache);
     }
 
@@ -1300,7 +1302,7 @@ mod tests {
         // `nodeStatus` names a node the fleet does not have.
         let with_ghost = |snap: &Snapshot, version: &str| {
             let mut snap = snap.clone();
-            let nw = &mut snap.nodewrights[0];
+            let nw = Arc::make_mut(&mut snap.nodewrights[0]);
             nw.metadata.resource_version = Some(version.into());
             let status = nw.status.get_or_insert_with(Default::default);
             let map = status.node_status.get_or_insert_with(Default::default);
@@ -1451,7 +1453,9 @@ mod tests {
         // no longer counts.
         let _ = reconcile_cached(&snap, &settings, &mut cache);
         lie(&mut cache, &snap);
-        snap.nodewrights[0].metadata.resource_version = Some("2".into());
+        Arc::make_mut(&mut snap.nodewrights[0])
+            .metadata
+            .resource_version = Some("2".into());
         assert_eq!(reconcile_cached(&snap, &settings, &mut cache), steady);
     }
 
@@ -1487,7 +1491,7 @@ mod tests {
         // Like the API server: every write moves the resourceVersion.
         fn bump(snap: &mut Snapshot, version: &mut u32) {
             *version += 1;
-            let meta = &mut snap.nodewrights[0].metadata;
+            let meta = &mut Arc::make_mut(&mut snap.nodewrights[0]).metadata;
             meta.uid = Some("uid-a".into());
             meta.resource_version = Some(version.to_string());
         }
@@ -1527,7 +1531,10 @@ mod tests {
         assert!(published.0.is_some());
 
         // Someone else rewrites n1's three mirrors: a new status version.
-        let status = snap.nodewrights[0].status.as_mut().expect("status written");
+        let status = Arc::make_mut(&mut snap.nodewrights[0])
+            .status
+            .as_mut()
+            .expect("status written");
         let entries = status.node_state.as_mut().expect("mirror present");
         entries.insert("n1".into(), NodeState::default());
         status
@@ -1673,7 +1680,7 @@ mod tests {
             names
         };
         assert_eq!(selected(&snap, &mut cache), ["n1"]);
-        snap.nodewrights[0].spec.node_selectors = Some(LabelSelector {
+        Arc::make_mut(&mut snap.nodewrights[0]).spec.node_selectors = Some(LabelSelector {
             match_labels: Some([("pool".to_string(), "b".to_string())].into()),
             match_expressions: None,
         });

@@ -528,8 +528,11 @@ mod tests {
         snap.jobs[0] = std::sync::Arc::new(current("5"));
         assert!(warm(&snap, &mut cache).is_empty());
         assert!(warm(&snap, &mut cache).is_empty());
-        let package =
-            (snap.nodewrights[0].spec.packages.as_mut()).and_then(|p| p.get_mut("tuning"));
+        let package = (std::sync::Arc::make_mut(&mut snap.nodewrights[0])
+            .spec
+            .packages
+            .as_mut())
+        .and_then(|p| p.get_mut("tuning"));
         package.expect("package tuning").image = "example/other".into();
         assert_eq!(warm(&snap, &mut cache), [name]);
     }

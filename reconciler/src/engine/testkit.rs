@@ -369,7 +369,7 @@ impl World {
     }
     /// Adds a NodeWright.
     pub fn nw(mut self, b: NwB) -> Self {
-        self.0.nodewrights.push(b.build());
+        self.0.nodewrights.push(Arc::new(b.build()));
         self
     }
     /// Adds a policy.
@@ -474,7 +474,11 @@ pub fn apply(snap: &mut Snapshot, plan: &crate::plan::Plan) {
                     .iter_mut()
                     .find(|n| n.metadata.name.as_deref() == Some(name))
                 {
-                    patch.apply(nw.status.get_or_insert_with(Default::default));
+                    patch.apply(
+                        Arc::make_mut(nw)
+                            .status
+                            .get_or_insert_with(Default::default),
+                    );
                 }
             }
             Action::PatchNodeConditions { node, set, remove } => {

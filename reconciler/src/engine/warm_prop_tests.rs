@@ -211,7 +211,7 @@ fn apply_change(snap: &mut Snapshot, change: &Change, n: usize, settings: &Setti
             renew_written(&mut snap.pods, &before.pods, |o| &mut o.metadata);
             for nw in &mut snap.nodewrights {
                 if !before.nodewrights.contains(nw) {
-                    moved(&mut nw.metadata);
+                    moved(&mut Arc::make_mut(nw).metadata);
                 }
             }
             snap.now += jiff::SignedDuration::from_secs(2);

@@ -76,9 +76,9 @@ pub enum Step {
 /// `observedGeneration`, written in the same pass) wait for nothing yet: they may be about the
 /// previous rollout. (`status.observedGeneration` is no guide: like upstream's it moves only
 /// when a rollout completes.)
-pub fn wanted(nodewrights: &[NodeWright]) -> Vec<Wanted> {
+pub fn wanted<N: std::borrow::Borrow<NodeWright>>(nodewrights: &[N]) -> Vec<Wanted> {
     let mut out = Vec::new();
-    for nw in nodewrights {
+    for nw in nodewrights.iter().map(N::borrow) {
         let Some(status) = &nw.status else { continue };
         let generation = nw.metadata.generation.unwrap_or(0);
         let conditions = status.conditions.iter().flatten();
@@ -290,7 +290,11 @@ impl<F: Forge + Sync> ApprovalRequests<F> {
 
     /// Opens, updates and closes requests so that each batch waiting in `nodewrights` has
     /// one, with its current results, and nothing else is open. `now` stamps new commits.
-    pub async fn sync(&mut self, nodewrights: &[NodeWright], now: i64) -> SyncOutcome {
+    pub async fn sync<N: std::borrow::Borrow<NodeWright>>(
+        &mut self,
+        nodewrights: &[N],
+        now: i64,
+    ) -> SyncOutcome {
         let mut outcome = SyncOutcome::default();
         if self.open.is_none() {
             match self.forge.open_approval_requests(BRANCH_PREFIX).await {

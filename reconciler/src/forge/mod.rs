@@ -595,10 +595,13 @@ impl<F: Forge + Sync> StatusReporter<F> {
     /// Posts the changed statuses of `nodewrights`, each on the commit of its
     /// `nodewright.nvidia.com/source-commit` annotation. Memory of commits no NodeWright points
     /// at any more is dropped.
-    pub async fn report(&mut self, nodewrights: &[NodeWright]) -> ReportOutcome {
+    pub async fn report<N: std::borrow::Borrow<NodeWright>>(
+        &mut self,
+        nodewrights: &[N],
+    ) -> ReportOutcome {
         let mut outcome = ReportOutcome::default();
         let mut current = Vec::new();
-        for nw in nodewrights {
+        for nw in nodewrights.iter().map(N::borrow) {
             let Some(sha) = nw
                 .metadata
                 .annotations

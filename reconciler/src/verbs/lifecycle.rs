@@ -70,7 +70,7 @@ mod tests {
     fn pause_sets_and_resume_removes_the_annotation() {
         let mut nw = nodewright("tuning", &[], &[]);
         let snap = Snapshot {
-            nodewrights: vec![nw.clone()],
+            nodewrights: vec![std::sync::Arc::new(nw.clone())],
             ..Snapshot::default()
         };
         let p = plan(&snap, "tuning", Lifecycle::Pause).unwrap();
@@ -90,7 +90,7 @@ mod tests {
             "true".into(),
         )]));
         let snap = Snapshot {
-            nodewrights: vec![nw],
+            nodewrights: vec![std::sync::Arc::new(nw)],
             ..Snapshot::default()
         };
         assert!(plan(&snap, "tuning", Lifecycle::Disable).unwrap().is_noop());

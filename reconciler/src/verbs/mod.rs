@@ -139,6 +139,7 @@ pub fn find_nodewright<'a>(
     snapshot
         .nodewrights
         .iter()
+        .map(|nw| &**nw)
         .find(|nw| nw.name() == name)
         .ok_or_else(|| VerbError::NodeWrightNotFound(name.to_string()))
 }

@@ -94,7 +94,7 @@ pub fn status(
 ) -> Result<Vec<NodeRow>, VerbError> {
     let nodewrights: Vec<&nodewright_schema::NodeWright> = match nw_name {
         Some(name) => vec![find_nodewright(snapshot, name)?],
-        None => snapshot.nodewrights.iter().collect(),
+        None => snapshot.nodewrights.iter().map(|nw| &**nw).collect(),
     };
     let mut rows = Vec::new();
     for node in snapshot
@@ -263,7 +263,11 @@ mod tests {
         ));
         let snap = Snapshot {
             nodes: vec![std::sync::Arc::new(n1)],
-            nodewrights: vec![nodewright("tuning", &[("pool", "gpu")], &[])],
+            nodewrights: vec![std::sync::Arc::new(nodewright(
+                "tuning",
+                &[("pool", "gpu")],
+                &[],
+            ))],
             ..Snapshot::default()
         };
         let rows = status(&snap, &NodePatterns::new(&[]).unwrap(), None).unwrap();

@@ -416,11 +416,11 @@ mod tests {
             .into_iter()
             .map(std::sync::Arc::new)
             .collect(),
-            nodewrights: vec![nodewright(
+            nodewrights: vec![std::sync::Arc::new(nodewright(
                 "gpu",
                 &[],
                 &[("tuning", "1.0.0"), ("other", "2.0.0")],
-            )],
+            ))],
             ..Snapshot::default()
         }
     }

@@ -36,7 +36,7 @@ mod tests {
     fn resets_compartments_and_node_order() {
         let mut nw = nodewright("tuning", &[], &[]);
         let snap = Snapshot {
-            nodewrights: vec![nw.clone()],
+            nodewrights: vec![std::sync::Arc::new(nw.clone())],
             ..Snapshot::default()
         };
         assert!(plan_reset(&snap, "tuning").unwrap().is_noop());
@@ -55,7 +55,7 @@ mod tests {
             },
         )]));
         let snap = Snapshot {
-            nodewrights: vec![nw],
+            nodewrights: vec![std::sync::Arc::new(nw)],
             ..Snapshot::default()
         };
         let plan = plan_reset(&snap, "tuning").unwrap();

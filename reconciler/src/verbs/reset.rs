@@ -335,7 +335,7 @@ mod tests {
     fn snapshot(nodes: Vec<Node>, nws: Vec<NodeWright>) -> Snapshot {
         Snapshot {
             nodes: nodes.into_iter().map(std::sync::Arc::new).collect(),
-            nodewrights: nws,
+            nodewrights: nws.into_iter().map(std::sync::Arc::new).collect(),
             ..Snapshot::default()
         }
     }

@@ -4,6 +4,7 @@
 //! Rendering is pure and deterministic (maps are ordered), so two renders of the same status
 //! are byte-identical and "changed materially" is a digest comparison of the material part.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use nodewright_schema::{NodeWright, Status, approvals, keys};
@@ -302,15 +303,21 @@ pub fn scenario_git_status(
 }
 
 /// Renders every status file: one YAML per NodeWright plus the README table.
-pub fn render_all(nodewrights: &[NodeWright], node_detail_limit: usize) -> Vec<StatusFile> {
+pub fn render_all<N: Borrow<NodeWright>>(
+    nodewrights: &[N],
+    node_detail_limit: usize,
+) -> Vec<StatusFile> {
     render_documents(&documents(nodewrights, node_detail_limit))
 }
 
 /// Every NodeWright's status document, in name order.
-pub fn documents(nodewrights: &[NodeWright], node_detail_limit: usize) -> Vec<StatusDocument> {
+pub fn documents<N: Borrow<NodeWright>>(
+    nodewrights: &[N],
+    node_detail_limit: usize,
+) -> Vec<StatusDocument> {
     let mut docs: Vec<StatusDocument> = nodewrights
         .iter()
-        .map(|nw| document(nw, node_detail_limit))
+        .map(|nw| document(nw.borrow(), node_detail_limit))
         .collect();
     docs.sort_by(|a, b| a.nodewright.cmp(&b.nodewright));
     docs

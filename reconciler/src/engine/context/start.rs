@@ -358,7 +358,7 @@ impl<'a> PassCtx<'a> {
     ) -> PassCtx<'a> {
         let mut nodes: Vec<NodeWork<'a>> = snap.nodes.iter().map(|n| NodeWork::new(n)).collect();
         let labels = NodeLabels::of(&nodes);
-        let mut nw_refs: Vec<&NodeWright> = snap.nodewrights.iter().collect();
+        let mut nw_refs: Vec<&NodeWright> = snap.nodewrights.iter().map(|nw| &**nw).collect();
         nw_refs.sort_by(|a, b| {
             a.spec
                 .priority
