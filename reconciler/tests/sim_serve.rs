@@ -1009,8 +1009,8 @@ async fn rollout_over_http_ends_like_in_process(watch_delay: Duration) {
         server.world().read(|w| jobs_and_reboots(&w.sim)),
         expected_runs
     );
-    // The stage pods succeeded and are still on the server; `run` no longer holds them, the
-    // status watch having told it they left its selection.
+    // The stage pods succeeded and are still on the server; `run` does not hold them, the
+    // watch of unsucceeded pods having reported each leaving its selection.
     let succeeded =
         |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
     let pods = Api::<Pod>::namespaced(server.client().await.unwrap(), NS)

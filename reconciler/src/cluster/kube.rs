@@ -470,12 +470,12 @@ fn trim_pod(pod: &mut Pod, keep_for_logs: bool) {
 /// stage pod's containers, volumes and tolerations are never read, while a batch of thousands
 /// of nodes keeps as many running.
 fn trim_package_pod(pod: &mut Pod, keep_for_logs: bool) {
-    trim_pod(pod, keep_for_logs);
     if crate::engine::drain::is_package_pod(pod)
         && let Some(spec) = pod.spec.as_mut()
     {
         *spec = crate::snapshot::ended_pod_spec_kept(spec, keep_for_logs);
     }
+    trim_pod(pod, keep_for_logs);
 }
 
 /// CRs keep their managed fields: they tell whether another controller writes their status.
@@ -1599,8 +1599,6 @@ mod tests {
     /// over whole ones.
     #[test]
     fn the_stores_trims_change_no_decision() {
-        let has_succeeded =
-            |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
         use crate::cluster::Desired;
         use crate::engine::reconcile;
         use crate::settings::Settings;
@@ -1654,6 +1652,8 @@ spec:
             ..Desired::default()
         });
         let settings = Settings::default();
+        let has_succeeded =
+            |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
         let mut snap = sim.snapshot(Memory::default());
         let (mut succeeded, mut failed) = (0, 0);
         for _ in 0..600 {

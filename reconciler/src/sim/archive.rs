@@ -94,7 +94,7 @@ fn uid(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &st
 /// (staleness, the interrupt budget), while a rollout keeps every finished Job until its TTL,
 /// thousands of templates of several containers each. Every field is named, so a field a new
 /// API version adds is a compile error here rather than lost.
-pub fn finished_job_spec_kept(spec: &JobSpec) -> JobSpec {
+fn finished_job_spec_kept(spec: &JobSpec) -> JobSpec {
     let JobSpec {
         active_deadline_seconds,
         backoff_limit,
