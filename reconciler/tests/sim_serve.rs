@@ -597,6 +597,45 @@ async fn every_action_kind_has_its_effect_through_the_api() {
             .iter()
             .any(|e| e.note.as_deref() == Some("[nodewright:tuning] p failed"))
     );
+
+    // The same fact again is one Event with a series, as client-go's recorder writes it; a
+    // third within the refresh interval writes nothing.
+    for message in [
+        "[nodewright:tuning] p failed again",
+        "[nodewright:tuning] once more",
+    ] {
+        cluster
+            .execute(&Action::RecordEvent(Event {
+                object: EventObject::Node("n1".into()),
+                kind: EventType::Warning,
+                reason: "Erroring".into(),
+                message: message.into(),
+            }))
+            .await
+            .unwrap();
+    }
+    let erroring: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("Erroring")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("n1")
+        })
+        .collect();
+    assert_eq!(erroring.len(), 1, "{erroring:?}");
+    let event = &erroring[0];
+    assert_eq!(event.series.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(event.note.as_deref(), Some("[nodewright:tuning] p failed"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.reporting_instance.as_deref(), Some("a"));
+    assert_eq!(
+        event.regarding.as_ref().and_then(|r| r.kind.as_deref()),
+        Some("Node")
+    );
+    assert!(event.event_time.is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

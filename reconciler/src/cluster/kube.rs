@@ -20,10 +20,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Node, NodeStatus, NodeSystemInfo, ObjectReference, Pod,
 };
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{
     DeleteParams, EvictParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions,
 };
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -231,7 +232,6 @@ pub struct KubeCluster {
     metadata_config_maps: Store<ConfigMap>,
     node_pods: Mutex<BTreeMap<String, NodePodWatch>>,
     changed: Arc<Notify>,
-    recorder: Recorder,
     event_correlator: Mutex<EventCorrelator>,
     /// Per node: our last write's answer, until the watch delivers it (see
     /// [`KubeCluster::read_own_node_writes`] and [`KubeCluster::cached_node`]).
@@ -530,13 +530,6 @@ impl KubeCluster {
             changed.clone(),
             trim_managed_fields,
         );
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.to_string(),
-                instance: Some(options.instance.clone()),
-            },
-        );
         let cluster = KubeCluster {
             client,
             options,
@@ -549,7 +542,6 @@ impl KubeCluster {
             metadata_config_maps,
             node_pods: Mutex::new(BTreeMap::new()),
             changed,
-            recorder,
             event_correlator: Mutex::new(EventCorrelator::default()),
             written_nodes: Mutex::new(std::collections::HashMap::new()),
             created_jobs: Mutex::new(std::collections::HashMap::new()),
@@ -861,17 +853,51 @@ impl KubeCluster {
     }
 
     async fn publish_event(&self, event: &crate::plan::Event) -> Result<Outcome, ClusterError> {
-        // The same fact about the same object is written once per interval, as client-go's
-        // event broadcaster refreshes a series (kube's recorder would patch it every time).
-        if !self
+        let now = self.options.clock.now();
+        let Some(write) = self
             .event_correlator
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .admit(event, self.options.clock.now())
-        {
+            .admit(event, now)
+        else {
             return Ok(Outcome::Done);
+        };
+        // Events about cluster-scoped objects live in `default`, as client-go records them.
+        let events = Api::<K8sEvent>::namespaced(self.client.clone(), "default");
+        if let Some(series) = &write.series {
+            let patch = json!({ "series": to_value(series) });
+            match events
+                .patch(&write.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                // The server let the event expire: the series goes on in a new object.
+                Err(e) if status_code(&e) == Some(404) => {}
+                other => {
+                    return other
+                        .map(|_| Outcome::Done)
+                        .map_err(|e| api_error("record event", e));
+                }
+            }
         }
-        let reference = match &event.object {
+        events
+            .create(
+                &PostParams::default(),
+                &self.event_object(event, &write, now),
+            )
+            .await
+            .map(|_| Outcome::Done)
+            .map_err(|e| api_error("record event", e))
+    }
+
+    /// The `events.k8s.io/v1` Event a write of `event` creates, as client-go's event
+    /// broadcaster builds it.
+    fn event_object(
+        &self,
+        event: &crate::plan::Event,
+        write: &EventWrite,
+        now: jiff::Timestamp,
+    ) -> K8sEvent {
+        let regarding = match &event.object {
             EventObject::Node(name) => ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
@@ -885,23 +911,34 @@ impl KubeCluster {
                 ..ObjectReference::default()
             },
         };
-        let ev = KubeEvent {
-            type_: match event.kind {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
+        K8sEvent {
+            metadata: ObjectMeta {
+                name: Some(write.name.clone()),
+                namespace: Some("default".into()),
+                ..ObjectMeta::default()
             },
-            reason: event.reason.clone(),
-            note: Some(event.message.chars().take(1024).collect()),
-            action: event.reason.clone(),
-            secondary: None,
-        };
-        self.recorder
-            .publish(&ev, &reference)
-            .await
-            .map_err(|e| api_error("record event", e))?;
-        Ok(Outcome::Done)
+            event_time: Some(MicroTime(write.first)),
+            series: write.series.clone().map(|mut series| {
+                series.last_observed_time = MicroTime(now);
+                series
+            }),
+            type_: Some(match event.kind {
+                EventType::Normal => "Normal".into(),
+                EventType::Warning => "Warning".into(),
+            }),
+            reason: Some(event.reason.clone()),
+            action: Some(event.reason.clone()),
+            note: Some(event.message.chars().take(EVENT_NOTE_LIMIT).collect()),
+            regarding: Some(regarding),
+            reporting_controller: Some(FIELD_MANAGER.to_string()),
+            reporting_instance: Some(self.options.instance.clone()),
+            ..K8sEvent::default()
+        }
     }
 }
+
+/// How much of a message an event's note keeps: the API server refuses notes over 1 KiB.
+const EVENT_NOTE_LIMIT: usize = 1024;
 
 /// How often a repeated event updates its series on the server (client-go's event
 /// broadcaster refreshes isomorphic events every 30 minutes).
@@ -909,47 +946,97 @@ const EVENT_SERIES_REFRESH: jiff::SignedDuration = jiff::SignedDuration::from_se
 
 /// Correlates events the way client-go's event broadcaster does: events about the same object
 /// with the same type and reason are one series. The first is created, the second starts the
-/// series on the server, and further ones are written only when the series was last written
-/// [`EVENT_SERIES_REFRESH`] ago. The server keeps the first note; the node's annotations and
-/// the NodeWright's status carry every fact.
+/// series on the server, and further ones are counted and written only when the series was
+/// last written [`EVENT_SERIES_REFRESH`] ago. The server keeps the first note; the node's
+/// annotations and the NodeWright's status carry every fact. A series is remembered by the
+/// few fields its next write needs, not by the Event: a rollout of thousands of nodes keeps
+/// one per node and reason.
 #[derive(Debug, Default)]
 struct EventCorrelator {
-    /// Per series: when it was last written and whether its second event was written.
-    series: std::collections::HashMap<(String, bool, String), (jiff::Timestamp, bool)>,
+    /// Per series: its Event's name, when it began, how often it happened, when it was last
+    /// written and whether its second event was written.
+    series: std::collections::HashMap<(String, bool, String), Series>,
     /// The size at which series not written for an interval are next forgotten.
     prune_at: usize,
+    /// The time in the last Event name made, so that names stay unique when two events of one
+    /// object come within the clock's resolution.
+    last_name_at: i128,
+}
+
+#[derive(Debug)]
+struct Series {
+    name: String,
+    first: jiff::Timestamp,
+    count: i32,
+    written_at: jiff::Timestamp,
+    started: bool,
+}
+
+/// What a correlated event writes: the Event `name`, created (no `series`) or patched with
+/// its series.
+#[derive(Debug, PartialEq)]
+struct EventWrite {
+    name: String,
+    first: jiff::Timestamp,
+    series: Option<EventSeries>,
 }
 
 impl EventCorrelator {
-    /// Whether `event` is to be written now; records it when it is.
-    fn admit(&mut self, event: &crate::plan::Event, now: jiff::Timestamp) -> bool {
+    /// What `event` writes now, if anything; records it either way.
+    fn admit(&mut self, event: &crate::plan::Event, now: jiff::Timestamp) -> Option<EventWrite> {
         let object = match &event.object {
-            EventObject::Node(name) => format!("Node/{name}"),
-            EventObject::NodeWright(name) => format!("NodeWright/{name}"),
+            EventObject::Node(name) => name,
+            EventObject::NodeWright(name) => name,
         };
         let key = (
-            object,
+            match &event.object {
+                EventObject::Node(name) => format!("Node/{name}"),
+                EventObject::NodeWright(name) => format!("NodeWright/{name}"),
+            },
             event.kind == EventType::Warning,
             event.reason.clone(),
         );
         let fresh = |at: &jiff::Timestamp| now.duration_since(*at) < EVENT_SERIES_REFRESH;
-        match self.series.get_mut(&key) {
-            Some((at, true)) if fresh(at) => return false,
-            Some((at, started)) => {
-                *at = now;
-                *started = true;
-                return true;
+        if let Some(series) = self.series.get_mut(&key) {
+            series.count = series.count.saturating_add(1);
+            if series.started && fresh(&series.written_at) {
+                return None;
             }
-            None => {}
+            series.written_at = now;
+            series.started = true;
+            return Some(EventWrite {
+                name: series.name.clone(),
+                first: series.first,
+                series: Some(EventSeries {
+                    count: series.count,
+                    last_observed_time: MicroTime(now),
+                }),
+            });
         }
         // A series not written for an interval would be refreshed anyway: forgetting it keeps
         // the memory to the last half hour's series, not every series ever reported.
         if self.series.len() >= self.prune_at {
-            self.series.retain(|_, (at, _)| fresh(at));
+            self.series.retain(|_, series| fresh(&series.written_at));
             self.prune_at = (self.series.len() * 2).max(1024);
         }
-        self.series.insert(key, (now, false));
-        true
+        let at = now.as_nanosecond().max(self.last_name_at + 1);
+        self.last_name_at = at;
+        let name = format!("{object}.{at:x}");
+        self.series.insert(
+            key,
+            Series {
+                name: name.clone(),
+                first: now,
+                count: 1,
+                written_at: now,
+                started: false,
+            },
+        );
+        Some(EventWrite {
+            name,
+            first: now,
+            series: None,
+        })
     }
 }
 
@@ -1820,34 +1907,65 @@ spec:
 
     #[test]
     fn a_repeated_event_is_written_once_per_refresh_interval() {
-        let event = |reason: &str, message: &str| crate::plan::Event {
-            object: EventObject::Node("n1".into()),
+        let event = |node: &str, reason: &str, message: &str| crate::plan::Event {
+            object: EventObject::Node(node.into()),
             kind: EventType::Normal,
             reason: reason.into(),
             message: message.into(),
         };
         let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
         let at = |minutes: i64| t0 + jiff::SignedDuration::from_mins(minutes);
+        let count = |write: Option<EventWrite>| write.map(|w| w.series.map(|s| s.count));
         let mut correlator = EventCorrelator::default();
-        assert!(
-            correlator.admit(&event("Apply", "apply started"), at(0)),
-            "created"
+        let created = correlator
+            .admit(&event("n1", "Apply", "apply started"), at(0))
+            .unwrap();
+        assert_eq!(created.series, None, "the first is created");
+        assert_eq!(created.name, format!("n1.{:x}", at(0).as_nanosecond()));
+        let started = correlator
+            .admit(&event("n1", "Apply", "config started"), at(1))
+            .unwrap();
+        assert_eq!(
+            (
+                started.name.as_str(),
+                started.first,
+                started.series.map(|s| s.count)
+            ),
+            (created.name.as_str(), at(0), Some(2)),
+            "the second starts the series of the same Event"
         );
-        assert!(
-            correlator.admit(&event("Apply", "config started"), at(1)),
-            "the series starts"
+        assert_eq!(
+            count(correlator.admit(&event("n1", "Apply", "interrupt started"), at(2))),
+            None
         );
-        assert!(!correlator.admit(&event("Apply", "interrupt started"), at(2)));
-        assert!(!correlator.admit(&event("Apply", "apply started"), at(30)));
-        assert!(
-            correlator.admit(&event("Drain", "drained"), at(30)),
-            "another reason"
+        assert_eq!(
+            count(correlator.admit(&event("n1", "Apply", "apply started"), at(30))),
+            None
         );
-        assert!(
-            correlator.admit(&event("Apply", "apply started"), at(31)),
-            "the series refresh"
+        let other = correlator
+            .admit(&event("n1", "Drain", "drained"), at(30))
+            .unwrap();
+        assert_eq!(other.series, None, "another reason is another Event");
+        assert_ne!(other.name, created.name);
+        assert_eq!(
+            count(correlator.admit(&event("n1", "Apply", "apply started"), at(31))),
+            Some(Some(5)),
+            "the refresh counts every occurrence"
         );
-        assert!(!correlator.admit(&event("Apply", "apply started"), at(32)));
+        assert_eq!(
+            count(correlator.admit(&event("n1", "Apply", "apply started"), at(32))),
+            None
+        );
+        let a = correlator
+            .admit(&event("n2", "Apply", "x"), at(40))
+            .unwrap();
+        let b = correlator
+            .admit(&event("n2", "Drain", "x"), at(40))
+            .unwrap();
+        assert_ne!(
+            a.name, b.name,
+            "names stay unique within the clock's resolution"
+        );
     }
 
     #[test]
