@@ -11,10 +11,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::JobSpec;
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodewright_reconciler::engine::StateCache;
+use nodewright_reconciler::job::Job;
 use nodewright_reconciler::plan::{Action, NodePatch, Plan};
 use nodewright_reconciler::scenario::runner::{Hooks, Run};
 use nodewright_reconciler::settings::Settings;
@@ -72,7 +73,7 @@ fn job(name: &str, node: &str, stage: &str) -> Job {
             labels: Some(labels.clone()),
             ..ObjectMeta::default()
         },
-        spec: Some(JobSpec {
+        spec: Some(Box::new(JobSpec {
             backoff_limit: Some(if stage == "interrupt" { i32::MAX } else { 3 }),
             pod_replacement_policy: Some("Failed".into()),
             template: PodTemplateSpec {
@@ -100,7 +101,7 @@ fn job(name: &str, node: &str, stage: &str) -> Job {
                 }),
             },
             ..JobSpec::default()
-        }),
+        })),
         status: None,
     }
 }

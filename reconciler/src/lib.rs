@@ -9,6 +9,7 @@ pub mod controller;
 pub mod diff;
 pub mod engine;
 pub mod forge;
+pub mod job;
 pub mod metrics;
 pub mod plan;
 pub mod scenario;

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
+use crate::job::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, NodeCondition, Taint};
 use nodewright_schema::{NodeState, NodeWrightStatus, PackageStatus, Status};
 

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::job::Job;
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Node, Pod, PodSpec, PodStatus, PodTemplateSpec,
 };

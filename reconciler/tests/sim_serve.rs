@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -20,6 +19,7 @@ use nodewright_reconciler::cluster::lease::{LeaderElector, LeaseConfig};
 use nodewright_reconciler::cluster::sim::{SimAdapter, block_on};
 use nodewright_reconciler::cluster::{Cluster, Desired};
 use nodewright_reconciler::controller::Controller;
+use nodewright_reconciler::job::Job;
 use nodewright_reconciler::plan::{
     Action, Event, EventObject, EventType, NodePatch, NodeStateDelta, Outcome, PodRef, StatusPatch,
 };

@@ -753,8 +753,8 @@ fn refusal(e: kube::Error) -> (u16, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_labels_taints_and_jobs_are_validated_and_defaulted_as_the_apiserver_does() {
-    use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::Namespace;
+    use nodewright_reconciler::job::Job;
 
     let server = serve().await;
     let client = server.client().await.unwrap();
@@ -1041,7 +1041,7 @@ async fn exact_list(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_logs_of_a_job_reads_that_jobs_pod() {
-    use k8s_openapi::api::batch::v1::Job;
+    use nodewright_reconciler::job::Job;
 
     if common::kubectl::which("kubectl").is_none() {
         println!("kubectl is not on PATH; skipping the kubectl test");

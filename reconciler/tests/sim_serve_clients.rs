@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use nodewright_reconciler::job::Job;
 use nodewright_reconciler::sim::http::{ServeOptions, SimServer};
 use nodewright_reconciler::sim::{ModelRunner, NodeInput, PackageModels, SimCluster};
 use serde_json::json;

@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::job::Job;
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Node, NodeStatus, NodeSystemInfo, ObjectReference, Pod,
 };

@@ -9,8 +9,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use crate::job::Job;
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use nodewright_schema::node_state::entry_key;
 use nodewright_schema::{PackageStatus, Stage, State, Status, keys};

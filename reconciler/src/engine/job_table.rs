@@ -26,7 +26,7 @@
 use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::Job;
+use crate::job::Job;
 use k8s_openapi::api::core::v1::Pod;
 use nodewright_schema::keys;
 use rustc_hash::FxHashMap;
@@ -620,7 +620,7 @@ fn addresses(jobs: &[Arc<Job>]) -> FxHashMap<usize, u32> {
 mod tests {
     use std::sync::Arc;
 
-    use k8s_openapi::api::batch::v1::Job;
+    use crate::job::Job;
     use k8s_openapi::api::core::v1::Pod;
     use nodewright_schema::{NodeWright, Stage, keys};
 

@@ -7,9 +7,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::job::Job;
 use base64::Engine as _;
 use k8s_openapi::api::batch::v1::{
-    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+    JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, EnvVar, HostPathVolumeSource, LocalObjectReference, PodSpec,
@@ -572,7 +573,7 @@ pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInpu
             owner_references: Some(vec![owner.owner_reference()]),
             ..ObjectMeta::default()
         },
-        spec: Some(JobSpec {
+        spec: Some(Box::new(JobSpec {
             parallelism: Some(1),
             completions: Some(1),
             backoff_limit: Some(settings.job_backoff_limit),
@@ -599,7 +600,7 @@ pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInpu
                 spec: Some(pod_spec),
             },
             ..JobSpec::default()
-        }),
+        })),
         status: None,
     }
 }
@@ -713,7 +714,7 @@ pub fn build_interrupt_job(
             owner_references: Some(vec![owner.owner_reference()]),
             ..ObjectMeta::default()
         },
-        spec: Some(JobSpec {
+        spec: Some(Box::new(JobSpec {
             parallelism: Some(1),
             completions: Some(1),
             backoff_limit: Some(i32::MAX),
@@ -731,7 +732,7 @@ pub fn build_interrupt_job(
                 spec: Some(pod_spec),
             },
             ..JobSpec::default()
-        }),
+        })),
         status: None,
     }
 }

@@ -2,7 +2,7 @@
 //! cancel and uninstall lane, runnable packages, the config cycle under lazy admission
 //! (§16.3), the merged interrupt, interrupt processing (§6.12) and stage dispatch (§6.3).
 
-use k8s_openapi::api::batch::v1::Job;
+use crate::job::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodewright_schema::node_state::entry_key;
 use nodewright_schema::{

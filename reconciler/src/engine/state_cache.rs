@@ -1591,7 +1591,7 @@ mod tests {
     #[test]
     fn job_match_answers_are_per_version_and_target_and_last_one_unused_pass() {
         use crate::engine::jobs::MatchTarget;
-        use k8s_openapi::api::batch::v1::Job;
+        use crate::job::Job;
         use std::cell::Cell;
         let target = |package: &str| {
             let mut job = Job::default();

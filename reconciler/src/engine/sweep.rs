@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::batch::v1::Job;
+use crate::job::Job;
 use nodewright_schema::{Interrupt, InterruptType, NodeWright, Stage, State, keys};
 
 use super::context::{Flow, PassCtx};

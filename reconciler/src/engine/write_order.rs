@@ -197,8 +197,8 @@ fn require(requires: &mut Vec<Requirement>, at: usize, needs: impl Iterator<Item
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::Job;
     use crate::plan::{EventType, MapPatch, NodePatch, StatusPatch};
-    use k8s_openapi::api::batch::v1::Job;
     use nodewright_schema::NodeWrightStatus;
 
     fn job(name: &str) -> Action {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::Job;
+use crate::job::Job;
 use k8s_openapi::api::core::v1::Node;
 use nodewright_schema::node_state::NodeState;
 use nodewright_schema::{NodeWright, keys, names};

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use crate::job::Job;
+use k8s_openapi::api::batch::v1::JobSpec;
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodewright_schema::keys;
@@ -111,7 +112,7 @@ fn toy(snapshot: &Snapshot, _settings: &Settings, _: &mut StateCache) -> Plan {
                         labels: Some(labels.clone()),
                         ..ObjectMeta::default()
                     },
-                    spec: Some(JobSpec {
+                    spec: Some(Box::new(JobSpec {
                         backoff_limit: Some(0),
                         template: PodTemplateSpec {
                             metadata: Some(ObjectMeta {
@@ -135,7 +136,7 @@ fn toy(snapshot: &Snapshot, _settings: &Settings, _: &mut StateCache) -> Plan {
                             }),
                         },
                         ..JobSpec::default()
-                    }),
+                    })),
                     status: None,
                 })));
             }

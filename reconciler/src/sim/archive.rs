@@ -12,7 +12,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use crate::job::Job;
+use k8s_openapi::api::batch::v1::JobSpec;
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodTemplateSpec};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -156,7 +157,7 @@ impl SimCluster {
         let template_spec = template.spec.clone();
         *slot = Shared::new(Job {
             metadata: slot.metadata.clone(),
-            spec: Some(finished_job_spec_kept(spec)),
+            spec: Some(Box::new(finished_job_spec_kept(spec))),
             status: slot.status.clone(),
         });
         archive.templates.insert(job_uid.clone(), template);

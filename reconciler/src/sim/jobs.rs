@@ -11,8 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::job::Job;
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
+use k8s_openapi::api::batch::v1::{JobCondition, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus, Pod, PodStatus,
 };
@@ -385,7 +386,7 @@ impl SimCluster {
             ..Job::default()
         };
         let no_spec = JobSpec::default();
-        let spec = job.spec.as_ref().unwrap_or(&no_spec);
+        let spec = job.spec.as_deref().unwrap_or(&no_spec);
         let (mut active, mut terminating, mut succeeded, mut ready, mut restarts) = (0, 0, 0, 0, 0);
         let mut active_keys = Vec::new();
         for key in &keys {

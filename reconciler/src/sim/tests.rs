@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::job::Job;
 use base64::Engine;
 use k8s_openapi::api::batch::v1::{
-    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+    JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -102,7 +103,7 @@ fn stage_job(name: &str, node: &str, stage: &str, policy: &str, backoff: i32) ->
             labels: Some(template_labels.clone()),
             ..ObjectMeta::default()
         },
-        spec: Some(JobSpec {
+        spec: Some(Box::new(JobSpec {
             backoff_limit: Some(backoff),
             pod_replacement_policy: Some("Failed".into()),
             pod_failure_policy: failure_policy,
@@ -129,7 +130,7 @@ fn stage_job(name: &str, node: &str, stage: &str, policy: &str, backoff: i32) ->
                 }),
             },
             ..JobSpec::default()
-        }),
+        })),
         status: None,
     }
 }

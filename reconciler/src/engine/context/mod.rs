@@ -26,8 +26,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::job::Job;
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta, Time};
 use nodewright_schema::node_state::MalformedNodeState;
@@ -677,7 +677,7 @@ pub struct PassWrites {
 mod tests {
     use std::borrow::Cow;
 
-    use k8s_openapi::api::batch::v1::Job;
+    use crate::job::Job;
     use nodewright_schema::keys;
 
     use super::PassCtx;

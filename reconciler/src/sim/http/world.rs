@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 
-use k8s_openapi::api::batch::v1::Job;
+use crate::job::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
