@@ -44,15 +44,15 @@ impl Plan {
             requeue,
         }
     }
+}
 
-    /// The actions that action `action` needs.
-    pub fn prerequisites(&self, action: usize) -> impl Iterator<Item = usize> + '_ {
-        let start = self.requires.partition_point(|r| r.action < action);
-        self.requires[start..]
-            .iter()
-            .take_while(move |r| r.action == action)
-            .map(|r| r.needs)
-    }
+/// The actions that action `action` needs, of a plan's `requires`.
+fn prerequisites(requires: &[Requirement], action: usize) -> impl Iterator<Item = usize> + '_ {
+    let start = requires.partition_point(|r| r.action < action);
+    requires[start..]
+        .iter()
+        .take_while(move |r| r.action == action)
+        .map(|r| r.needs)
 }
 
 /// What became of one action of a plan.
@@ -99,17 +99,19 @@ fn object_of(action: &Action) -> (u8, &str, &str) {
 /// Executes a plan with up to `in_flight` writes outstanding at once (at least one), keeping
 /// the order that matters: an action starts only after every action it needs took effect
 /// (and is held, never sent, when one did not), and after every earlier action on the same
-/// object finished. `send` executes one action; `each` hears every outcome as it arrives.
+/// object finished. `send` executes one action and hands it back with the answer; `each`
+/// hears every outcome as it arrives, after which the action is dropped: a pass that starts
+/// a batch of thousands of nodes does not hold every Job it created until the last answer.
 /// The one executor of plans, so every caller keeps the write order the engine decided; with
 /// `in_flight` 1 it walks the plan in order.
-pub async fn execute<'p, F, Fut>(
-    plan: &'p Plan,
+pub async fn execute<F, Fut>(
+    plan: Plan,
     in_flight: usize,
     mut send: F,
     mut each: impl FnMut(usize, &Action, &Executed),
 ) where
-    F: FnMut(&'p Action) -> Fut,
-    Fut: std::future::Future<Output = Result<Outcome, crate::cluster::ClusterError>>,
+    F: FnMut(Action) -> Fut,
+    Fut: std::future::Future<Output = (Action, Result<Outcome, crate::cluster::ClusterError>)>,
 {
     use futures::StreamExt;
     use futures::stream::FuturesUnordered;
@@ -118,28 +120,34 @@ pub async fn execute<'p, F, Fut>(
     let in_flight = in_flight.max(1);
     // Some(took effect) once an action finished (held counts as not taking effect).
     let mut finished: Vec<Option<bool>> = vec![None; n];
-    let mut started = vec![false; n];
     let mut same_object_before: Vec<Option<usize>> = vec![None; n];
-    let mut last_on: std::collections::HashMap<(u8, &str, &str), usize> =
-        std::collections::HashMap::new();
-    for (i, action) in plan.actions.iter().enumerate() {
-        if let Action::RecordEvent(_) = action {
-            continue;
+    {
+        let mut last_on: std::collections::HashMap<(u8, &str, &str), usize> =
+            std::collections::HashMap::new();
+        for (i, action) in plan.actions.iter().enumerate() {
+            if let Action::RecordEvent(_) = action {
+                continue;
+            }
+            same_object_before[i] = last_on.insert(object_of(action), i);
         }
-        same_object_before[i] = last_on.insert(object_of(action), i);
     }
+    let Plan {
+        actions, requires, ..
+    } = plan;
+    // An action not yet started; taken when it starts or is held.
+    let mut unstarted: Vec<Option<Action>> = actions.into_iter().map(Some).collect();
     let mut running = FuturesUnordered::new();
     let mut first_unstarted = 0;
     loop {
         let mut i = first_unstarted;
         while i < n && running.len() < in_flight {
-            if started[i] {
+            if unstarted[i].is_none() {
                 i += 1;
                 continue;
             }
             let mut waiting = same_object_before[i].is_some_and(|j| finished[j].is_none());
             let mut failed = None;
-            for needs in plan.prerequisites(i) {
+            for needs in prerequisites(&requires, i) {
                 match finished.get(needs).copied().flatten() {
                     Some(true) => {}
                     Some(false) => failed = failed.or(Some(needs)),
@@ -149,35 +157,33 @@ pub async fn execute<'p, F, Fut>(
                 }
             }
             if let Some(needs) = failed {
-                started[i] = true;
-                finished[i] = Some(false);
-                each(i, &plan.actions[i], &Executed::Held { needs });
-            } else if !waiting {
-                started[i] = true;
-                let action = &plan.actions[i];
+                if let Some(action) = unstarted[i].take() {
+                    finished[i] = Some(false);
+                    each(i, &action, &Executed::Held { needs });
+                }
+            } else if !waiting && let Some(action) = unstarted[i].take() {
                 let fut = send(action);
                 running.push(async move { (i, fut.await) });
             }
             i += 1;
         }
-        while first_unstarted < n && started[first_unstarted] {
+        while first_unstarted < n && unstarted[first_unstarted].is_none() {
             first_unstarted += 1;
         }
         match running.next().await {
-            Some((i, result)) => {
+            Some((i, (action, result))) => {
                 let executed = Executed::Ran(result);
                 finished[i] = Some(executed.took_effect());
-                each(i, &plan.actions[i], &executed);
+                each(i, &action, &executed);
             }
             None if first_unstarted >= n => break,
             // Nothing runs and nothing could start: only possible if an action waits on a
             // later one, which the engine never plans; the rest is held.
             None => {
                 for j in first_unstarted..n {
-                    if !started[j] {
-                        started[j] = true;
+                    if let Some(action) = unstarted[j].take() {
                         finished[j] = Some(false);
-                        each(j, &plan.actions[j], &Executed::Held { needs: j });
+                        each(j, &action, &Executed::Held { needs: j });
                     }
                 }
                 break;

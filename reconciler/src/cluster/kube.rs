@@ -879,14 +879,19 @@ impl KubeCluster {
                 }
             }
         }
-        events
+        match events
             .create(
                 &PostParams::default(),
                 &self.event_object(event, &write, now),
             )
             .await
-            .map(|_| Outcome::Done)
-            .map_err(|e| api_error("record event", e))
+        {
+            // Names are unique to this process, so the Event is ours: the events of one pass
+            // run concurrently, and a series' patch that overtook its creation created it.
+            Ok(_) => Ok(Outcome::Done),
+            Err(e) if status_code(&e) == Some(409) => Ok(Outcome::Done),
+            Err(e) => Err(api_error("record event", e)),
+        }
     }
 
     /// The `events.k8s.io/v1` Event a write of `event` creates, as client-go's event

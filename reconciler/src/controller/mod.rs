@@ -128,10 +128,14 @@ impl<C: Cluster> Controller<C> {
         };
         let mut evictions = EvictionAttempts::default();
         let cluster = &self.cluster;
+        let kinds: Vec<&'static str> = plan.actions.iter().map(Action::kind).collect();
         crate::plan::execute(
-            &plan,
+            plan,
             crate::settings::constants::WRITES_IN_FLIGHT,
-            |action| cluster.execute(action),
+            |action| async move {
+                let result = cluster.execute(&action).await;
+                (action, result)
+            },
             |_, action, executed| {
                 evictions.observe(action, executed);
                 match executed {
@@ -143,7 +147,7 @@ impl<C: Cluster> Controller<C> {
                     Executed::Held { needs } => {
                         tracing::debug!(
                             action = action.kind(),
-                            needs = plan.actions[*needs].kind(),
+                            needs = kinds[*needs],
                             "action held: the write it relies on did not take effect; the next pass retries"
                         );
                         report.held += 1;

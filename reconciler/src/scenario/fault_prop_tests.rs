@@ -192,7 +192,7 @@ fn run(f: &Fleet, faults: Option<&Faults>) -> RunResult {
             let faulty = faults.filter(|_| pass < 60);
             let shared = std::cell::RefCell::new(&mut world);
             block_on(crate::plan::execute(
-                &plan,
+                plan,
                 crate::settings::constants::WRITES_IN_FLIGHT,
                 |action| {
                     let fate = faulty.map(|fs| {
@@ -218,7 +218,7 @@ fn run(f: &Fleet, faults: Option<&Faults>) -> RunResult {
                     };
                     InFlight {
                         world: &shared,
-                        action,
+                        action: Some(action),
                         fate,
                     }
                 },
@@ -286,28 +286,31 @@ enum Fate {
 /// A write in flight against the simulated cluster, applied when its answer arrives.
 struct InFlight<'w, 'a> {
     world: &'w std::cell::RefCell<&'a mut SimCluster>,
-    action: &'w crate::plan::Action,
+    action: Option<crate::plan::Action>,
     fate: Fate,
 }
 
 impl std::future::Future for InFlight<'_, '_> {
-    type Output = Result<Outcome, ClusterError>;
+    type Output = (crate::plan::Action, Result<Outcome, ClusterError>);
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        match self.fate {
-            Fate::Lands { delay } if delay > 0 => {
-                self.fate = Fate::Lands { delay: delay - 1 };
-                cx.waker().wake_by_ref();
-                std::task::Poll::Pending
-            }
-            Fate::Lands { .. } => {
-                std::task::Poll::Ready(self.world.borrow_mut().execute(self.action))
-            }
-            Fate::Conflict => std::task::Poll::Ready(Ok(Outcome::Conflict)),
-            Fate::Lost => std::task::Poll::Ready(Err(lost())),
+        if let Fate::Lands { delay } = self.fate
+            && delay > 0
+        {
+            self.fate = Fate::Lands { delay: delay - 1 };
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
         }
+        // Polled once more after it was ready is a bug of the executor.
+        let action = self.action.take().expect("a write is answered once");
+        let result = match self.fate {
+            Fate::Lands { .. } => self.world.borrow_mut().execute(&action),
+            Fate::Conflict => Ok(Outcome::Conflict),
+            Fate::Lost => Err(lost()),
+        };
+        std::task::Poll::Ready((action, result))
     }
 }
 

@@ -313,9 +313,12 @@ impl<'h> Run<'h> {
         let mut failed = Vec::new();
         let cluster = &self.cluster;
         block_on(crate::plan::execute(
-            &plan,
+            plan,
             crate::settings::constants::WRITES_IN_FLIGHT,
-            |action| cluster.execute(action),
+            |action| async move {
+                let result = cluster.execute(&action).await;
+                (action, result)
+            },
             |_, action, executed| {
                 evictions.observe(action, executed);
                 if let Executed::Ran(Err(e)) = executed {
