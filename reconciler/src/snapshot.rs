@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Node, Pod, PodSpec, PodStatus, PodTemplateSpec,
 };
 use nodewright_schema::approvals::ApprovedBatches;
-use nodewright_schema::{DeploymentPolicy, NodeWright};
+use nodewright_schema::{DeploymentPolicy, NodeWright, keys};
 
 /// Whether a pod has run to its end (`Succeeded` or `Failed`, which Kubernetes never takes
 /// back).
@@ -37,9 +37,9 @@ pub fn trim_unfinished_job_template(job: &mut Job) {
 
 /// What a pass reads of an unfinished Job's pod template: its metadata (the LimitRanger
 /// mark), its node, and per init container the name, image, args, env and resources
-/// (staleness, §8.14; the interrupt budget, §8.16). Volumes, mounts, security contexts and
-/// the main container are written once and never read back, while a batch of thousands of
-/// nodes keeps as many Jobs running.
+/// (staleness, §8.14; the interrupt budget, §8.16). Volumes, mounts, security contexts, the
+/// main container and the run-specific variables staleness ignores are written once and
+/// never read back, while a batch of thousands of nodes keeps as many Jobs running.
 fn unfinished_job_template_kept(template: &PodTemplateSpec) -> PodTemplateSpec {
     let spec = template.spec.as_ref().map(|spec| PodSpec {
         node_name: spec.node_name.clone(),
@@ -50,7 +50,12 @@ fn unfinished_job_template_kept(template: &PodTemplateSpec) -> PodTemplateSpec {
                     name: c.name.clone(),
                     image: c.image.clone(),
                     args: c.args.clone(),
-                    env: c.env.clone(),
+                    env: c.env.as_ref().map(|env| {
+                        env.iter()
+                            .filter(|e| !keys::env::STALENESS_IGNORED.contains(&e.name.as_str()))
+                            .cloned()
+                            .collect()
+                    }),
                     resources: c.resources.clone(),
                     ..Container::default()
                 })
