@@ -880,10 +880,7 @@ impl KubeCluster {
             }
         }
         match events
-            .create(
-                &PostParams::default(),
-                &self.event_object(event, &write, now),
-            )
+            .create(&PostParams::default(), &self.event_object(event, &write))
             .await
         {
             // Names are unique to this process, so the Event is ours: the events of one pass
@@ -896,12 +893,7 @@ impl KubeCluster {
 
     /// The `events.k8s.io/v1` Event a write of `event` creates, as client-go's event
     /// broadcaster builds it.
-    fn event_object(
-        &self,
-        event: &crate::plan::Event,
-        write: &EventWrite,
-        now: jiff::Timestamp,
-    ) -> K8sEvent {
+    fn event_object(&self, event: &crate::plan::Event, write: &EventWrite) -> K8sEvent {
         let regarding = match &event.object {
             EventObject::Node(name) => ObjectReference {
                 api_version: Some("v1".into()),
@@ -923,10 +915,7 @@ impl KubeCluster {
                 ..ObjectMeta::default()
             },
             event_time: Some(MicroTime(write.first)),
-            series: write.series.clone().map(|mut series| {
-                series.last_observed_time = MicroTime(now);
-                series
-            }),
+            series: write.series.clone(),
             type_: Some(match event.kind {
                 EventType::Normal => "Normal".into(),
                 EventType::Warning => "Warning".into(),
