@@ -120,20 +120,18 @@ pub async fn execute<F, Fut>(
     let in_flight = in_flight.max(1);
     // Some(took effect) once an action finished (held counts as not taking effect).
     let mut finished: Vec<Option<bool>> = vec![None; n];
-    let mut same_object_before: Vec<Option<usize>> = vec![None; n];
-    {
-        let mut last_on: std::collections::HashMap<(u8, &str, &str), usize> =
-            std::collections::HashMap::new();
-        for (i, action) in plan.actions.iter().enumerate() {
-            if let Action::RecordEvent(_) = action {
-                continue;
-            }
-            same_object_before[i] = last_on.insert(object_of(action), i);
-        }
-    }
     let Plan {
         actions, requires, ..
     } = plan;
+    let mut same_object_before: Vec<Option<usize>> = vec![None; n];
+    let mut last_on: std::collections::HashMap<(u8, &str, &str), usize> =
+        std::collections::HashMap::new();
+    for (i, action) in actions.iter().enumerate() {
+        if let Action::RecordEvent(_) = action {
+            continue;
+        }
+        same_object_before[i] = last_on.insert(object_of(action), i);
+    }
     // An action not yet started; taken when it starts or is held.
     let mut unstarted: Vec<Option<Action>> = actions.into_iter().map(Some).collect();
     let mut running = FuturesUnordered::new();

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Node, Pod, PodSpec, PodStatus, PodTemplateSpec,
 };
 use nodewright_schema::approvals::ApprovedBatches;
-use nodewright_schema::{DeploymentPolicy, NodeWright, keys};
+use nodewright_schema::{DeploymentPolicy, NodeWright};
 
 /// Whether a pod has run to its end (`Succeeded` or `Failed`, which Kubernetes never takes
 /// back).
@@ -50,12 +50,10 @@ fn unfinished_job_template_kept(template: &PodTemplateSpec) -> PodTemplateSpec {
                     name: c.name.clone(),
                     image: c.image.clone(),
                     args: c.args.clone(),
-                    env: c.env.as_ref().map(|env| {
-                        env.iter()
-                            .filter(|e| !keys::env::STALENESS_IGNORED.contains(&e.name.as_str()))
-                            .cloned()
-                            .collect()
-                    }),
+                    env: c
+                        .env
+                        .as_ref()
+                        .map(|_| crate::engine::jobs::compared_env(c).cloned().collect()),
                     resources: c.resources.clone(),
                     ..Container::default()
                 })

@@ -978,15 +978,12 @@ struct EventWrite {
 impl EventCorrelator {
     /// What `event` writes now, if anything; records it either way.
     fn admit(&mut self, event: &crate::plan::Event, now: jiff::Timestamp) -> Option<EventWrite> {
-        let object = match &event.object {
-            EventObject::Node(name) => name,
-            EventObject::NodeWright(name) => name,
+        let (kind, object) = match &event.object {
+            EventObject::Node(name) => ("Node", name),
+            EventObject::NodeWright(name) => ("NodeWright", name),
         };
         let key = (
-            match &event.object {
-                EventObject::Node(name) => format!("Node/{name}"),
-                EventObject::NodeWright(name) => format!("NodeWright/{name}"),
-            },
+            format!("{kind}/{object}"),
             event.kind == EventType::Warning,
             event.reason.clone(),
         );

@@ -1008,7 +1008,8 @@ impl MatchTarget {
     }
 }
 
-fn compared_env(container: &Container) -> impl Iterator<Item = &EnvVar> {
+/// A container's variables that staleness compares: all but the run-specific ones (§8.14).
+pub fn compared_env(container: &Container) -> impl Iterator<Item = &EnvVar> {
     container
         .env
         .iter()
