@@ -37,6 +37,11 @@ use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::sim::http::{ServeOptions, SimServer};
 use nodewright_schema::{NodeState, NodeWright, keys};
 
+/// `sim serve` as the `nodewright` binary runs it, with the same allocator: the system's
+/// would make every request of the server under test dearer than a user's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const FLEET: &str = "apiVersion: nodewright.nvidia.com/v1alpha1
 kind: NodeWright
 metadata:

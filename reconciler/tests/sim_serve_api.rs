@@ -1039,6 +1039,64 @@ async fn exact_list(
         .await
 }
 
+/// Pods by node, as a drain watch lists them: a pod bound, moved away by deletion and
+/// re-creation on another node, paged one at a time, and listed as of before the move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_pods_are_listed_by_field_selector_now_paged_and_as_of_before() {
+    let server = serve().await;
+    let client = server.client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "apps");
+    let all: Api<Pod> = Api::all(client);
+    let pod = |name: &str, node: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "example/app:1"}]}
+        }))
+        .unwrap()
+    };
+    for (name, node) in [("a-0", "n1"), ("b-0", "n1"), ("c-0", "n2")] {
+        pods.create(&PostParams::default(), &pod(name, node))
+            .await
+            .unwrap();
+    }
+    let on = |node: &str| kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let names = |list: kube::core::ObjectList<Pod>| -> Vec<String> {
+        list.items.into_iter().map(|p| p.name_any()).collect()
+    };
+    let before = all.list(&on("n1")).await.unwrap();
+    assert_eq!(names(before.clone()), ["a-0", "b-0"]);
+    let before_rv = before.metadata.resource_version.clone();
+
+    pods.delete("a-0", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &pod("a-0", "n2"))
+        .await
+        .unwrap();
+    assert_eq!(names(all.list(&on("n1")).await.unwrap()), ["b-0"]);
+    assert_eq!(names(all.list(&on("n2")).await.unwrap()), ["a-0", "c-0"]);
+    assert!(all.list(&on("n9")).await.unwrap().items.is_empty());
+
+    // One pod per page: the continue token resumes within the node's pods.
+    let first = all.list(&on("n2").limit(1)).await.unwrap();
+    let token = first.metadata.continue_.clone().expect("a second page");
+    assert_eq!(names(first), ["a-0"]);
+    let second = all
+        .list(&on("n2").limit(1).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(names(second), ["c-0"]);
+
+    // As of before the move, a-0 was on n1 and not on n2.
+    let then = |node: &str| kube::api::ListParams {
+        resource_version: before_rv.clone(),
+        version_match: Some(kube::api::VersionMatch::Exact),
+        ..on(node)
+    };
+    assert_eq!(names(all.list(&then("n1")).await.unwrap()), ["a-0", "b-0"]);
+    assert_eq!(names(all.list(&then("n2")).await.unwrap()), ["c-0"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_logs_of_a_job_reads_that_jobs_pod() {
     use nodewright_reconciler::job::Job;

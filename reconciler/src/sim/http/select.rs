@@ -76,6 +76,14 @@ impl FieldSelector {
         Ok(FieldSelector(terms))
     }
 
+    /// The value `path` must equal, when a term requires one.
+    pub fn required(&self, path: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(p, eq, _)| *eq && p == path)
+            .map(|(_, _, value)| value.as_str())
+    }
+
     /// Whether an object satisfies every term.
     pub fn matches(&self, object: &Value) -> bool {
         self.0

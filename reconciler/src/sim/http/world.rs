@@ -14,7 +14,7 @@
 //! its twin side by side: one concept, the mapping of API writes onto the simulator.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -92,7 +92,13 @@ impl LogEntry {
 
 /// The published objects, one map per resource; custom resources' maps appear on first write.
 #[derive(Default)]
-struct Store(Vec<BTreeMap<ObjKey, Arc<Value>>>);
+struct Store {
+    by_rid: Vec<BTreeMap<ObjKey, Arc<Value>>>,
+    /// Pods by `spec.nodeName`, as the apiserver's watch cache indexes them: a list of one
+    /// node's pods (each reconciler's drain watch starts with one) reads that node's pods,
+    /// not every pod of the cluster.
+    pods_by_node: HashMap<String, BTreeSet<ObjKey>>,
+}
 
 /// What a resource without objects reads as.
 static NO_OBJECTS: BTreeMap<ObjKey, Arc<Value>> = BTreeMap::new();
@@ -100,16 +106,72 @@ static NO_OBJECTS: BTreeMap<ObjKey, Arc<Value>> = BTreeMap::new();
 impl std::ops::Index<Rid> for Store {
     type Output = BTreeMap<ObjKey, Arc<Value>>;
     fn index(&self, rid: Rid) -> &Self::Output {
-        self.0.get(rid).unwrap_or(&NO_OBJECTS)
+        self.by_rid.get(rid).unwrap_or(&NO_OBJECTS)
     }
 }
 
-impl std::ops::IndexMut<Rid> for Store {
-    fn index_mut(&mut self, rid: Rid) -> &mut Self::Output {
-        if self.0.len() <= rid {
-            self.0.resize_with(rid + 1, BTreeMap::new);
+/// The node a pod is bound to, as its field selector reads it.
+fn pod_node(pod: &Value) -> Option<&str> {
+    pod.pointer("/spec/nodeName").and_then(Value::as_str)
+}
+
+impl Store {
+    /// Stores an object under its key; the object it replaces.
+    fn insert(&mut self, rid: Rid, key: ObjKey, value: Arc<Value>) -> Option<Arc<Value>> {
+        if self.by_rid.len() <= rid {
+            self.by_rid.resize_with(rid + 1, BTreeMap::new);
         }
-        &mut self.0[rid]
+        if rid == resources::PODS {
+            let node = pod_node(&value).map(str::to_string);
+            let prev = self.by_rid[rid].insert(key.clone(), value);
+            self.unindex_pod(&key, prev.as_deref());
+            if let Some(node) = node {
+                self.pods_by_node.entry(node).or_default().insert(key);
+            }
+            return prev;
+        }
+        self.by_rid[rid].insert(key, value)
+    }
+
+    /// Removes an object; the object removed.
+    fn remove(&mut self, rid: Rid, key: &ObjKey) -> Option<Arc<Value>> {
+        let removed = self.by_rid.get_mut(rid)?.remove(key);
+        if rid == resources::PODS {
+            self.unindex_pod(key, removed.as_deref());
+        }
+        removed
+    }
+
+    fn unindex_pod(&mut self, key: &ObjKey, pod: Option<&Value>) {
+        if let Some(node) = pod.and_then(pod_node)
+            && let Some(keys) = self.pods_by_node.get_mut(node)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.pods_by_node.remove(node);
+            }
+        }
+    }
+
+    /// `rid`'s objects from `start` on, in key order: of pods bound to `node` only, when
+    /// the request selects one node's pods.
+    fn range<'a>(
+        &'a self,
+        rid: Rid,
+        start: Bound<ObjKey>,
+        node: Option<&str>,
+    ) -> Box<dyn Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a> {
+        let objects = &self[rid];
+        match node {
+            Some(node) if rid == resources::PODS => Box::new(
+                self.pods_by_node
+                    .get(node)
+                    .into_iter()
+                    .flat_map(move |keys| keys.range((start.clone(), Bound::Unbounded)))
+                    .filter_map(move |key| objects.get_key_value(key)),
+            ),
+            _ => Box::new(objects.range((start, Bound::Unbounded))),
+        }
     }
 }
 
@@ -217,14 +279,14 @@ fn sync_kind<K: Ord + Clone, T>(
     current: &mut Tracked<K, T>,
     served: &mut BTreeMap<K, ObjKey>,
     counter: &mut u64,
-    objects: &mut BTreeMap<ObjKey, Arc<Value>>,
+    objects: &mut Store,
     out: &mut Vec<LogEntry>,
 ) where
     T: Resource + Serialize,
 {
     for k in current.take_changed() {
         let Some(obj) = current.get_mut_unrecorded(&k) else {
-            if let Some(prev) = served.remove(&k).and_then(|key| objects.remove(&key)) {
+            if let Some(prev) = served.remove(&k).and_then(|key| objects.remove(rid, &key)) {
                 *counter += 1;
                 let mut value = (*prev).clone();
                 value["metadata"]["resourceVersion"] = json!(counter.to_string());
@@ -241,7 +303,7 @@ fn sync_kind<K: Ord + Clone, T>(
         let mut value = to_value(obj);
         // The served key comes from the object: a simulator key may leave out its namespace.
         let key = key_of(&value);
-        let prev = objects.get(&key);
+        let prev = objects[rid].get(&key);
         let type_ = match prev {
             Some(p) if **p == value => continue,
             Some(p) => {
@@ -263,7 +325,7 @@ fn sync_kind<K: Ord + Clone, T>(
         };
         let value = Arc::new(value);
         served.insert(k, key.clone());
-        let prev = objects.insert(key, value.clone());
+        let prev = objects.insert(rid, key, value.clone());
         out.push(LogEntry::new(rv_of(&value), rid, type_, value, prev));
     }
 }
@@ -786,9 +848,8 @@ impl Inner {
             (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
             (None, None) => Bound::Unbounded,
         };
-        let mut now = self.objects[rid]
-            .range((start.clone(), Bound::Unbounded))
-            .peekable();
+        let node = sel.fields.required("spec.nodeName");
+        let mut now = self.objects.range(rid, start.clone(), node).peekable();
         let mut past = then.range((start, Bound::Unbounded)).peekable();
         let mut items = Vec::new();
         let mut last: Option<ObjKey> = None;
@@ -919,7 +980,7 @@ impl Inner {
         if rid == resources::CRDS && value.pointer("/metadata/deletionTimestamp").is_none() {
             self.crds.register(&value);
         }
-        let prev = self.objects[rid].insert(key_of(&value), value.clone());
+        let prev = self.objects.insert(rid, key_of(&value), value.clone());
         self.append(LogEntry::new(
             rv,
             rid,
@@ -940,7 +1001,7 @@ impl Inner {
                 self.remove_generic(served, &key);
             }
         }
-        if let Some(old) = self.objects[rid].remove(key) {
+        if let Some(old) = self.objects.remove(rid, key) {
             let rv = self.next_rv();
             let mut value = (*old).clone();
             value["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -966,7 +1027,7 @@ impl Inner {
             &mut sim.nodes,
             &mut seen.nodes,
             counter,
-            &mut objects[resources::NODES],
+            objects,
             &mut out,
         );
         sync_kind(
@@ -974,7 +1035,7 @@ impl Inner {
             &mut sim.pods,
             &mut seen.pods,
             counter,
-            &mut objects[resources::PODS],
+            objects,
             &mut out,
         );
         sync_kind(
@@ -982,7 +1043,7 @@ impl Inner {
             &mut sim.jobs,
             &mut seen.jobs,
             counter,
-            &mut objects[resources::JOBS],
+            objects,
             &mut out,
         );
         sync_kind(
@@ -990,7 +1051,7 @@ impl Inner {
             &mut sim.config_maps,
             &mut seen.config_maps,
             counter,
-            &mut objects[resources::CONFIG_MAPS],
+            objects,
             &mut out,
         );
         sync_kind(
@@ -998,7 +1059,7 @@ impl Inner {
             &mut sim.pdbs,
             &mut seen.pdbs,
             counter,
-            &mut objects[resources::PDBS],
+            objects,
             &mut out,
         );
         sync_kind(
@@ -1006,7 +1067,7 @@ impl Inner {
             &mut sim.nodewrights,
             &mut seen.nodewrights,
             counter,
-            &mut objects[resources::NODEWRIGHTS],
+            objects,
             &mut out,
         );
         sync_kind(
@@ -1014,7 +1075,7 @@ impl Inner {
             &mut sim.policies,
             &mut seen.policies,
             counter,
-            &mut objects[resources::POLICIES],
+            objects,
             &mut out,
         );
         out.sort_by_key(|e| e.rv);
