@@ -848,7 +848,11 @@ impl Inner {
             (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
             (None, None) => Bound::Unbounded,
         };
-        let node = sel.fields.required("spec.nodeName");
+        // Pods bound to no node (`spec.nodeName=`) are not indexed.
+        let node = sel
+            .fields
+            .required("spec.nodeName")
+            .filter(|node| !node.is_empty());
         let mut now = self.objects.range(rid, start.clone(), node).peekable();
         let mut past = then.range((start, Bound::Unbounded)).peekable();
         let mut items = Vec::new();
@@ -1862,5 +1866,54 @@ impl Inner {
             .map_err(eviction_error)?;
         self.sim.record_history(format!("evict {namespace}/{name}"));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{ModelRunner, PackageModels};
+
+    fn selecting(fields: &str) -> Selectors {
+        Selectors {
+            fields: super::super::select::FieldSelector::parse(fields).unwrap(),
+            ..Selectors::default()
+        }
+    }
+
+    /// A pod without `spec.nodeName` is in no node's index, yet `spec.nodeName=` selects
+    /// it, as the field reads empty on the apiserver.
+    #[test]
+    fn a_pod_bound_to_no_node_is_listed_by_an_empty_node_name() {
+        let sim = SimCluster::new(
+            "nodewright",
+            Box::new(ModelRunner::new(PackageModels::default())),
+            7,
+        );
+        let world = World::new(sim);
+        world.with(|inner| {
+            for (name, spec) in [("unbound", json!({})), ("bound", json!({"nodeName": "n1"}))] {
+                inner.put_generic(
+                    resources::PODS,
+                    json!({"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": name, "namespace": "apps"}, "spec": spec}),
+                    None,
+                );
+            }
+        });
+        let names = |fields: &str| -> Vec<String> {
+            world.read(|inner| {
+                let page = inner
+                    .list_page(resources::PODS, None, &selecting(fields), None, None, None)
+                    .unwrap();
+                page.items
+                    .iter()
+                    .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+                    .collect()
+            })
+        };
+        assert_eq!(names("spec.nodeName="), ["unbound"]);
+        assert_eq!(names("spec.nodeName=n1"), ["bound"]);
+        assert_eq!(names("spec.nodeName!=n1"), ["unbound"]);
     }
 }
