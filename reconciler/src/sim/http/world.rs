@@ -110,9 +110,11 @@ impl std::ops::Index<Rid> for Store {
     }
 }
 
-/// The node a pod is bound to, as its field selector reads it.
+/// The node a pod is bound to, if any (an empty `spec.nodeName` binds it to none).
 fn pod_node(pod: &Value) -> Option<&str> {
-    pod.pointer("/spec/nodeName").and_then(Value::as_str)
+    pod.pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|node| !node.is_empty())
 }
 
 impl Store {
@@ -848,7 +850,7 @@ impl Inner {
             (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
             (None, None) => Bound::Unbounded,
         };
-        // Pods bound to no node (`spec.nodeName=`) are not indexed.
+        // The index holds bound pods only: `spec.nodeName=` reads every pod.
         let node = sel
             .fields
             .required("spec.nodeName")
