@@ -738,6 +738,17 @@ impl KubeCluster {
         }
     }
 
+    /// Patches a NodeWright's status and leaves the answer undecoded: it is the whole
+    /// NodeWright, megabytes for a status of ten thousand nodes, and its watch event brings
+    /// the same object to the store.
+    async fn patch_nodewright_status(&self, name: &str, body: &Value) -> Result<(), kube::Error> {
+        let mut request = kube::core::Request::new(NodeWright::url_path(&(), None))
+            .patch_subresource("status", name, &write_params(), &Patch::Merge(body))
+            .map_err(kube::Error::BuildRequest)?;
+        request.extensions_mut().insert("patch_status");
+        self.client.request_text(request).await.map(drop)
+    }
+
     async fn patch_node(&self, patch: &NodePatch) -> Result<Outcome, ClusterError> {
         let api = Api::<Node>::all(self.client.clone());
         for attempt in 0..CONFLICT_RETRIES {
@@ -1507,10 +1518,7 @@ impl Cluster for KubeCluster {
                         return Ok(Outcome::Done);
                     }
                     let body = json!({"metadata": {"resourceVersion": current.resource_version()}, "status": diff});
-                    match nodewrights
-                        .patch_status(name, &write_params(), &Patch::Merge(&body))
-                        .await
-                    {
+                    match self.patch_nodewright_status(name, &body).await {
                         Ok(_) => return Ok(Outcome::Done),
                         Err(e) if status_code(&e) == Some(409) => continue,
                         Err(e) => return Err(api_error("patch nodewright status", e)),
