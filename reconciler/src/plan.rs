@@ -633,13 +633,18 @@ impl<V: PartialEq> MapPatch<V> {
         let had = map.is_some();
         let mut map = map.unwrap_or_default();
         if self.replace {
-            let kept: BTreeMap<String, V> = self
-                .set
-                .iter()
-                .filter_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())))
-                .collect();
-            *changed |= kept != map;
-            map = kept;
+            // In place: a whole-map write of a large fleet usually changes a few entries.
+            let before = map.len();
+            map.retain(|k, _| matches!(self.set.get(k), Some(Some(_))));
+            *changed |= map.len() != before;
+            for (k, v) in &self.set {
+                if let Some(v) = v
+                    && map.get(k) != Some(v)
+                {
+                    map.insert(k.clone(), v.clone());
+                    *changed = true;
+                }
+            }
         } else {
             for (node, value) in &self.set {
                 match value {
@@ -867,5 +872,16 @@ mod tests {
         assert!(emptied.apply(&mut out));
         assert_eq!(out.node_status, None);
         assert!(!emptied.apply(&mut out));
+
+        // One entry changed, one added: the rest of the map is kept as it was.
+        let changed = status_with_nodes(&[
+            ("n1", Status::Complete),
+            ("n2", Status::Complete),
+            ("n3", Status::Waiting),
+        ]);
+        let mut out = live.clone();
+        assert!(StatusPatch::whole(changed.clone()).apply(&mut out));
+        assert_eq!(out, changed);
+        assert!(!StatusPatch::whole(changed.clone()).apply(&mut out));
     }
 }

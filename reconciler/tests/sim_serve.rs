@@ -1380,7 +1380,8 @@ async fn the_api_subset_behaves_like_an_apiserver() {
             .deletion_timestamp
             .is_some()
     );
-    leases
+    // The write that removes the last finalizer answers with the object as written.
+    let released = leases
         .patch(
             "held",
             &PatchParams::default(),
@@ -1388,6 +1389,8 @@ async fn the_api_subset_behaves_like_an_apiserver() {
         )
         .await
         .unwrap();
+    assert_eq!(released.metadata.name.as_deref(), Some("held"));
+    assert!(released.metadata.deletion_timestamp.is_some());
     assert!(leases.get_opt("held").await.unwrap().is_none());
 }
 

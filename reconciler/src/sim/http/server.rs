@@ -599,9 +599,11 @@ fn dispatch(
                         });
                     }
                     shared.world.with(|inner| {
-                        let new = replaced(&*inner.require(rid, &key)?);
-                        inner.update(rid, &key, status, new.clone())?;
-                        Ok(respond_or(inner, rid, &key, &new))
+                        let old = inner.require(rid, &key)?;
+                        let new = replaced(&old);
+                        let vanishing = vanishing(&old, &new);
+                        inner.update(rid, &key, status, new)?;
+                        Ok(respond_or(inner, rid, &key, vanishing))
                     })
                 }
                 (&Method::PATCH, Some(key), sub @ (None | Some("status"))) => {
@@ -655,9 +657,11 @@ fn dispatch(
                             inner.apply(rid, &key, patch.clone())?;
                             return respond_with(inner, rid, &key, 200);
                         }
-                        let new = patched(&*inner.require(rid, &key)?)?;
-                        inner.update(rid, &key, status, new.clone())?;
-                        Ok(respond_or(inner, rid, &key, &new))
+                        let old = inner.require(rid, &key)?;
+                        let new = patched(&old)?;
+                        let vanishing = vanishing(&old, &new);
+                        inner.update(rid, &key, status, new)?;
+                        Ok(respond_or(inner, rid, &key, vanishing))
                     })
                 }
                 (&Method::DELETE, Some(key), None) => {
@@ -796,13 +800,28 @@ fn respond_or(
     inner: &mut super::world::Inner,
     rid: Rid,
     key: &ObjKey,
-    written: &Value,
+    written: Option<Value>,
 ) -> Response {
     inner.publish();
-    match inner.get(rid, key) {
-        Some(v) => stored_object_response(200, v),
-        None => json_response(200, written),
+    match (inner.get(rid, key), written) {
+        (Some(v), _) => stored_object_response(200, v),
+        (None, Some(written)) => json_response(200, &written),
+        (None, None) => json_response(
+            200,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+        ),
     }
+}
+
+/// The object an update writes, kept for the answer when the update may remove it: only a
+/// terminating object can go (its last finalizer removed), and the apiserver then answers
+/// with the object as written. Any other update is answered with the stored object.
+fn vanishing(old: &Value, new: &Value) -> Option<Value> {
+    let terminating = |v: &Value| {
+        v.pointer("/metadata/deletionTimestamp")
+            .is_some_and(|t| !t.is_null())
+    };
+    (terminating(old) || terminating(new)).then(|| new.clone())
 }
 
 /// The answer to a write: the stored object, encoded as the connection sends it, after the

@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Resource;
 use nodewright_schema::validate::{validate_nodewright_value, validate_policy_value};
-use nodewright_schema::{DeploymentPolicy, NodeWright, keys};
+use nodewright_schema::{DeploymentPolicy, NodeWright, NodeWrightStatus, keys};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -264,10 +264,19 @@ fn outcome_error(outcome: Outcome, rid: Rid, name: &str) -> Result<(), ApiError>
 }
 
 fn decode<T: serde::de::DeserializeOwned>(value: &Value, rid: Rid) -> Result<T, ApiError> {
+    decode_part(value, rid, &key_of(value).1)
+}
+
+/// `value`, a part of the object `name` of kind `rid`, decoded as `T` (422 otherwise).
+fn decode_part<T: serde::de::DeserializeOwned>(
+    value: &Value,
+    rid: Rid,
+    name: &str,
+) -> Result<T, ApiError> {
     T::deserialize(value).map_err(|e| {
         ApiError::invalid(
             rid,
-            &key_of(value).1,
+            name,
             format!("cannot decode {}: {e}", resources::def(rid).kind),
         )
     })
@@ -1538,12 +1547,14 @@ impl Inner {
                 Ok(())
             }
             (resources::NODEWRIGHTS, true) => {
-                let after: NodeWright = decode(&new, rid)?;
+                // Through the status subresource only the status is written: only it is read.
+                let status: Option<NodeWrightStatus> =
+                    decode_part(new.get("status").unwrap_or(&Value::Null), rid, name)?;
                 let outcome = self
                     .sim
                     .execute(&Action::PatchNodeWrightStatus {
                         name: name.to_string(),
-                        patch: Box::new(StatusPatch::whole(after.status.unwrap_or_default())),
+                        patch: Box::new(StatusPatch::whole(status.unwrap_or_default())),
                     })
                     .map_err(sim_error)?;
                 outcome_error(outcome, rid, name)
