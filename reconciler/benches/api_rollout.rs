@@ -6,7 +6,8 @@
 //!   same fleet;
 //! - the reconciler's requests per node, by verb and resource (its own summary);
 //! - its writes per node-state transition (each change of a package's stage or state in a
-//!   node's state annotation, counted by a watch of this process);
+//!   node's state annotation, counted by a watch of this process), and its node writes per
+//!   change of the node's recorded state (an entry, or the node's Status);
 //! - its CPU seconds and peak resident memory;
 //! - `sim serve`'s latency for one object (a GET of a node, a merge PATCH of a ConfigMap, as
 //!   this process's client sees it on loopback), idle before the rollout and while it runs.
@@ -85,14 +86,25 @@ fn git(dir: &std::path::Path, args: &[&str]) {
     assert!(status.success(), "git {args:?}");
 }
 
-/// Counts changes of (stage, state) of every package in the nodes' state annotations.
-async fn count_transitions(api: Api<Node>, transitions: Arc<AtomicU64>) {
+/// Counts changes of (stage, state) of every package in the nodes' state annotations, and
+/// changes of the nodes' Status (`status_<nw>`: waiting, in_progress, blocked, complete, …).
+async fn count_transitions(api: Api<Node>, transitions: Arc<AtomicU64>, statuses: Arc<AtomicU64>) {
     let key = keys::node_state("gpu");
+    let status_key = keys::status("gpu");
     let mut seen: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut seen_status: BTreeMap<String, String> = BTreeMap::new();
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
     while let Some(event) = events.next().await {
         let Ok(node) = event else { continue };
-        let Some(value) = node.metadata.annotations.as_ref().and_then(|a| a.get(&key)) else {
+        let annotations = node.metadata.annotations.as_ref();
+        if let Some(status) = annotations.and_then(|a| a.get(&status_key)) {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            if seen_status.get(&name) != Some(status) {
+                statuses.fetch_add(1, Ordering::Relaxed);
+                seen_status.insert(name, status.clone());
+            }
+        }
+        let Some(value) = annotations.and_then(|a| a.get(&key)) else {
             continue;
         };
         let Ok(state) = NodeState::parse(value) else {
@@ -236,12 +248,14 @@ fn main() {
         .write_kubeconfig(&kubeconfig)
         .expect("the kubeconfig is written");
     let transitions = Arc::new(AtomicU64::new(0));
+    let statuses = Arc::new(AtomicU64::new(0));
     let client = runtime
         .block_on(server.client())
         .expect("a client of sim serve");
     runtime.spawn(count_transitions(
         Api::all(client.clone()),
         transitions.clone(),
+        statuses.clone(),
     ));
 
     let node_api: Api<Node> = Api::all(client.clone());
@@ -334,6 +348,15 @@ fn main() {
         transitions as f64 / nodes.max(1) as f64,
         node_writes as f64 / transitions.max(1) as f64,
         writes as f64 / transitions.max(1) as f64
+    );
+    // A Status change (§5.8, §5.12, §10.1) is a change of the node's recorded state too, and
+    // the spec writes some alone: waiting, blocked during a reboot, complete after the last
+    // entry.
+    let statuses = statuses.load(Ordering::Relaxed);
+    println!(
+        "node Status changes: {statuses} ({:.1} per node); node writes per change of an entry or the Status: {:.2}",
+        statuses as f64 / nodes.max(1) as f64,
+        node_writes as f64 / (transitions + statuses).max(1) as f64
     );
     if !output.status.success() {
         println!("the reconciler's last lines:");
