@@ -1639,3 +1639,38 @@ async fn container_logs_are_read_followed_and_snapshotted_over_http() {
         assert_eq!(String::from_utf8_lossy(&out.stdout), whole);
     }
 }
+
+/// Merge patches without a resourceVersion, sent at once to one node while the clock ticks,
+/// all take effect: none is built on a copy another write has replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_merge_patches_of_one_object_all_take_effect() {
+    let server = serve(world(), 10.0).await;
+    let client = server.client().await.unwrap();
+    let nodes: Api<Node> = Api::all(client);
+    let writers: Vec<_> = (0..32)
+        .map(|i| {
+            let nodes = nodes.clone();
+            tokio::spawn(async move {
+                let patch =
+                    json!({"metadata": {"annotations": {format!("example.com/w{i}"): "x"}}});
+                nodes
+                    .patch("n0", &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .unwrap();
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let annotations = nodes.get("n0").await.unwrap().metadata.annotations.unwrap();
+    let written = (0..32)
+        .filter(|i| {
+            annotations
+                .get(&format!("example.com/w{i}"))
+                .map(String::as_str)
+                == Some("x")
+        })
+        .count();
+    assert_eq!(written, 32);
+}
