@@ -601,9 +601,7 @@ fn dispatch(
                     shared.world.with(|inner| {
                         let old = inner.require(rid, &key)?;
                         let new = replaced(&old);
-                        let vanishing = vanishing(&old, &new);
-                        inner.update(rid, &key, status, new)?;
-                        Ok(respond_or(inner, rid, &key, vanishing))
+                        update_and_respond(inner, rid, &key, status, &old, new)
                     })
                 }
                 (&Method::PATCH, Some(key), sub @ (None | Some("status"))) => {
@@ -659,9 +657,7 @@ fn dispatch(
                         }
                         let old = inner.require(rid, &key)?;
                         let new = patched(&old)?;
-                        let vanishing = vanishing(&old, &new);
-                        inner.update(rid, &key, status, new)?;
-                        Ok(respond_or(inner, rid, &key, vanishing))
+                        update_and_respond(inner, rid, &key, status, &old, new)
                     })
                 }
                 (&Method::DELETE, Some(key), None) => {
@@ -693,10 +689,7 @@ fn dispatch(
                             for object in inner.list(rid, scope, &sel) {
                                 inner.delete_dry_run(rid, &super::world::key_of(&object), &opts)?;
                             }
-                            Ok(json_response(
-                                200,
-                                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
-                            ))
+                            Ok(success_status())
                         });
                     }
                     shared.world.with(|inner| {
@@ -708,10 +701,7 @@ fn dispatch(
                         for key in keys {
                             inner.delete(rid, &key, &opts)?;
                         }
-                        Ok(json_response(
-                            200,
-                            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
-                        ))
+                        Ok(success_status())
                     })
                 }
                 _ => Err(ApiError::new(
@@ -794,34 +784,38 @@ fn respond_with(
         .ok_or_else(|| ApiError::not_found(rid, &key.1))
 }
 
-/// The object after a write, or — when the write removed it (the last finalizer of an object
-/// being deleted) — the object as written, as the apiserver answers.
-fn respond_or(
+/// Writes `new` over `old` and answers as the apiserver does: with the stored object, or with
+/// the object as written when the write removed it.
+fn update_and_respond(
     inner: &mut super::world::Inner,
     rid: Rid,
     key: &ObjKey,
-    written: Option<Value>,
-) -> Response {
-    inner.publish();
-    match (inner.get(rid, key), written) {
-        (Some(v), _) => stored_object_response(200, v),
-        (None, Some(written)) => json_response(200, &written),
-        (None, None) => json_response(
-            200,
-            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
-        ),
-    }
-}
-
-/// The object an update writes, kept for the answer when the update may remove it: only a
-/// terminating object can go (its last finalizer removed), and the apiserver then answers
-/// with the object as written. Any other update is answered with the stored object.
-fn vanishing(old: &Value, new: &Value) -> Option<Value> {
+    status: bool,
+    old: &Value,
+    new: Value,
+) -> Result<Response, ApiError> {
+    // Only a terminating object can go (its last finalizer removed): only then is a copy of
+    // what was written kept for the answer.
     let terminating = |v: &Value| {
         v.pointer("/metadata/deletionTimestamp")
             .is_some_and(|t| !t.is_null())
     };
-    (terminating(old) || terminating(new)).then(|| new.clone())
+    let written = (terminating(old) || terminating(&new)).then(|| new.clone());
+    inner.update(rid, key, status, new)?;
+    inner.publish();
+    Ok(match (inner.get(rid, key), written) {
+        (Some(v), _) => stored_object_response(200, v),
+        (None, Some(written)) => json_response(200, &written),
+        (None, None) => success_status(),
+    })
+}
+
+/// The apiserver's bare `Status` for a request that succeeded with no object to return.
+fn success_status() -> Response {
+    json_response(
+        200,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+    )
 }
 
 /// The answer to a write: the stored object, encoded as the connection sends it, after the
