@@ -17,7 +17,8 @@
 //! Run: `cargo bench -p nodewright-reconciler --bench api_rollout`. Environment:
 //! `API_BENCH_NODES` (default 100), `API_BENCH_SPEED` (virtual seconds per wall second, default
 //! 30), `API_BENCH_QPS` and `API_BENCH_BURST` (the reconciler's `--kube-qps`/`--kube-burst`,
-//! default 20 and 30 as upstream's operator).
+//! default 20 and 30 as upstream's operator), `API_BENCH_LOG` (a file to keep the reconciler's
+//! log in; `RUST_LOG` reaches it).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -316,6 +317,10 @@ fn main() {
     patches.report("merge PATCH configmap");
     let virtual_secs = server.clock().now().duration_since(virtual_start).as_secs();
     let stderr = String::from_utf8_lossy(&output.stderr);
+    // The reconciler's whole log, for a look at its passes (e.g. with `RUST_LOG=debug`).
+    if let Some(path) = std::env::var_os("API_BENCH_LOG") {
+        std::fs::write(&path, stderr.as_bytes()).expect("the reconciler's log is written");
+    }
     println!(
         "through the API: exit {} after {:.1} s wall, {virtual_secs} s of virtual time ({:.2}× the in-process simulator's)",
         output.status.code().unwrap_or(-1),

@@ -47,9 +47,11 @@ pub struct ServedCrd {
 }
 
 /// The CRDs a server serves, by CRD name.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct CrdRegistry {
     crds: BTreeMap<String, ServedCrd>,
+    /// How many times what is served changed: a copy that counts as many serves the same.
+    changes: u64,
 }
 
 fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
@@ -212,6 +214,7 @@ impl CrdRegistry {
             })
         });
         let name = text(crd, "/metadata/name").to_string();
+        self.changes += 1;
         self.crds.insert(
             name.clone(),
             ServedCrd {
@@ -229,10 +232,16 @@ impl CrdRegistry {
 
     /// Stops serving the CRD `name`; returns the custom resource it served.
     pub fn unregister(&mut self, name: &str) -> Option<Rid> {
+        self.changes += 1;
         self.crds
             .remove(name)
             .filter(|served| !served.builtin)
             .map(|served| served.rid)
+    }
+
+    /// How many times what is served changed.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// The custom resource served for a group, version and plural.

@@ -298,7 +298,7 @@ fn request_labels(
         namespace,
         name,
         sub,
-    } = shared.world.read(|inner| route(path, &inner.crds))
+    } = route(path, &shared.world.crds())
     else {
         return labels;
     };
@@ -348,8 +348,7 @@ fn check_fields(
         Method::PATCH => "PatchOptions",
         _ => return Ok((Vec::new(), None)),
     };
-    let Route::Resource { rid, sub, .. } = shared.world.read(|inner| route(path, &inner.crds))
-    else {
+    let Route::Resource { rid, sub, .. } = route(path, &shared.world.crds()) else {
         return Ok((Vec::new(), None));
     };
     if !matches!(sub.as_deref(), None | Some("status"))
@@ -392,7 +391,7 @@ fn dispatch(
     if let Some(response) = super::openapi::serve(&shared.world, path, query) {
         return response;
     }
-    match shared.world.read(|inner| route(path, &inner.crds)) {
+    match route(path, &shared.world.crds()) {
         Route::Root => Ok(json_response(
             200,
             &json!({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/metrics", "/openapi/v2", "/openapi/v3", "/readyz", "/version"]}),
@@ -1066,26 +1065,24 @@ fn watch(
                 return None;
             }
             st.rx.borrow_and_update();
-            // The lock is held only to collect the new changes; selecting and encoding them
-            // happen outside it, so a busy watch never stalls the writers.
+            // The log's lock is held only to collect the new changes; selecting and encoding
+            // them happen outside it, so a busy watch never stalls the writers.
             let mut fresh = Vec::new();
-            let mut view = None;
-            let gone = st.world.read(|inner| {
-                if st.cursor < inner.floor() {
+            let gone = st.world.read_log(|log| {
+                if st.cursor < log.floor() {
                     return true;
                 }
                 fresh.extend(
-                    inner
-                        .entries_after(st.cursor)
+                    log.entries_after(st.cursor)
                         .filter(|entry| entry.rid == st.rid)
                         .cloned(),
                 );
-                if st.table {
-                    view = Some(table_row(st.rid, inner));
-                }
-                st.cursor = st.cursor.max(inner.resource_version());
+                st.cursor = st.cursor.max(log.published());
                 false
             });
+            let view = st
+                .table
+                .then(|| st.world.read(|inner| table_row(st.rid, inner)));
             for entry in &fresh {
                 if !st.delay.is_zero() {
                     tokio::time::sleep_until((entry.at + st.delay).into()).await;

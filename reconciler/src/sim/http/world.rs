@@ -201,18 +201,75 @@ pub struct Inner {
     pub crds: super::crds::CrdRegistry,
     /// The simulated kubelets' lease renewals (see [`super::leases`]).
     pub(super) node_leases: super::leases::NodeLeases,
-    log: VecDeque<Arc<LogEntry>>,
-    floor: u64,
+    log: Arc<Mutex<WatchLog>>,
     fail_updates: u32,
     conflicts: u64,
     /// Namespaces being deleted: each goes once nothing is left in it.
     terminating: BTreeSet<String>,
 }
 
-/// The served world: one lock, plus a channel that wakes watches after every change.
+/// The changes watches report and lists at an older resourceVersion read, behind a lock of
+/// their own: a watch collecting what is new never waits for a write in progress.
+pub struct WatchLog {
+    entries: VecDeque<Arc<LogEntry>>,
+    /// The oldest resourceVersion a watch can resume from.
+    floor: u64,
+    /// The world's resourceVersion when its last write was published: entries above it
+    /// belong to a write still in progress.
+    published: u64,
+}
+
+impl WatchLog {
+    /// The oldest resourceVersion a watch can resume from.
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// The resourceVersion every published change is at or below.
+    pub fn published(&self) -> u64 {
+        self.published
+    }
+
+    /// Published entries after `rv`, in order.
+    pub fn entries_after(&self, rv: u64) -> impl Iterator<Item = &Arc<LogEntry>> {
+        let start = self.entries.partition_point(|e| e.rv <= rv);
+        self.entries
+            .range(start..)
+            .take_while(|e| e.rv <= self.published)
+    }
+
+    fn append(&mut self, entry: LogEntry) {
+        self.entries.push_back(Arc::new(entry));
+        while self.entries.len() > LOG_CAPACITY {
+            if let Some(old) = self.entries.pop_front() {
+                self.floor = old.rv;
+            }
+        }
+    }
+
+    /// Forgets every entry: watches and continue tokens from before `rv` get 410 Gone.
+    fn compact_to(&mut self, rv: u64) {
+        self.entries.clear();
+        self.floor = rv;
+        self.published = rv;
+    }
+}
+
+/// The served world: its objects behind one lock, the watch log and the CRDs that route
+/// requests behind their own (taken after the world's, never before), plus a channel that
+/// wakes watches after every change.
 pub struct World {
     inner: Mutex<Inner>,
+    /// The log `inner` appends to, for watches.
+    log: Arc<Mutex<WatchLog>>,
+    /// The CRDs served as of the last write: what routes a request, read without the world.
+    crds: Mutex<Arc<super::crds::CrdRegistry>>,
     changed: tokio::sync::watch::Sender<u64>,
+}
+
+fn lock_log(log: &Mutex<WatchLog>) -> MutexGuard<'_, WatchLog> {
+    // Every change of the log completes under the lock, so a panic elsewhere leaves it whole.
+    log.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn to_value<T: Serialize>(value: &T) -> Value {
@@ -727,8 +784,11 @@ impl World {
             crds: Default::default(),
             node_leases: Default::default(),
             seen: Seen::default(),
-            log: VecDeque::new(),
-            floor: 0,
+            log: Arc::new(Mutex::new(WatchLog {
+                entries: VecDeque::new(),
+                floor: 0,
+                published: 0,
+            })),
             fail_updates: 0,
             conflicts: 0,
             terminating: BTreeSet::new(),
@@ -736,10 +796,11 @@ impl World {
         inner.sim.track_changes();
         inner.seed();
         inner.publish();
-        inner.log.clear();
-        inner.floor = inner.sim.resource_version;
+        inner.compact();
         let (changed, _) = tokio::sync::watch::channel(inner.sim.resource_version);
         World {
+            log: inner.log.clone(),
+            crds: Mutex::new(Arc::new(inner.crds.clone())),
             inner: Mutex::new(inner),
             changed,
         }
@@ -757,6 +818,13 @@ impl World {
         let out = f(&mut inner);
         inner.publish();
         let rv = inner.sim.resource_version;
+        lock_log(&self.log).published = rv;
+        {
+            let mut crds = self.crds.lock().unwrap_or_else(|e| e.into_inner());
+            if crds.changes() != inner.crds.changes() {
+                *crds = Arc::new(inner.crds.clone());
+            }
+        }
         drop(inner);
         self.changed.send_if_modified(|seen| {
             let moved = *seen != rv;
@@ -769,6 +837,16 @@ impl World {
     /// Reads the world without changing it.
     pub fn read<R>(&self, f: impl FnOnce(&Inner) -> R) -> R {
         f(&self.lock())
+    }
+
+    /// The CRDs served, without waiting for a write in progress.
+    pub fn crds(&self) -> Arc<super::crds::CrdRegistry> {
+        self.crds.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Reads the watch log alone, without waiting for a write in progress.
+    pub fn read_log<R>(&self, f: impl FnOnce(&WatchLog) -> R) -> R {
+        f(&lock_log(&self.log))
     }
 
     /// Runs `f` on the simulated cluster (tests, scenario steps), then publishes.
@@ -802,13 +880,7 @@ impl Inner {
 
     /// The oldest resourceVersion a watch can resume from.
     pub fn floor(&self) -> u64 {
-        self.floor
-    }
-
-    /// Log entries after `rv`, in order.
-    pub fn entries_after(&self, rv: u64) -> impl Iterator<Item = &Arc<LogEntry>> {
-        let start = self.log.partition_point(|e| e.rv <= rv);
-        self.log.range(start..)
+        lock_log(&self.log).floor
     }
 
     /// One object.
@@ -841,18 +913,23 @@ impl Inner {
         limit: Option<usize>,
     ) -> Option<Page> {
         let at = at.unwrap_or_else(|| self.resource_version());
-        if at < self.floor {
-            return None;
-        }
         // The state of every key changed since `at`, as it was at `at` (the first change
         // after `at` says what came before it).
         let mut then: BTreeMap<ObjKey, Option<Arc<Value>>> = BTreeMap::new();
-        for entry in self.entries_after(at).filter(|e| e.rid == rid) {
-            let before = match entry.type_ {
-                "ADDED" => None,
-                _ => entry.prev.clone(),
-            };
-            then.entry(key_of(&entry.object)).or_insert(before);
+        {
+            let log = lock_log(&self.log);
+            if at < log.floor {
+                return None;
+            }
+            // Under the world's lock no write is in progress: every entry counts.
+            let start = log.entries.partition_point(|e| e.rv <= at);
+            for entry in log.entries.range(start..).filter(|e| e.rid == rid) {
+                let before = match entry.type_ {
+                    "ADDED" => None,
+                    _ => entry.prev.clone(),
+                };
+                then.entry(key_of(&entry.object)).or_insert(before);
+            }
         }
         let start = match (after, namespace) {
             (Some(key), _) => Bound::Excluded(key.clone()),
@@ -907,8 +984,7 @@ impl Inner {
     /// Compacts the watch log as the apiserver's periodic etcd compaction does: watches
     /// and continue tokens from before now get 410 Gone.
     pub fn compact(&mut self) {
-        self.log.clear();
-        self.floor = self.resource_version();
+        lock_log(&self.log).compact_to(self.resource_version());
     }
 
     fn next_rv(&mut self) -> u64 {
@@ -917,12 +993,7 @@ impl Inner {
     }
 
     fn append(&mut self, entry: LogEntry) {
-        self.log.push_back(Arc::new(entry));
-        while self.log.len() > LOG_CAPACITY {
-            if let Some(old) = self.log.pop_front() {
-                self.floor = old.rv;
-            }
-        }
+        lock_log(&self.log).append(entry);
     }
 
     /// Namespaces and CRDs a fresh server has.
@@ -1892,6 +1963,52 @@ mod tests {
             fields: super::super::select::FieldSelector::parse(fields).unwrap(),
             ..Selectors::default()
         }
+    }
+
+    /// A watch collects the changes published so far while a write holds the world, and
+    /// none of that write's until it is published.
+    #[test]
+    fn a_watch_reads_the_log_while_a_write_is_in_progress() {
+        let sim = SimCluster::new(
+            "nodewright",
+            Box::new(ModelRunner::new(PackageModels::default())),
+            7,
+        );
+        let world = Arc::new(World::new(sim));
+        let start = world.read(|inner| inner.resource_version());
+        let pod = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "apps"}, "spec": {}})
+        };
+        world.with(|inner| {
+            inner.put_generic(resources::PODS, pod("published"), None);
+        });
+        let names = |world: &World| {
+            world.read_log(|log| {
+                log.entries_after(start)
+                    .map(|e| key_of(&e.object).1)
+                    .collect::<Vec<_>>()
+            })
+        };
+        let (appended, release) = (
+            Arc::new(std::sync::Barrier::new(2)),
+            Arc::new(std::sync::Barrier::new(2)),
+        );
+        let writer = {
+            let (world, appended, release) = (world.clone(), appended.clone(), release.clone());
+            std::thread::spawn(move || {
+                world.with(|inner| {
+                    inner.put_generic(resources::PODS, pod("in-progress"), None);
+                    appended.wait();
+                    release.wait();
+                })
+            })
+        };
+        appended.wait();
+        assert_eq!(names(&world), ["published"]);
+        release.wait();
+        writer.join().unwrap();
+        assert_eq!(names(&world), ["published", "in-progress"]);
     }
 
     /// A pod without `spec.nodeName` is in no node's index, yet `spec.nodeName=` selects
