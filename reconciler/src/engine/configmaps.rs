@@ -278,6 +278,38 @@ pub fn changed_keys(old: &BTreeMap<String, String>, new: &BTreeMap<String, Strin
         .collect()
 }
 
+/// A spec package with a configMap, as the backfill of applied-config records reads it.
+struct ConfiguredPackage<'s> {
+    name: &'s str,
+    version: &'s str,
+    entry_key: String,
+    /// What the nodes last applied: the existing ConfigMap's data, else the spec's.
+    data: &'s BTreeMap<String, String>,
+    digests: std::cell::OnceCell<Vec<String>>,
+}
+
+impl ConfiguredPackage<'_> {
+    /// The record a node that applied `data` keeps: key → sha256 hex (§16.3).
+    fn record(&self) -> BTreeMap<RecordText<'_>, RecordText<'_>> {
+        let digests = self.digests.get_or_init(|| {
+            self.data
+                .values()
+                .map(|v| complete::sha256_hex(v))
+                .collect()
+        });
+        self.data
+            .keys()
+            .zip(digests)
+            .map(|(k, digest)| {
+                (
+                    RecordText(k.as_str().into()),
+                    RecordText(digest.as_str().into()),
+                )
+            })
+            .collect()
+    }
+}
+
 /// Preamble step 5c (§9.2, §6.8, §16.3): package ConfigMaps follow the spec; a data change
 /// publishes its changed keys in `status.configUpdates`; complete entries that have no
 /// applied-config record yet get one (backfill, no re-run).
@@ -304,11 +336,23 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
 
     // Backfill records from what the nodes last applied: the existing ConfigMap's data.
     let key = ctx.nws[nw].keys.config_applied.clone();
-    let configured_packages = packages.values().any(|p| !p.config_map().is_empty());
+    let configured: Vec<ConfiguredPackage<'_>> = packages
+        .iter()
+        .filter(|(_, p)| !p.config_map().is_empty())
+        .map(|(name, p)| ConfiguredPackage {
+            name,
+            version: &p.version,
+            entry_key: nodewright_schema::node_state::entry_key(name, &p.version),
+            digests: std::cell::OnceCell::new(),
+            data: existing(ctx, &names::package_configmap(&nw_name, name, &p.version))
+                .and_then(|c| c.data.as_ref())
+                .unwrap_or_else(|| p.config_map()),
+        })
+        .collect();
     for &id in &selected {
         let n = ctx.node(id);
         let raw = n.annotation(&key);
-        if raw.is_none() && !configured_packages {
+        if raw.is_none() && configured.is_empty() {
             // No record to prune and no package to record: nothing to do on this node.
             continue;
         }
@@ -321,16 +365,12 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         let before = applied.len();
         applied.retain(|k, _| state.0.contains_key(k.0.as_ref()));
         let mut changed = applied.len() != before;
-        for (name, p) in packages {
-            if p.config_map().is_empty() {
-                continue;
-            }
-            let entry_key =
-                RecordText(nodewright_schema::node_state::entry_key(name, &p.version).into());
+        for package in &configured {
+            let entry_key = RecordText(package.entry_key.as_str().into());
             if applied.contains_key(&entry_key) {
                 continue;
             }
-            let Some(e) = state.get(name, &p.version) else {
+            let Some(e) = state.get(package.name, package.version) else {
                 continue;
             };
             let configured = e.state == Some(State::Complete)
@@ -341,21 +381,7 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             if !configured {
                 continue;
             }
-            let cm_name = names::package_configmap(&nw_name, name, &p.version);
-            let data = existing(ctx, &cm_name)
-                .and_then(|c| c.data.as_ref())
-                .unwrap_or_else(|| p.config_map());
-            applied.insert(
-                entry_key,
-                data.iter()
-                    .map(|(k, v)| {
-                        (
-                            RecordText(k.clone().into()),
-                            RecordText(complete::sha256_hex(v).into()),
-                        )
-                    })
-                    .collect(),
-            );
+            applied.insert(entry_key, package.record());
             changed = true;
         }
         if !changed {

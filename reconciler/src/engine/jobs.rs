@@ -422,17 +422,36 @@ pub fn package_annotation(
 /// Digest of everything about a package that makes a parked Job stale when edited (§16.3):
 /// version, image, containerSHA, agent image, env, resources, stageTimeout and configMap.
 pub fn package_digest(package: &Package, settings: &Settings) -> String {
-    let material = serde_json::json!({
-        "version": package.version,
-        "image": package.image,
-        "containerSHA": package.container_sha,
-        "agentImage": agent_image(package, settings),
-        "env": package.env,
-        "resources": package.resources,
-        "stageTimeout": stage_deadline_seconds(package, settings),
-        "configMap": package.config_map,
-    });
-    super::complete::sha256_hex(&material.to_string())
+    let material = DigestMaterial {
+        version: &package.version,
+        image: &package.image,
+        container_sha: &package.container_sha,
+        agent_image: agent_image(package, settings),
+        env: &package.env,
+        resources: &package.resources,
+        stage_timeout: stage_deadline_seconds(package, settings),
+        config_map: &package.config_map,
+    };
+    let json = serde_json::to_vec(&material).unwrap_or_default();
+    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&json))
+}
+
+/// What [`package_digest`] hashes, as JSON in this field order: Jobs already in a cluster
+/// carry digests of exactly this text, so neither the order nor a name may change.
+#[derive(Serialize)]
+struct DigestMaterial<'a> {
+    version: &'a str,
+    image: &'a str,
+    #[serde(rename = "containerSHA")]
+    container_sha: &'a Option<String>,
+    #[serde(rename = "agentImage")]
+    agent_image: &'a str,
+    env: &'a Option<Vec<EnvVar>>,
+    resources: &'a Option<nodewright_schema::nodewright::ResourceRequirements>,
+    #[serde(rename = "stageTimeout")]
+    stage_timeout: Option<i64>,
+    #[serde(rename = "configMap")]
+    config_map: &'a Option<BTreeMap<String, String>>,
 }
 
 /// The package's configMap as the applied-config record of §16.3 (key → sha256 hex), compact.
@@ -1309,6 +1328,35 @@ mod tests {
         assert_eq!(
             job.metadata.labels.as_ref().unwrap()[keys::JOB_LABEL_INTERRUPT],
             "True"
+        );
+    }
+
+    #[test]
+    fn a_package_digest_is_the_hash_of_the_same_json_text_as_ever() {
+        let package: Package = serde_yaml::from_str(
+            "version: 1.2.3\nimage: example/p\ncontainerSHA: sha256:abc\n\
+             env: [{name: A, value: b}]\nresources: {cpuLimit: 500m, memoryLimit: 1Gi}\n\
+             stageTimeout: 10m\nconfigMap: {z.conf: z, a.conf: a}",
+        )
+        .expect("the package is valid YAML");
+        let settings = Settings::default();
+        // The text Jobs in clusters were stamped with: keys in this order, nested objects as
+        // their types serialize them.
+        let text = serde_json::json!({
+            "version": package.version,
+            "image": package.image,
+            "containerSHA": package.container_sha,
+            "agentImage": agent_image(&package, &settings),
+            "env": package.env,
+            "resources": package.resources,
+            "stageTimeout": stage_deadline_seconds(&package, &settings),
+            "configMap": package.config_map,
+        })
+        .to_string();
+        assert!(text.contains("\"stageTimeout\":600"), "{text}");
+        assert_eq!(
+            package_digest(&package, &settings),
+            crate::engine::complete::sha256_hex(&text)
         );
     }
 

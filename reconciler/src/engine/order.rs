@@ -37,11 +37,6 @@ pub fn node_order(ctx: &PassCtx, nw: usize, node: usize) -> i64 {
     let Some(mine) = prio.get(name) else {
         return 0;
     };
-    let key = |t: &jiff::Timestamp| t.as_second();
-    let my_key = (key(&mine.0), name);
-    let before = prio
-        .iter()
-        .filter(|(n, t)| (key(&t.0), n.as_str()) < my_key)
-        .count();
+    let before = ctx.nws[nw].picked_before(mine.0.as_second(), name);
     i64::from(status.node_order_offset.unwrap_or(0)) + before as i64
 }

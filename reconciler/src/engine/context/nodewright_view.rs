@@ -32,6 +32,9 @@ pub struct NwView<'a> {
     /// Working `status.nodePriority`: the snapshot's until first written, so marks taken
     /// while it is unwritten copy nothing (see [`NwView::node_priority`]).
     pub(super) node_priority: Cow<'a, Option<PriorityMap>>,
+    /// `node_priority` in pick order (second-truncated pick time, then name), read from it
+    /// when first asked after it changed.
+    pub(super) pick_order: OnceCell<Vec<(i64, Box<str>)>>,
     /// Status value at the start of the pass (for transition events, §1.10).
     pub initial_status: Option<Status>,
     /// The Status changed in this pass (for the Transition mirror, §12.3).
@@ -188,7 +191,23 @@ impl<'a> NwView<'a> {
     }
     /// Working `status.nodePriority` to write (the snapshot's is copied on first write).
     pub fn node_priority_mut(&mut self) -> &mut Option<PriorityMap> {
+        self.pick_order.take();
         self.node_priority.to_mut()
+    }
+    /// How many nodes of `nodePriority` were picked before `name`, picked at `at` (§5.14):
+    /// by second-truncated pick time, then name.
+    pub fn picked_before(&self, at: i64, name: &str) -> usize {
+        let order = self.pick_order.get_or_init(|| {
+            let mut order: Vec<(i64, Box<str>)> = self
+                .node_priority()
+                .into_iter()
+                .flatten()
+                .map(|(n, t)| (t.0.as_second(), n.as_str().into()))
+                .collect();
+            order.sort_unstable();
+            order
+        });
+        order.partition_point(|(t, n)| (*t, &**n) < (at, name))
     }
     /// Whether `status.nodePriority` still reads as the snapshot's.
     pub(super) fn node_priority_unchanged(&self) -> bool {

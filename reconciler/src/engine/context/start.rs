@@ -336,6 +336,7 @@ impl<'a> NwView<'a> {
                 Some(s) => Cow::Borrowed(&s.node_priority),
                 None => Cow::Owned(None),
             },
+            pick_order: OnceCell::new(),
             transitioned: false,
         }
     }
