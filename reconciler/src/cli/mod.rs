@@ -106,6 +106,15 @@ pub enum Command {
     Simulate(simulate::Args),
 }
 
+impl Command {
+    /// Whether the command runs until it is stopped (the reconciler, `sim serve`): such a
+    /// process lives under a memory limit, so its freed memory should go back promptly,
+    /// while a command that ends (a simulation, a diff) is faster keeping it a while.
+    pub fn runs_until_stopped(&self) -> bool {
+        matches!(self, Command::Run(_) | Command::Sim(_))
+    }
+}
+
 /// Whether output to a stream may carry ANSI colour codes: only on a terminal, and not when
 /// the user set `NO_COLOR` to a non-empty value (no-color.org). Logs sent to a file or a pipe
 /// stay plain text.
@@ -196,10 +205,13 @@ pub fn run(invocation: Invocation) -> ExitCode {
 }
 
 /// Parses the process arguments (exit code 2 on usage errors, 0 for `--help`/`--version`) and
-/// runs the command.
-pub fn main() -> ExitCode {
+/// runs the command, after `prepare` has seen it (the binary tunes its allocator to it).
+pub fn main(prepare: impl FnOnce(&Command)) -> ExitCode {
     match parse_from(std::env::args_os()) {
-        Ok(invocation) => run(invocation),
+        Ok(invocation) => {
+            prepare(&invocation.command);
+            run(invocation)
+        }
         Err(e) => e.exit(),
     }
 }
@@ -211,6 +223,24 @@ mod tests {
     #[test]
     fn command_line_is_well_formed() {
         command().debug_assert();
+    }
+
+    #[test]
+    fn the_reconciler_and_sim_serve_run_until_stopped_and_the_rest_end() {
+        let runs = |line: &[&str]| {
+            let args = std::iter::once("nodewright").chain(line.iter().copied());
+            parse_from(args)
+                .expect("a valid command line")
+                .command
+                .runs_until_stopped()
+        };
+        assert!(runs(&["run", "--repo", "."]));
+        assert!(runs(&["sim", "serve"]));
+        assert!(!runs(&["simulate", "examples/scale/rollout-1000.yaml"]));
+        assert!(!runs(&[
+            "diff", "--repo", ".", "--base", "a", "--head", "b"
+        ]));
+        assert!(!runs(&["demo"]));
     }
 
     /// Issue 28 item 13: the verbs' flags exist on the verbs (also after a nested verb's
