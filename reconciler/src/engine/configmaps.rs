@@ -373,12 +373,12 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             let Some(e) = state.get(package.name, package.version) else {
                 continue;
             };
-            let configured = e.state == Some(State::Complete)
+            let applied_here = e.state == Some(State::Complete)
                 && matches!(
                     e.stage,
                     Some(Stage::Config | Stage::Interrupt | Stage::PostInterrupt)
                 );
-            if !configured {
+            if !applied_here {
                 continue;
             }
             applied.insert(entry_key, package.record());
