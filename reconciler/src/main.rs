@@ -22,7 +22,7 @@ const PURGE_DELAY_DEFAULT_MS: std::ffi::c_long = 1000;
 /// nodes: 520 MiB at peak instead of 500), and the kernel's memory limit counts what is
 /// resident. Ten milliseconds is mimalloc 2's default, and costs the reconciler no
 /// measurable CPU; a simulated 10,000-node rollout, which churns far more memory per second,
-/// takes 15 % longer with it, so commands that end keep mimalloc's second.
+/// spends twice the time in the kernel with it, so commands that end keep mimalloc's second.
 const PURGE_DELAY_MS: std::ffi::c_long = 10;
 
 /// Sets the purge delay unless the environment chose one (`MIMALLOC_PURGE_DELAY`, which

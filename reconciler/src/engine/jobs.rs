@@ -432,8 +432,7 @@ pub fn package_digest(package: &Package, settings: &Settings) -> String {
         stage_timeout: stage_deadline_seconds(package, settings),
         config_map: &package.config_map,
     };
-    let json = serde_json::to_vec(&material).unwrap_or_default();
-    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&json))
+    super::complete::sha256_hex(&serde_json::to_string(&material).unwrap_or_default())
 }
 
 /// What [`package_digest`] hashes, as JSON in this field order: Jobs already in a cluster
