@@ -8,6 +8,9 @@
 //! - its writes per node-state transition (each change of a package's stage or state in a
 //!   node's state annotation, counted by a watch of this process), and its node writes per
 //!   change of the node's recorded state (an entry, or the node's Status);
+//! - the writes `sim serve` accepted without a change (a write a controller could leave out),
+//!   and the least time the request budget (`--kube-qps`, `--kube-burst`) allows for the
+//!   requests the rollout made;
 //! - its CPU seconds and peak resident memory;
 //! - `sim serve`'s latency for one object (a GET of a node, a merge PATCH of a ConfigMap, as
 //!   this process's client sees it on loopback), idle before the rollout and while it runs.
@@ -298,6 +301,7 @@ fn main() {
     let probing = runtime.spawn(probe_while(node_api, map_api, probe_node, stopped));
 
     let virtual_start = server.clock().now();
+    let unchanged_before = server.world().unchanged_updates();
     let started = Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_nodewright"))
         .args(["run", "--repo"])
@@ -340,6 +344,24 @@ fn main() {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
+    let requests: u64 = summary
+        .first()
+        .and_then(|l| l.strip_prefix("API requests: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    println!(
+        "writes the server accepted without a change: {} of {writes}",
+        server.world().unchanged_updates() - unchanged_before
+    );
+    // The budget admits `burst` requests at once and `qps` a second after that: the least
+    // wall time the rollout's requests need, whatever the server and the engine do.
+    let floor = requests.saturating_sub(u64::from(burst)) as f64 / qps;
+    println!(
+        "the request budget alone (--kube-qps {qps}, --kube-burst {burst}): {requests} requests need {floor:.1} s of wall time, {:.0} s of virtual time ({:.2}× the in-process simulator's)",
+        floor * speed,
+        floor * speed / reference_secs.max(1) as f64
+    );
     // Node writes: the reconciler's `patch nodes` line (node-state annotations, cordons).
     let node_writes: u64 = summary
         .iter()

@@ -383,6 +383,94 @@ fn config_map(name: &str, value: &str) -> ConfigMap {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_changes_nothing_stores_nothing_and_sends_no_watch_event() {
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::WatchParams;
+    let server = serve().await;
+    let client = server.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "apps");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let merge = |v: Value| Patch::Merge(v);
+    let pp = PatchParams::default();
+    let cm = cms
+        .create(&PostParams::default(), &config_map("same", "v"))
+        .await
+        .unwrap();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "same"}, "spec": {"holderIdentity": "a"}
+    }))
+    .unwrap();
+    let lease = leases.create(&PostParams::default(), &lease).await.unwrap();
+    let node = nodes
+        .patch(
+            "n1",
+            &pp,
+            &merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .await
+        .unwrap();
+    let pod = pods.get("web-0").await.unwrap();
+    let mut events = cms
+        .watch(&WatchParams::default(), &cm.resource_version().unwrap())
+        .await
+        .unwrap()
+        .boxed();
+    let before = server.world().unchanged_updates();
+
+    // The same content again, by kind: a ConfigMap, a node's label, a pod's label (the
+    // simulator's objects) and a Lease (kept as sent): each answers the stored object.
+    let again = cms
+        .patch("same", &pp, &merge(json!({"data": {"k": "v"}})))
+        .await
+        .unwrap();
+    assert_eq!(again.resource_version(), cm.resource_version());
+    let again = nodes
+        .patch(
+            "n1",
+            &pp,
+            &merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.resource_version(), node.resource_version());
+    let labels = json!({"metadata": {"labels": pod.labels()}});
+    let again = pods.patch("web-0", &pp, &merge(labels)).await.unwrap();
+    assert_eq!(again.resource_version(), pod.resource_version());
+    let again = leases
+        .patch(
+            "same",
+            &pp,
+            &merge(json!({"spec": {"holderIdentity": "a"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.resource_version(), lease.resource_version());
+    assert_eq!(server.world().unchanged_updates() - before, 4);
+
+    // A change is stored with a new version, and it is the first thing the watch reports.
+    let changed = cms
+        .patch("same", &pp, &merge(json!({"data": {"k": "w"}})))
+        .await
+        .unwrap();
+    assert_ne!(changed.resource_version(), cm.resource_version());
+    let first = tokio::time::timeout(Duration::from_secs(10), events.try_next())
+        .await
+        .expect("the watch reports the change")
+        .unwrap();
+    match first {
+        Some(kube::core::WatchEvent::Modified(seen)) => {
+            assert_eq!(seen.resource_version(), changed.resource_version());
+            assert_eq!(seen.data.unwrap()["k"], "w");
+        }
+        other => panic!("expected the change first, got {other:?}"),
+    }
+    assert_eq!(server.world().unchanged_updates() - before, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_write_answers_what_would_be_stored_and_stores_nothing() {
     let server = serve().await;
     let client = server.client().await.unwrap();

@@ -800,8 +800,12 @@ fn update_and_respond(
             .is_some_and(|t| !t.is_null())
     };
     let written = (terminating(old) || terminating(&new)).then(|| new.clone());
+    let version = inner.resource_version();
     inner.update(rid, key, status, new)?;
     inner.publish();
+    if inner.resource_version() == version {
+        inner.unchanged_updates += 1;
+    }
     Ok(match (inner.get(rid, key), written) {
         (Some(v), _) => stored_object_response(200, v),
         (None, Some(written)) => json_response(200, &written),

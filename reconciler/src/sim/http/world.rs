@@ -204,6 +204,8 @@ pub struct Inner {
     log: Arc<Mutex<WatchLog>>,
     fail_updates: u32,
     conflicts: u64,
+    /// Updates (PUT/PATCH) accepted that changed nothing, so stored nothing.
+    pub(super) unchanged_updates: u64,
     /// Namespaces being deleted: each goes once nothing is left in it.
     terminating: BTreeSet<String>,
 }
@@ -540,6 +542,28 @@ enum Identity<'a> {
     },
 }
 
+/// Whether two versions of an object differ in nothing but their resourceVersion.
+fn same_but_version(a: &Value, b: &Value) -> bool {
+    type Map = serde_json::Map<String, Value>;
+    // Equal maps, `ignored` aside; the order of keys does not count.
+    fn same(a: &Map, b: &Map, ignored: &str) -> bool {
+        let counted = |m: &Map| m.keys().filter(|k| *k != ignored).count();
+        counted(a) == counted(b)
+            && a.iter()
+                .filter(|(k, _)| *k != ignored)
+                .all(|(k, v)| b.get(k) == Some(v))
+    }
+    fn meta(v: &Value) -> Option<&Map> {
+        v.get("metadata").and_then(Value::as_object)
+    }
+    match (a.as_object(), b.as_object(), meta(a), meta(b)) {
+        (Some(a), Some(b), Some(ma), Some(mb)) => {
+            same(ma, mb, "resourceVersion") && same(a, b, "metadata")
+        }
+        _ => a == b,
+    }
+}
+
 /// Puts the fields the server owns on an object being written: identity, `apiVersion` and
 /// `kind` of the resource. The resourceVersion is the caller's: a dry run assigns none.
 fn stamp(rid: Rid, value: &mut Value, identity: Identity<'_>) {
@@ -791,6 +815,7 @@ impl World {
             })),
             fail_updates: 0,
             conflicts: 0,
+            unchanged_updates: 0,
             terminating: BTreeSet::new(),
         };
         inner.sim.track_changes();
@@ -864,6 +889,12 @@ impl World {
     /// UID precondition, or injected).
     pub fn conflicts(&self) -> u64 {
         self.lock().conflicts
+    }
+
+    /// How many updates (PUT/PATCH) were accepted without changing anything: writes a
+    /// controller could have left out.
+    pub fn unchanged_updates(&self) -> u64 {
+        self.lock().unchanged_updates
     }
 
     /// A receiver that changes whenever the world does.
@@ -1060,6 +1091,14 @@ impl Inner {
             },
         };
         stamp(rid, &mut value, identity);
+        // A write that changes nothing is not stored, as the apiserver skips it: no new
+        // resourceVersion, no watch event.
+        if let Some(old) = old
+            && same_but_version(old, &value)
+            && let Some(stored) = self.objects[rid].get(&key_of(&value))
+        {
+            return stored.clone();
+        }
         let rv = self.next_rv();
         value["metadata"]["resourceVersion"] = json!(rv.to_string());
         let value = Arc::new(value);
@@ -1595,6 +1634,13 @@ impl Inner {
             }
             (resources::PODS, false) => {
                 let after: Pod = decode(&new, rid)?;
+                let unchanged = self.sim.pods.get(key).is_none_or(|pod| {
+                    pod.metadata.labels == after.metadata.labels
+                        && pod.metadata.annotations == after.metadata.annotations
+                });
+                if unchanged {
+                    return Ok(());
+                }
                 let rv = self.next_rv();
                 if let Some(pod) = self.sim.pods.get_mut(key) {
                     pod.metadata.labels = after.metadata.labels;
@@ -1632,6 +1678,14 @@ impl Inner {
             }
             (resources::POLICIES, _) => {
                 let after = admit_policy(&new)?;
+                let unchanged = self.sim.policies.get(name).is_none_or(|live| {
+                    live.spec == after.spec
+                        && live.metadata.labels == after.metadata.labels
+                        && live.metadata.annotations == after.metadata.annotations
+                });
+                if unchanged {
+                    return Ok(());
+                }
                 let rv = self.next_rv();
                 if let Some(live) = self.sim.policies.get_mut(name) {
                     if live.spec != after.spec {
@@ -1759,12 +1813,13 @@ impl Inner {
         };
         let spec_of = |j: &Job| j.spec.clone().unwrap_or_default();
         let (old_spec, new_spec) = (spec_of(&before), spec_of(after));
-        if old_spec.suspend.unwrap_or(false) != new_spec.suspend.unwrap_or(false) {
+        let suspended = old_spec.suspend.unwrap_or(false) != new_spec.suspend.unwrap_or(false);
+        if suspended {
             self.sim
                 .suspend_job(name, new_spec.suspend.unwrap_or(false));
         }
-        let rv = self.next_rv();
         let mut deadline = None;
+        let mut changed = suspended;
         if let Some(job) = self.sim.jobs.get_mut(name) {
             let spec = job.spec.get_or_insert_with(Default::default);
             let mut spec_changed = false;
@@ -1788,8 +1843,20 @@ impl Inner {
             if spec_changed {
                 job.metadata.generation = Some(job.metadata.generation.unwrap_or(1) + 1);
             }
-            job.metadata.labels = after.metadata.labels.clone();
-            job.metadata.annotations = after.metadata.annotations.clone();
+            if job.metadata.labels != after.metadata.labels
+                || job.metadata.annotations != after.metadata.annotations
+            {
+                job.metadata.labels = after.metadata.labels.clone();
+                job.metadata.annotations = after.metadata.annotations.clone();
+                changed = true;
+            }
+            changed |= spec_changed;
+        }
+        if !changed {
+            return;
+        }
+        let rv = self.next_rv();
+        if let Some(job) = self.sim.jobs.get_mut(name) {
             job.metadata.resource_version = Some(rv.to_string());
         }
         if let Some((uid, at)) = deadline {
@@ -1802,6 +1869,20 @@ impl Inner {
     /// A NodeWright write: labels, annotations, finalizers and spec (generation bump); a
     /// NodeWright being deleted goes away once its last finalizer does.
     fn update_nodewright(&mut self, name: &str, after: NodeWright) {
+        let Some(live) = self.sim.nodewrights.get(name) else {
+            return;
+        };
+        let meta = |nw: &NodeWright| {
+            let m = &nw.metadata;
+            (
+                m.labels.clone(),
+                m.annotations.clone(),
+                m.finalizers.clone(),
+            )
+        };
+        if live.spec == after.spec && meta(live) == meta(&after) {
+            return;
+        }
         let rv = self.next_rv();
         let Some(live) = self.sim.nodewrights.get_mut(name) else {
             return;
