@@ -1127,6 +1127,15 @@ async fn exact_list(
         .await
 }
 
+/// A pod of one container, bound to `node`.
+fn bound_pod(name: &str, node: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "example/app:1"}]}
+    }))
+    .unwrap()
+}
+
 /// Pods by node, as a drain watch lists them: a pod bound, moved away by deletion and
 /// re-creation on another node, paged one at a time, and listed as of before the move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1135,15 +1144,8 @@ async fn a_nodes_pods_are_listed_by_field_selector_now_paged_and_as_of_before() 
     let client = server.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "apps");
     let all: Api<Pod> = Api::all(client);
-    let pod = |name: &str, node: &str| -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "example/app:1"}]}
-        }))
-        .unwrap()
-    };
     for (name, node) in [("a-0", "n1"), ("b-0", "n1"), ("c-0", "n2")] {
-        pods.create(&PostParams::default(), &pod(name, node))
+        pods.create(&PostParams::default(), &bound_pod(name, node))
             .await
             .unwrap();
     }
@@ -1158,7 +1160,7 @@ async fn a_nodes_pods_are_listed_by_field_selector_now_paged_and_as_of_before() 
     pods.delete("a-0", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
-    pods.create(&PostParams::default(), &pod("a-0", "n2"))
+    pods.create(&PostParams::default(), &bound_pod("a-0", "n2"))
         .await
         .unwrap();
     assert_eq!(names(all.list(&on("n1")).await.unwrap()), ["b-0"]);
@@ -1183,6 +1185,59 @@ async fn a_nodes_pods_are_listed_by_field_selector_now_paged_and_as_of_before() 
     };
     assert_eq!(names(all.list(&then("n1")).await.unwrap()), ["a-0", "b-0"]);
     assert_eq!(names(all.list(&then("n2")).await.unwrap()), ["c-0"]);
+}
+
+/// The next event of a watch of pods, as `TYPE name`, or what came instead.
+async fn next_event(
+    events: &mut futures::stream::BoxStream<'static, kube::Result<kube::core::WatchEvent<Pod>>>,
+) -> String {
+    use futures::TryStreamExt;
+    use kube::core::WatchEvent;
+    match tokio::time::timeout(Duration::from_secs(10), events.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Added(p)))) => format!("ADDED {}", p.name_any()),
+        Ok(Ok(Some(WatchEvent::Deleted(p)))) => format!("DELETED {}", p.name_any()),
+        Ok(Ok(Some(WatchEvent::Modified(p)))) => format!("MODIFIED {}", p.name_any()),
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_of_a_nodes_pods_reports_that_nodes_pods_and_no_others() {
+    use futures::StreamExt;
+    use kube::api::WatchParams;
+    let server = serve().await;
+    let client = server.client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "apps");
+    let all: Api<Pod> = Api::all(client);
+    let rv = all.list(&Default::default()).await.unwrap().metadata;
+    let rv = rv.resource_version.unwrap();
+    let on_n1 = WatchParams::default().fields("spec.nodeName=n1");
+    let mut on_n1 = all.watch(&on_n1, &rv).await.unwrap().boxed();
+
+    // Pods on other nodes are not reported, whatever happens to them; n1's are.
+    pods.create(&PostParams::default(), &bound_pod("x-0", "n2"))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &bound_pod("a-0", "n1"))
+        .await
+        .unwrap();
+    pods.patch(
+        "x-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"seen": "no"}}})),
+    )
+    .await
+    .unwrap();
+    pods.delete("a-0", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.last().is_none_or(|e| e != "DELETED a-0") {
+        seen.push(next_event(&mut on_n1).await);
+        assert!(seen.len() < 5, "n1's watch reported {seen:?}");
+    }
+    assert!(seen.contains(&"ADDED a-0".to_string()), "{seen:?}");
+    assert!(!seen.iter().any(|e| e.ends_with(" x-0")), "{seen:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
