@@ -993,10 +993,6 @@ struct WatchState {
     rid: Rid,
     namespace: Option<String>,
     sel: Selectors,
-    /// The node a watch of pods is pinned to by its field selector: like the apiserver's
-    /// watch cache, which indexes pod watchers by `spec.nodeName`, it looks at no other
-    /// node's pods.
-    node: Option<String>,
     cursor: u64,
     queue: VecDeque<Bytes>,
     deadline: tokio::time::Instant,
@@ -1055,9 +1051,6 @@ fn watch(
         rx,
         rid,
         namespace,
-        node: (rid == resources::PODS)
-            .then(|| sel.fields.required("spec.nodeName").map(str::to_string))
-            .flatten(),
         sel,
         cursor,
         queue,
@@ -1083,12 +1076,9 @@ fn watch(
                 if st.cursor < log.floor() {
                     return true;
                 }
-                let node = st.node.as_deref();
                 fresh.extend(
                     log.entries_after(st.cursor)
-                        .filter(|entry| {
-                            entry.rid == st.rid && node.is_none_or(|node| entry.binds(node))
-                        })
+                        .filter(|entry| entry.rid == st.rid)
                         .cloned(),
                 );
                 st.cursor = st.cursor.max(log.published());

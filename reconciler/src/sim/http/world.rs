@@ -83,18 +83,6 @@ impl LogEntry {
         }
     }
 
-    /// Whether the changed pod is bound to `node` after or before the change (`""`: bound to
-    /// none), as a watch of one node's pods must see it.
-    pub fn binds(&self, node: &str) -> bool {
-        let bound = |pod: &Value| {
-            pod.pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                == node
-        };
-        bound(&self.object) || self.prev.as_deref().is_some_and(bound)
-    }
-
     /// The changed object as JSON.
     pub fn object_json(&self) -> &Bytes {
         self.json
