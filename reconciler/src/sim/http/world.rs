@@ -1872,15 +1872,12 @@ impl Inner {
         let Some(live) = self.sim.nodewrights.get(name) else {
             return;
         };
-        let meta = |nw: &NodeWright| {
-            let m = &nw.metadata;
-            (
-                m.labels.clone(),
-                m.annotations.clone(),
-                m.finalizers.clone(),
-            )
-        };
-        if live.spec == after.spec && meta(live) == meta(&after) {
+        let (was, now) = (&live.metadata, &after.metadata);
+        if live.spec == after.spec
+            && was.labels == now.labels
+            && was.annotations == now.annotations
+            && was.finalizers == now.finalizers
+        {
             return;
         }
         let rv = self.next_rv();
