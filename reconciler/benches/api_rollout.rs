@@ -338,18 +338,15 @@ fn main() {
     for line in &summary {
         println!("{line}");
     }
-    let writes: u64 = summary
-        .first()
-        .and_then(|l| l.split("), ").nth(1))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    let requests: u64 = summary
-        .first()
-        .and_then(|l| l.strip_prefix("API requests: "))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    // The number a piece of the summary starts with (0 when the summary lacks it).
+    let count = |text: Option<&str>| -> u64 {
+        text.and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let first = summary.first().copied();
+    let writes = count(first.and_then(|l| l.split("), ").nth(1)));
+    let requests = count(first.and_then(|l| l.strip_prefix("API requests: ")));
     println!(
         "writes the server accepted without a change: {} of {writes}",
         server.world().unchanged_updates() - unchanged_before
@@ -363,12 +360,12 @@ fn main() {
         floor * speed / reference_secs.max(1) as f64
     );
     // Node writes: the reconciler's `patch nodes` line (node-state annotations, cordons).
-    let node_writes: u64 = summary
-        .iter()
-        .find(|l| l.trim_end().contains(" patch nodes ("))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let node_writes = count(
+        summary
+            .iter()
+            .copied()
+            .find(|l| l.trim_end().contains(" patch nodes (")),
+    );
     let transitions = transitions.load(Ordering::Relaxed);
     println!(
         "node-state transitions: {transitions} ({:.1} per node); node writes per transition: {:.2}; all writes per transition: {:.2}",

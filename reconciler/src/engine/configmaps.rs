@@ -285,21 +285,16 @@ struct ConfiguredPackage<'s> {
     entry_key: String,
     /// What the nodes last applied: the existing ConfigMap's data, else the spec's.
     data: &'s BTreeMap<String, String>,
-    digests: std::cell::OnceCell<Vec<String>>,
+    /// The sha256 hex of each value of `data`, in its order.
+    digests: Vec<String>,
 }
 
 impl ConfiguredPackage<'_> {
     /// The record a node that applied `data` keeps: key → sha256 hex (§16.3).
     fn record(&self) -> BTreeMap<RecordText<'_>, RecordText<'_>> {
-        let digests = self.digests.get_or_init(|| {
-            self.data
-                .values()
-                .map(|v| complete::sha256_hex(v))
-                .collect()
-        });
         self.data
             .keys()
-            .zip(digests)
+            .zip(&self.digests)
             .map(|(k, digest)| {
                 (
                     RecordText(k.as_str().into()),
@@ -339,14 +334,17 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     let configured: Vec<ConfiguredPackage<'_>> = packages
         .iter()
         .filter(|(_, p)| !p.config_map().is_empty())
-        .map(|(name, p)| ConfiguredPackage {
-            name,
-            version: &p.version,
-            entry_key: nodewright_schema::node_state::entry_key(name, &p.version),
-            digests: std::cell::OnceCell::new(),
-            data: existing(ctx, &names::package_configmap(&nw_name, name, &p.version))
+        .map(|(name, p)| {
+            let data = existing(ctx, &names::package_configmap(&nw_name, name, &p.version))
                 .and_then(|c| c.data.as_ref())
-                .unwrap_or_else(|| p.config_map()),
+                .unwrap_or_else(|| p.config_map());
+            ConfiguredPackage {
+                name,
+                version: &p.version,
+                entry_key: nodewright_schema::node_state::entry_key(name, &p.version),
+                digests: data.values().map(|v| complete::sha256_hex(v)).collect(),
+                data,
+            }
         })
         .collect();
     for &id in &selected {
