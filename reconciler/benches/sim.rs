@@ -73,7 +73,7 @@ fn job(name: &str, node: &str, stage: &str) -> Job {
             labels: Some(labels.clone()),
             ..ObjectMeta::default()
         },
-        spec: Some(Box::new(JobSpec {
+        spec: Some(std::sync::Arc::new(JobSpec {
             backoff_limit: Some(if stage == "interrupt" { i32::MAX } else { 3 }),
             pod_replacement_policy: Some("Failed".into()),
             template: PodTemplateSpec {

@@ -1,23 +1,27 @@
-//! A `batch/v1` Job as this project holds it: k8s-openapi's `Job` with its spec boxed.
+//! A `batch/v1` Job as this project holds it: k8s-openapi's `Job` with its spec shared.
 //!
 //! k8s-openapi keeps a Job's spec inline, so every `Job` is 2.6 KB however little of it is
 //! set. A rollout keeps tens of thousands of finished Jobs until their TTL, and a finished
-//! Job's spec is never read (the stores drop it), so boxing it makes such a Job its metadata
-//! and status alone. On the wire it is the same object: the same JSON both ways, the same
-//! `kube::Resource`.
+//! Job's spec is never read (the stores drop it), so holding it apart makes such a Job its
+//! metadata and status alone. The spec is shared rather than boxed because a Job's status
+//! changes many times and its spec almost never: a copy of the Job for a status change (the
+//! simulated Job controller's, while a snapshot still holds the Job) keeps the same spec. On
+//! the wire it is the same object: the same JSON both ways, the same `kube::Resource`.
+
+use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::{JobSpec, JobStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A `batch/v1` Job: k8s-openapi's fields, the spec behind a box.
+/// A `batch/v1` Job: k8s-openapi's fields, the spec shared.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Job {
     /// Standard object metadata.
     pub metadata: ObjectMeta,
     /// The desired behaviour of the Job (a finished Job in the stores has none).
-    pub spec: Option<Box<JobSpec>>,
+    pub spec: Option<Arc<JobSpec>>,
     /// The Job's current status.
     pub status: Option<JobStatus>,
 }
@@ -55,7 +59,7 @@ impl Serialize for Job {
         state.serialize_field("kind", "Job")?;
         state.serialize_field("metadata", &self.metadata)?;
         if let Some(spec) = &self.spec {
-            state.serialize_field("spec", spec)?;
+            state.serialize_field("spec", &**spec)?;
         }
         if let Some(status) = &self.status {
             state.serialize_field("status", status)?;
@@ -77,7 +81,7 @@ impl<'de> Deserialize<'de> for Job {
             #[serde(default)]
             metadata: ObjectMeta,
             #[serde(default)]
-            spec: Option<Box<JobSpec>>,
+            spec: Option<JobSpec>,
             #[serde(default)]
             status: Option<JobStatus>,
         }
@@ -96,7 +100,7 @@ impl<'de> Deserialize<'de> for Job {
         }
         Ok(Job {
             metadata: wire.metadata,
-            spec: wire.spec,
+            spec: wire.spec.map(Arc::new),
             status: wire.status,
         })
     }
@@ -106,7 +110,7 @@ impl From<k8s_openapi::api::batch::v1::Job> for Job {
     fn from(job: k8s_openapi::api::batch::v1::Job) -> Self {
         Job {
             metadata: job.metadata,
-            spec: job.spec.map(Box::new),
+            spec: job.spec.map(Arc::new),
             status: job.status,
         }
     }

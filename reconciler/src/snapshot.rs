@@ -31,7 +31,8 @@ pub fn trim_unfinished_job_template(job: &mut Job) {
         return;
     }
     if let Some(spec) = job.spec.as_mut() {
-        spec.template = unfinished_job_template_kept(&spec.template);
+        let kept = unfinished_job_template_kept(&spec.template);
+        Arc::make_mut(spec).template = kept;
     }
 }
 

@@ -981,7 +981,7 @@ async fn names_labels_taints_and_jobs_are_validated_and_defaulted_as_the_apiserv
         .await
         .unwrap();
     let uid = created.metadata.uid.clone().unwrap();
-    let spec = created.spec.unwrap();
+    let spec = std::sync::Arc::unwrap_or_clone(created.spec.unwrap());
     assert_eq!(
         spec.selector.unwrap().match_labels.unwrap(),
         [(

@@ -6,6 +6,7 @@
 //! built now, so the builders and [`job_matches`] live side by side.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::job::Job;
 use base64::Engine as _;
@@ -591,7 +592,7 @@ pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInpu
             owner_references: Some(vec![owner.owner_reference()]),
             ..ObjectMeta::default()
         },
-        spec: Some(Box::new(JobSpec {
+        spec: Some(Arc::new(JobSpec {
             parallelism: Some(1),
             completions: Some(1),
             backoff_limit: Some(settings.job_backoff_limit),
@@ -732,7 +733,7 @@ pub fn build_interrupt_job(
             owner_references: Some(vec![owner.owner_reference()]),
             ..ObjectMeta::default()
         },
-        spec: Some(Box::new(JobSpec {
+        spec: Some(Arc::new(JobSpec {
             parallelism: Some(1),
             completions: Some(1),
             backoff_limit: Some(i32::MAX),
@@ -1364,7 +1365,7 @@ mod tests {
         let base = tuning();
         let job = stage_job(Stage::Apply, &base);
         let mut other_order = job.clone();
-        if let Some(spec) = other_order.spec.as_mut() {
+        if let Some(spec) = other_order.spec.as_mut().map(Arc::make_mut) {
             for c in spec
                 .template
                 .spec

@@ -291,6 +291,7 @@ mod tests {
     use super::super::testkit::{node, nw, package, settings, world};
     use super::*;
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+    use std::sync::Arc;
 
     fn job(obj: &NodeWright, pkg: &str, stage: Stage, node: &str) -> Job {
         let package = obj.spec.packages()[pkg].clone();
@@ -672,7 +673,7 @@ mod tests {
             }]
         );
         let mut suspended = running;
-        suspended.spec.as_mut().unwrap().suspend = Some(true);
+        Arc::make_mut(suspended.spec.as_mut().unwrap()).suspend = Some(true);
         let snap = world()
             .node(node("n1").state(
                 "nw",

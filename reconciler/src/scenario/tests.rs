@@ -1,6 +1,7 @@
 //! The runner itself: steps, expectations, invariants and failure reports.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::job::Job;
 use k8s_openapi::api::batch::v1::JobSpec;
@@ -112,7 +113,7 @@ fn toy(snapshot: &Snapshot, _settings: &Settings, _: &mut StateCache) -> Plan {
                         labels: Some(labels.clone()),
                         ..ObjectMeta::default()
                     },
-                    spec: Some(Box::new(JobSpec {
+                    spec: Some(Arc::new(JobSpec {
                         backoff_limit: Some(0),
                         template: PodTemplateSpec {
                             metadata: Some(ObjectMeta {

@@ -4,6 +4,7 @@
 //! 5: every node annotation the reconciler writes parses).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::job::Job;
 use jiff::Timestamp;
@@ -75,7 +76,7 @@ impl SimCluster {
         if let Some(ttl) = ttl_seconds_after_finished {
             let spec = job.spec.get_or_insert_with(Default::default);
             if spec.ttl_seconds_after_finished != Some(ttl) {
-                spec.ttl_seconds_after_finished = Some(ttl);
+                Arc::make_mut(spec).ttl_seconds_after_finished = Some(ttl);
                 job.metadata.generation = Some(job.metadata.generation.unwrap_or(1) + 1);
             }
         }

@@ -36,7 +36,7 @@ impl Archive {
         let archived = self.templates.get(uid(&job.metadata))?;
         let mut whole = job.clone();
         if let Some(spec) = &mut whole.spec {
-            spec.template = archived.restore();
+            Arc::make_mut(spec).template = archived.restore();
         }
         Some(whole)
     }
@@ -157,7 +157,7 @@ impl SimCluster {
         let template_spec = template.spec.clone();
         *slot = Shared::new(Job {
             metadata: slot.metadata.clone(),
-            spec: Some(Box::new(finished_job_spec_kept(spec))),
+            spec: Some(Arc::new(finished_job_spec_kept(spec))),
             status: slot.status.clone(),
         });
         archive.templates.insert(job_uid.clone(), template);

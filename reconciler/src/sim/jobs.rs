@@ -224,7 +224,7 @@ fn job_pod_labels(name: &str, uid: &str) -> [(String, String); 4] {
 fn default_selector(job: &mut Job) {
     let name = job.metadata.name.clone().unwrap_or_default();
     let uid = job.metadata.uid.clone().unwrap_or_default();
-    let Some(spec) = job.spec.as_mut() else {
+    let Some(spec) = job.spec.as_mut().map(Arc::make_mut) else {
         return;
     };
     if spec.manual_selector == Some(true) {
@@ -318,7 +318,7 @@ impl SimCluster {
         };
         let spec = job.spec.get_or_insert_with(Default::default);
         if spec.suspend.unwrap_or(false) != suspend {
-            spec.suspend = Some(suspend);
+            Arc::make_mut(spec).suspend = Some(suspend);
             job.metadata.generation = Some(job.metadata.generation.unwrap_or(1) + 1);
             job.metadata.resource_version = Some(rv);
         }

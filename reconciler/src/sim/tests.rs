@@ -103,7 +103,7 @@ fn stage_job(name: &str, node: &str, stage: &str, policy: &str, backoff: i32) ->
             labels: Some(template_labels.clone()),
             ..ObjectMeta::default()
         },
-        spec: Some(Box::new(JobSpec {
+        spec: Some(Arc::new(JobSpec {
             backoff_limit: Some(backoff),
             pod_replacement_policy: Some("Failed".into()),
             pod_failure_policy: failure_policy,
@@ -598,9 +598,7 @@ fn a_per_attempt_deadline_fails_the_pod_with_deadline_exceeded_and_spends_an_att
     let mut sim = sim("example/tuning: {stages: {apply: {duration: 10m}}}");
     node(&mut sim, "n1");
     let mut job = stage_job("j", "n1", "apply", "Never", 3);
-    job.spec
-        .as_mut()
-        .unwrap()
+    Arc::make_mut(job.spec.as_mut().unwrap())
         .template
         .spec
         .as_mut()
@@ -626,7 +624,7 @@ fn a_job_level_deadline_sets_failure_target_then_failed() {
     let mut sim = sim("example/tuning: {stages: {interrupt: {duration: 10m}}}");
     node(&mut sim, "n1");
     let mut job = stage_job("j", "n1", "interrupt", "OnFailure", i32::MAX);
-    job.spec.as_mut().unwrap().active_deadline_seconds = Some(60);
+    Arc::make_mut(job.spec.as_mut().unwrap()).active_deadline_seconds = Some(60);
     sim.create_job(job);
     sim.advance(Duration::from_secs(60));
     let job = &sim.jobs()["j"];

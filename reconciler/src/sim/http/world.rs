@@ -1824,11 +1824,12 @@ impl Inner {
             let spec = job.spec.get_or_insert_with(Default::default);
             let mut spec_changed = false;
             if spec.ttl_seconds_after_finished != new_spec.ttl_seconds_after_finished {
-                spec.ttl_seconds_after_finished = new_spec.ttl_seconds_after_finished;
+                Arc::make_mut(spec).ttl_seconds_after_finished =
+                    new_spec.ttl_seconds_after_finished;
                 spec_changed = true;
             }
             if spec.active_deadline_seconds != new_spec.active_deadline_seconds {
-                spec.active_deadline_seconds = new_spec.active_deadline_seconds;
+                Arc::make_mut(spec).active_deadline_seconds = new_spec.active_deadline_seconds;
                 spec_changed = true;
                 // The Job controller requeues a Job at its new deadline.
                 let start = job.status.as_ref().and_then(|s| s.start_time.clone());
