@@ -4,7 +4,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use nodewright_schema::keys;
 use nodewright_schema::{NodeState, NodeWright, NodeWrightSpec, Package, Stage, State};
@@ -262,68 +261,10 @@ impl NodeDigest {
     }
 }
 
-/// Lends `read` the digest of node `node` for NodeWright `nw` in the working state; `None`
-/// when the node's state annotation is malformed (such a node is never complete, §4.2).
-///
-/// While the node's state is still the snapshot's parse, the digest is remembered in that
-/// parse (engine/state_cache.rs), keyed by the NodeWright's completion inputs and the node's
-/// `configApplied` value, so later passes over an unchanged node skip the package walk.
-pub fn node_digest<R>(
-    ctx: &PassCtx,
-    nw: usize,
-    node: usize,
-    read: impl FnOnce(Option<&NodeDigest>) -> R,
-) -> R {
-    let view = &ctx.nws[nw];
-    let n = ctx.node(node);
-    let Some(p) = view.position(node) else {
-        return read(derive_digest(ctx, nw, node).as_deref());
-    };
-    // A steady pass reads the digests of thousands of nodes several times each, so `read`
-    // borrows the remembered digest; it only reads, so nothing memoises one meanwhile.
-    if let Some((at, digest)) = &view.digests.borrow()[p]
-        && *at == n.writes()
-    {
-        return read(digest.as_deref());
-    }
-    let digest = derive_digest(ctx, nw, node);
-    let out = read(digest.as_deref());
-    view.digests.borrow_mut()[p] = Some((n.writes(), digest));
-    out
-}
-
-/// [`node_digest`] without the per-pass memo: from the node's parse when it remembers one.
-fn derive_digest(ctx: &PassCtx, nw: usize, node: usize) -> Option<Arc<NodeDigest>> {
-    let view = &ctx.nws[nw];
-    let n = ctx.node(node);
-    let unwritten = n.unwritten_state(view.state_key());
-    let applied = n.annotation(&view.keys.config_applied);
-    if let Some(known) = unwritten.and_then(|p| p.digest(&view.completion_inputs, applied)) {
-        return Some(known);
-    }
-    let state = n.state(view.state_key()).ok()?;
-    if state.0.is_empty() {
-        let mut empty = view.empty_digest.borrow_mut();
-        if let Some((at, digest)) = empty.as_ref()
-            && at.as_deref() == applied
-        {
-            return Some(Arc::clone(digest));
-        }
-        let digest = Arc::new(NodeDigest::of(view.nw, state, &parse_applied(applied)));
-        *empty = Some((applied.map(Box::from), Arc::clone(&digest)));
-        return Some(digest);
-    }
-    let digest = Arc::new(NodeDigest::of(view.nw, state, &parse_applied(applied)));
-    if let Some(parsed) = unwritten {
-        parsed.remember_digest(&view.completion_inputs, applied, Arc::clone(&digest));
-    }
-    Some(digest)
-}
-
 /// Whether node `node` is complete for NodeWright `nw` in the working state. A malformed
 /// node state is never complete (§4.2).
 pub fn node_complete(ctx: &PassCtx, nw: usize, node: usize) -> bool {
-    node_digest(ctx, nw, node, |d| d.is_some_and(|d| d.complete))
+    ctx.node_digest(nw, node, |d| d.is_some_and(|d| d.complete))
 }
 
 /// HasInterrupt of a package on a node in the working state (§6.4, §16.3).

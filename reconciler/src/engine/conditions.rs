@@ -242,9 +242,7 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
         let erroring_msg = format!("Package Erroring or Unknown for {}", view.name);
         for (p, &n) in view.selected.iter().enumerate() {
             let node = ctx.node(n);
-            let Some(erroring) =
-                super::complete::node_digest(ctx, nw, n, |d| d.map(|d| d.erroring))
-            else {
+            let Some(erroring) = ctx.node_digest(nw, n, |d| d.map(|d| d.erroring)) else {
                 continue;
             };
             let complete = view.complete.get(p).copied().unwrap_or(false);
@@ -270,18 +268,9 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
                     &erroring_msg,
                 ),
             ];
-            // Whether each condition already reads as wanted depends only on the snapshot's
-            // node object and on (complete, erroring): carried across passes per node.
-            let input = u8::from(complete) | u8::from(erroring) << 1;
-            let seen = &view.conditions_current[p];
-            let current = match seen.get() {
-                Some((known, bits)) if known == input => bits,
-                _ => {
-                    let bits = conditions_current(node.node(), &wanted);
-                    seen.set(Some((input, bits)));
-                    bits
-                }
-            };
+            let current = view.node_conditions_current(p, complete, erroring, || {
+                conditions_current(node.node(), &wanted)
+            });
             for (i, (type_, status, why, msg)) in wanted.into_iter().enumerate() {
                 if current & (1 << i) == 0 {
                     per_node.entry(n).or_default().push(NodeCondition {

@@ -319,7 +319,7 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     // the nodes' package digests say which.
     let mut in_cycle = vec![false; packages.len()];
     for &id in &selected {
-        complete::node_digest(ctx, nw, id, |digest| {
+        ctx.node_digest(nw, id, |digest| {
             for (any, node) in in_cycle
                 .iter_mut()
                 .zip(digest.map_or(&[][..], |d| &d.packages))

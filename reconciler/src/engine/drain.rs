@@ -433,17 +433,17 @@ fn record_blockers(
 /// `(reason, message)` or `None` when no selected node is blocked.
 pub fn drain_blocked_condition(ctx: &PassCtx<'_>, nw: usize) -> Option<(String, String)> {
     let view = &ctx.nws[nw];
-    let key = keys::drain_blocked(view.name);
+    let key = &view.keys.drain_blocked;
     let total = view.selected.len();
     let mut blocked_nodes = Vec::new();
     let mut reasons = std::collections::BTreeSet::new();
     let mut details = Vec::new();
     for (p, &id) in view.selected.iter().enumerate() {
-        let n = ctx.node(id);
-        if !n.has_annotation_remembered(&key, &view.drain_blocked[p]) {
+        if !ctx.carries_drain_blockers(nw, p) {
             continue;
         }
-        let blockers = read_blockers(n.annotation(&key));
+        let n = ctx.node(id);
+        let blockers = read_blockers(n.annotation(key));
         if blockers.is_empty() {
             continue;
         }

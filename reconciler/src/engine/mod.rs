@@ -79,7 +79,7 @@ pub mod testkit;
 #[cfg(test)]
 mod warm_prop_tests;
 
-use nodewright_schema::{Status, keys};
+use nodewright_schema::Status;
 
 use crate::plan::{Plan, Requeue};
 use crate::settings::Settings;
@@ -140,7 +140,7 @@ fn run_pass(
     }
     (hooks.handlers)(&mut ctx);
     for nw in 0..ctx.nws.len() {
-        status::refresh_completion(&mut ctx, nw);
+        ctx.refresh_completion(nw);
     }
     let _ = heavy_pass(&mut ctx, hooks);
     finish(ctx, cache)
@@ -261,7 +261,7 @@ fn dispatch(ctx: &mut PassCtx<'_>, hooks: &Hooks, nw: usize) -> bool {
         let result = (hooks.work_node)(ctx, nw, n);
         requeue |= result.requeue;
     }
-    status::refresh_completion(ctx, nw);
+    ctx.refresh_completion(nw);
     status::recompute_counters(ctx, nw);
     // Step 7.
     requeue || !ctx.nws[nw].all_complete()
@@ -302,15 +302,12 @@ fn finish(mut ctx: PassCtx<'_>, cache: Option<&mut StateCache>) -> Plan {
 
 /// `version_<nw>` is written when absent on nodes carrying this NodeWright's state (§4.1).
 fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
-    let view = &ctx.nws[nw];
-    let key = keys::node_version(view.name);
-    let version = &ctx.settings.operator_version;
-    for (p, &n) in view.selected.iter().enumerate() {
-        let node = &mut ctx.nodes[n];
-        if node.state_present(view.state_key())
-            && !node.has_annotation_remembered(&key, &view.version_stamped[p])
-        {
-            node.set_annotation(key.clone(), version.clone());
+    for p in 0..ctx.nws[nw].selected.len() {
+        let n = ctx.nws[nw].selected[p];
+        if ctx.node(n).state_present(ctx.nws[nw].state_key()) && !ctx.carries_version_stamp(nw, p) {
+            let key = ctx.nws[nw].keys.version.clone();
+            let version = ctx.settings.operator_version.clone();
+            ctx.node_mut(n).set_annotation(key, version);
         }
     }
 }

@@ -224,7 +224,7 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
     let mut stale_blockers: Vec<usize> = Vec::new();
     let blocked_key = keys::drain_blocked(&name);
     for (p, &id) in selected.iter().enumerate() {
-        let waits_on_drain = complete::node_digest(ctx, nw, id, |digest| {
+        let waits_on_drain = ctx.node_digest(nw, id, |digest| {
             let digest = digest?;
             for (all, node) in marks.iter_mut().zip(&digest.packages) {
                 all.present |= node.present;
@@ -244,7 +244,7 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
             if !super::drain::protected_pods(nw_obj, ctx.index.pods_on(node_name)).is_empty() {
                 held_nodes.push(node_name.to_string());
             }
-        } else if n.has_annotation_remembered(&blocked_key, &ctx.nws[nw].drain_blocked[p]) {
+        } else if ctx.carries_drain_blockers(nw, p) {
             stale_blockers.push(id);
         }
     }

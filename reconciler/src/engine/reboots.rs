@@ -15,11 +15,7 @@ pub fn track(ctx: &mut PassCtx) -> bool {
     for nw in 0..ctx.nws.len() {
         for (p, n) in ctx.nws[nw].selected.clone().into_iter().enumerate() {
             let node_name = ctx.node(n).name();
-            // Carried per node object and status version: the boot id is part of the node
-            // object, the recorded one part of the status, and this pass has not written it.
-            // Checked first, so a node recorded as it is is not read again.
-            let untouched = ctx.nws[nw].node_boot_ids.untouched(node_name);
-            if untouched && ctx.nws[nw].boot_recorded[p] {
+            if ctx.nws[nw].boot_id_known_recorded(p, node_name) {
                 continue;
             }
             let Some(boot) = ctx.node(n).boot_id() else {
@@ -27,7 +23,7 @@ pub fn track(ctx: &mut PassCtx) -> bool {
             };
             let view = &mut ctx.nws[nw];
             if view.node_boot_ids.get(node_name).map(String::as_str) == Some(boot) {
-                view.boot_recorded[p] = untouched;
+                view.note_boot_id_recorded(p, node_name);
                 continue;
             }
             if view.node_boot_ids.get(node_name).is_some() && ctx.settings.reapply_on_reboot {

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use nodewright_schema::keys::event;
 use nodewright_schema::{BatchState, CompartmentStatus, NodeWrightStatus, Status};
 
-use super::complete;
 use super::context::PassCtx;
 use super::node_map::union_sorted;
 use super::order;
@@ -72,23 +71,6 @@ pub fn nodewright_status(ctx: &PassCtx, nw: usize) -> Status {
     }
 }
 
-/// Refreshes the completion cache of a NodeWright from the working node states. Completion
-/// depends only on the node (its state and `configApplied` record) and on the NodeWright as
-/// the snapshot holds it, so a node not written since its last computation keeps its value.
-pub fn refresh_completion(ctx: &mut PassCtx, nw: usize) {
-    let mut view = std::mem::take(&mut ctx.nws[nw].complete);
-    let mut at = std::mem::take(&mut ctx.nws[nw].complete_at);
-    for (p, &n) in ctx.nws[nw].selected.iter().enumerate() {
-        let writes = ctx.node(n).writes();
-        if at[p] != writes {
-            view[p] = complete::node_complete(ctx, nw, n);
-            at[p] = writes;
-        }
-    }
-    ctx.nws[nw].complete = view;
-    ctx.nws[nw].complete_at = at;
-}
-
 /// Sets the NodeWright Status, with the transition side effects (§1.10, §2.7, §5.13, §10.2).
 pub fn set_nodewright_status(ctx: &mut PassCtx, nw: usize, status: Status) {
     let old = ctx.nws[nw].status.status;
@@ -140,18 +122,14 @@ pub fn reset_batch_states(status: &mut NodeWrightStatus) {
 pub fn report_state(ctx: &mut PassCtx, nw: usize) -> bool {
     let before = ctx.nws[nw].mark();
     select::assign(ctx, nw);
-    refresh_completion(ctx, nw);
+    ctx.refresh_completion(nw);
     prune_departed(ctx, nw);
     recompute_counters(ctx, nw);
     ctx.nws[nw].mark() != before
 }
 
 fn prune_departed(ctx: &mut PassCtx, nw: usize) {
-    // Which entries name departed nodes depends only on the maps' names and on the selected
-    // nodes: with the maps as the last pass found them clean, over the same nodes, none do.
-    let pristine = ctx.nws[nw].maps_unchanged();
-    if pristine && ctx.nws[nw].carried_nothing_departed() {
-        ctx.nws[nw].set_nothing_departed(true);
+    if ctx.nws[nw].known_nothing_departed() {
         return;
     }
     let keep =
@@ -172,7 +150,7 @@ fn prune_departed(ctx: &mut PassCtx, nw: usize) {
         .filter(|n| !keep(ctx, n))
         .map(str::to_string)
         .collect();
-    ctx.nws[nw].set_nothing_departed(pristine && gone_prio.is_empty() && gone.is_empty());
+    ctx.nws[nw].note_departed(gone_prio.is_empty() && gone.is_empty());
     for n in gone_prio {
         ctx.remove_from_priority(nw, &n);
     }
@@ -246,12 +224,11 @@ pub fn recompute_counters(ctx: &mut PassCtx, nw: usize) {
 pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
     let before = ctx.nws[nw].mark();
     let name = ctx.nws[nw].name;
-    refresh_completion(ctx, nw);
+    ctx.refresh_completion(nw);
     let selected = ctx.nws[nw].selected.clone();
-    // Write back the current value as-is (§5.12 preamble). A node not written since its last
-    // write-back, with its mirrors untouched meanwhile, would write back the same values.
+    // Write back the current value as-is (§5.12 preamble).
     for (p, &n) in selected.iter().enumerate() {
-        if ctx.nws[nw].written_back_at[p] == ctx.node(n).writes() {
+        if !ctx.write_back_needed(nw, p) {
             continue;
         }
         let has = ctx.node(n).annotation(&ctx.nws[nw].keys.status).is_some();
@@ -266,7 +243,7 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
             ctx.nws[nw].publish_status(node_name, s);
             ctx.publish_node(nw, n);
         }
-        ctx.nws[nw].written_back_at[p] = ctx.node(n).writes();
+        ctx.note_written_back(nw, p);
     }
     let big_s = nodewright_status(ctx, nw);
     let has_compartments = !ctx.nws[nw].policy_missing;

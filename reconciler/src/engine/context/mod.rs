@@ -11,6 +11,7 @@
 //! sees it ([`NwView`]); `snap_index.rs` the snapshot's lookup tables ([`SnapIndex`]);
 //! `start.rs` how a pass starts from the snapshot and what the cache kept of the last pass.
 
+mod memos;
 mod nodewright_view;
 mod snap_index;
 mod start;

@@ -45,7 +45,7 @@ pub struct NwView<'a> {
     pub complete: Vec<bool>,
     /// The node's write count when `complete` was computed, parallel to `selected`
     /// ([`NOT_COMPUTED`] before the first computation).
-    pub complete_at: Vec<u32>,
+    pub(super) complete_at: Vec<u32>,
     /// The node's Status as last read from its annotation, with the node's write count then,
     /// parallel to `selected` (see [`PassCtx::node_status`]).
     pub(super) status_memo: Vec<Cell<(u32, Status)>>,
@@ -55,7 +55,7 @@ pub struct NwView<'a> {
     pub(super) published_at: Vec<u32>,
     /// The node's write count when introspection last wrote back its Status (§5.12), parallel
     /// to `selected`; reset like `published_at`.
-    pub(in crate::engine) written_back_at: Vec<u32>,
+    pub(super) written_back_at: Vec<u32>,
     /// The node's `status.nodeStatus` value as the last pass found it under this status
     /// version, parallel to `selected` (`None`: not known); holds while the pass leaves that
     /// entry untouched (see [`NwView::published_node_status_at`]).
@@ -73,17 +73,17 @@ pub struct NwView<'a> {
     /// Which of its two node conditions the snapshot's node object already carries as wanted
     /// (§4.5), under one input of completion and erroring, parallel to `selected`. A fact of
     /// the node object alone, so it holds whatever the pass writes.
-    pub conditions_current: Vec<Cell<Option<(u8, u8)>>>,
+    pub(super) conditions_current: Vec<Cell<Option<(u8, u8)>>>,
     /// Whether the snapshot's node object carries `version_<nw>` (§4.1), parallel to
     /// `selected`; read through the working annotations, so it holds only while the pass has
     /// not written them.
-    pub version_stamped: Vec<Cell<Option<bool>>>,
+    pub(super) version_stamped: Vec<Cell<Option<bool>>>,
     /// Whether the snapshot's node object carries `drain_blocked_<nw>` (§7.6), parallel to
     /// `selected`; like `version_stamped`.
-    pub drain_blocked: Vec<Cell<Option<bool>>>,
+    pub(super) drain_blocked: Vec<Cell<Option<bool>>>,
     /// `status.nodeBootIds` of the snapshot's status version holds the node object's boot id
     /// (§10.6), parallel to `selected`; holds while the pass leaves that entry untouched.
-    pub boot_recorded: Vec<bool>,
+    pub(super) boot_recorded: Vec<bool>,
     /// Compartment definitions of this pass (§2.5, §2.8), filled by selection.
     pub compartments: Vec<crate::engine::policy::CompartmentDef>,
     /// Compartment index per selected node, parallel to `selected`.
@@ -94,14 +94,14 @@ pub struct NwView<'a> {
     pub node_state_changes: u64,
     /// What node completion reads of this NodeWright; shared with the parse cache so that
     /// completions remembered in earlier passes are reused while it is unchanged.
-    pub completion_inputs: Arc<CompletionInputs>,
+    pub(super) completion_inputs: Arc<CompletionInputs>,
     /// The digest of an empty node state (no annotation yet, the common case before a node's
     /// first package) under the last `configApplied` value asked for: the same for every such
     /// node, so it is derived once per pass rather than once per node.
-    pub empty_digest: RefCell<Option<AppliedDigest>>,
+    pub(super) empty_digest: RefCell<Option<AppliedDigest>>,
     /// Per selected node (parallel to `selected`): its digest and the node's write count it
     /// was derived at; several steps of a pass read it, and it holds while the count does.
-    pub digests: RefCell<Vec<Option<CountedDigest>>>,
+    pub(super) digests: RefCell<Vec<Option<CountedDigest>>>,
     /// The version of the NodeWright as the snapshot holds it (what the `nodeState` mirror
     /// comparisons remembered in node parses are keyed by); only with a cache.
     pub status_version: Option<VersionId>,
@@ -126,6 +126,10 @@ pub struct NwKeys {
     pub cordon: String,
     /// `configApplied_<nw>`.
     pub config_applied: String,
+    /// `drainBlocked_<nw>`.
+    pub drain_blocked: String,
+    /// `version_<nw>`.
+    pub version: String,
 }
 
 /// A cheap mark of a NodeWright status to tell whether a step changed it: every field but
@@ -339,16 +343,22 @@ impl<'a> NwView<'a> {
             same_version && (in_place || same_names) && carry.nothing_departed;
     }
 
-    /// Whether the last pass found no departed node in the per-node maps this pass starts
-    /// with, over the same nodes this pass selects (status version and nodes unchanged).
-    pub fn carried_nothing_departed(&self) -> bool {
-        self.carried_nothing_departed
+    /// Whether no entry of the per-node maps names a departed node, known without reading
+    /// them: which entries do depends only on the maps' names and on the selected nodes, and
+    /// the last pass found none over the same nodes in the maps this pass has not changed.
+    /// When known, it is also what this pass hands on.
+    pub fn known_nothing_departed(&mut self) -> bool {
+        let known = self.maps_unchanged() && self.carried_nothing_departed;
+        if known {
+            self.nothing_departed = true;
+        }
+        known
     }
 
-    /// Records whether this pass found no departed node in the maps as the snapshot holds
-    /// them, for the next pass.
-    pub fn set_nothing_departed(&mut self, nothing: bool) {
-        self.nothing_departed = nothing;
+    /// Records for the next pass whether the maps, as the snapshot holds them, name no
+    /// departed node; `none_found` is what this pass found in the maps as they are now.
+    pub fn note_departed(&mut self, none_found: bool) {
+        self.nothing_departed = self.maps_unchanged() && none_found;
     }
 
     /// Whether the per-node maps (`nodeStatus`, `nodeState`, `nodeBootIds`, `nodePriority`)
@@ -426,6 +436,40 @@ impl<'a> NwView<'a> {
             Some(s) if self.node_status.untouched(node) => s,
             _ => self.published_node_status(node),
         }
+    }
+
+    /// Which of the NodeWright's two node conditions (§4.5) the `p`th selected node already
+    /// carries as wanted for a node that is `complete` and `erroring` or not: bit `i` for the
+    /// `i`th condition. `read` reads the node object; its answer holds for that object and
+    /// those two facts, whatever the pass writes.
+    pub fn node_conditions_current(
+        &self,
+        p: usize,
+        complete: bool,
+        erroring: bool,
+        read: impl FnOnce() -> u8,
+    ) -> u8 {
+        let facts = u8::from(complete) | u8::from(erroring) << 1;
+        let known = &self.conditions_current[p];
+        match known.get() {
+            Some((for_facts, bits)) if for_facts == facts => bits,
+            _ => {
+                let bits = read();
+                known.set(Some((facts, bits)));
+                bits
+            }
+        }
+    }
+
+    /// Whether `status.nodeBootIds` is known to hold the boot id of the `p`th selected node
+    /// (§10.6): found so for the same node object and status version, and not written since.
+    pub fn boot_id_known_recorded(&self, p: usize, node: &str) -> bool {
+        self.boot_recorded[p] && self.node_boot_ids.untouched(node)
+    }
+
+    /// Notes that `status.nodeBootIds` holds the boot id of the `p`th selected node, `node`.
+    pub fn note_boot_id_recorded(&mut self, p: usize, node: &str) {
+        self.boot_recorded[p] = self.node_boot_ids.untouched(node);
     }
 
     /// The last pass's `Ready` message, while this pass has not changed `status.nodeStatus`

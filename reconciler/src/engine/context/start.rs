@@ -297,6 +297,8 @@ impl<'a> NwView<'a> {
                 node_state: state_key,
                 cordon: keys::cordon(name),
                 config_applied: keys::config_applied(name),
+                drain_blocked: keys::drain_blocked(name),
+                version: keys::node_version(name),
             },
             node_state_changes: 0,
             completion_inputs,

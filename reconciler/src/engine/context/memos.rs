@@ -1,0 +1,120 @@
+//! What a pass remembers of each selected node's derived facts, so the rule modules ask
+//! for a fact and never see how it is kept: within a pass, until the node is next written;
+//! across passes, for the same node object (what `start.rs` carries in).
+
+use std::sync::Arc;
+
+use super::PassCtx;
+use crate::engine::complete::{self, NodeDigest};
+
+impl PassCtx<'_> {
+    /// Whether the `p`th node NodeWright `nw` selects carries that NodeWright's drain
+    /// blockers, `drainBlocked_<nw>` (§7.10). Remembered for the node object across passes.
+    pub fn carries_drain_blockers(&self, nw: usize, p: usize) -> bool {
+        let view = &self.nws[nw];
+        self.nodes[view.selected[p]]
+            .has_annotation_remembered(&view.keys.drain_blocked, &view.drain_blocked[p])
+    }
+    /// Whether the `p`th node NodeWright `nw` selects carries that NodeWright's operator
+    /// version, `version_<nw>` (§4.1). Remembered for the node object across passes.
+    pub fn carries_version_stamp(&self, nw: usize, p: usize) -> bool {
+        let view = &self.nws[nw];
+        self.nodes[view.selected[p]]
+            .has_annotation_remembered(&view.keys.version, &view.version_stamped[p])
+    }
+    /// Finds the completion (§6.4) of every node NodeWright `nw` selects. It depends only on
+    /// the node (its state and `configApplied` record) and on the NodeWright as the snapshot
+    /// holds it, so a node not written since it was last found keeps its completion.
+    pub fn refresh_completion(&mut self, nw: usize) {
+        let mut completion = std::mem::take(&mut self.nws[nw].complete);
+        let mut at = std::mem::take(&mut self.nws[nw].complete_at);
+        for (p, &n) in self.nws[nw].selected.iter().enumerate() {
+            let writes = self.nodes[n].writes;
+            if at[p] != writes {
+                completion[p] = complete::node_complete(self, nw, n);
+                at[p] = writes;
+            }
+        }
+        self.nws[nw].complete = completion;
+        self.nws[nw].complete_at = at;
+    }
+    /// Whether introspection's write-back of the `p`th node NodeWright `nw` selects (§5.12)
+    /// could change anything: not when the node was not written since its last write-back
+    /// and its mirrors were left alone meanwhile.
+    pub fn write_back_needed(&self, nw: usize, p: usize) -> bool {
+        let view = &self.nws[nw];
+        view.written_back_at[p] != self.nodes[view.selected[p]].writes
+    }
+    /// Notes the write-back of the `p`th node NodeWright `nw` selects.
+    pub fn note_written_back(&mut self, nw: usize, p: usize) {
+        let writes = self.nodes[self.nws[nw].selected[p]].writes;
+        self.nws[nw].written_back_at[p] = writes;
+    }
+
+    /// Lends `read` the digest of node `node` for NodeWright `nw` in the working state; `None`
+    /// when the node's state annotation is malformed (such a node is never complete, §4.2).
+    ///
+    /// While the node's state is still the snapshot's parse, the digest is remembered in that
+    /// parse (engine/state_cache.rs), keyed by the NodeWright's completion inputs and the node's
+    /// `configApplied` value, so later passes over an unchanged node skip the package walk.
+    pub fn node_digest<R>(
+        &self,
+        nw: usize,
+        node: usize,
+        read: impl FnOnce(Option<&NodeDigest>) -> R,
+    ) -> R {
+        let view = &self.nws[nw];
+        let n = self.node(node);
+        let Some(p) = view.position(node) else {
+            return read(self.derive_digest(nw, node).as_deref());
+        };
+        // A steady pass reads the digests of thousands of nodes several times each, so `read`
+        // borrows the remembered digest; it only reads, so nothing memoises one meanwhile.
+        if let Some((at, digest)) = &view.digests.borrow()[p]
+            && *at == n.writes()
+        {
+            return read(digest.as_deref());
+        }
+        let digest = self.derive_digest(nw, node);
+        let out = read(digest.as_deref());
+        view.digests.borrow_mut()[p] = Some((n.writes(), digest));
+        out
+    }
+
+    /// [`PassCtx::node_digest`] without the per-pass memo: from the node's parse when it
+    /// remembers one.
+    fn derive_digest(&self, nw: usize, node: usize) -> Option<Arc<NodeDigest>> {
+        let view = &self.nws[nw];
+        let n = self.node(node);
+        let unwritten = n.unwritten_state(view.state_key());
+        let applied = n.annotation(&view.keys.config_applied);
+        if let Some(known) = unwritten.and_then(|p| p.digest(&view.completion_inputs, applied)) {
+            return Some(known);
+        }
+        let state = n.state(view.state_key()).ok()?;
+        if state.0.is_empty() {
+            let mut empty = view.empty_digest.borrow_mut();
+            if let Some((at, digest)) = empty.as_ref()
+                && at.as_deref() == applied
+            {
+                return Some(Arc::clone(digest));
+            }
+            let digest = Arc::new(NodeDigest::of(
+                view.nw,
+                state,
+                &complete::parse_applied(applied),
+            ));
+            *empty = Some((applied.map(Box::from), Arc::clone(&digest)));
+            return Some(digest);
+        }
+        let digest = Arc::new(NodeDigest::of(
+            view.nw,
+            state,
+            &complete::parse_applied(applied),
+        ));
+        if let Some(parsed) = unwritten {
+            parsed.remember_digest(&view.completion_inputs, applied, Arc::clone(&digest));
+        }
+        Some(digest)
+    }
+}
