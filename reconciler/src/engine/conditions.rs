@@ -177,7 +177,6 @@ pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
             ready_message(&nodes)
         }
     };
-    let from_snapshot = view.node_status.unchanged();
     let status = view.status.status;
     let complete = status == Some(Status::Complete);
     let generation = view.generation();
@@ -185,7 +184,7 @@ pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
     let transitioned = view.transitioned;
     let old = view.initial_status;
     let view = &mut ctx.nws[nw];
-    view.ready_message = from_snapshot.then(|| message.clone());
+    view.hand_on_ready_message(&message);
     let mut ready = cond(
         condition::READY,
         complete,

@@ -213,17 +213,11 @@ pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             .annotations
             .as_ref()
             .and_then(|a| a.get(keys::CONFIGMAP_ANNOTATION_NODE_NAME));
-        if let Some(node) = node
-            && let Some(id) = ctx.node_id(node).filter(|&id| view.selects(id))
+        if let Some(id) = node.and_then(|node| ctx.node_id(node))
+            && view.selects(id)
+            && ctx.is_metadata_configmap_of(nw, id, name)
         {
-            let derive = || names::node_metadata_configmap(&nw_name, node);
-            let named = match ctx.node(id).memo() {
-                Some(memo) => memo.is_metadata_configmap(view.memo_id, name, derive),
-                None => derive() == name,
-            };
-            if named {
-                return true;
-            }
+            return true;
         }
         every_name
             .get_or_insert_with(|| {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::job::Job;
 use nodewright_schema::{Interrupt, InterruptType, NodeWright, Stage, State, keys};
 
-use super::context::{Flow, PassCtx};
+use super::context::{ExpectedJob, Flow, PassCtx};
 use super::jobs::{self, InterruptJobInput, JobFacts, StageJobInput};
 use super::write_order::After;
 use crate::plan::Action;
@@ -91,26 +91,7 @@ fn delete(ctx: &mut PassCtx<'_>, job: &Job, reason: &str, invalidate: bool) {
 /// volumes differ per node; labels, images and env do not), so one build serves every node
 /// instead of one per unfinished Job. The package name is the inner key, so a look-up
 /// borrows it and only a build copies it.
-type ExpectedJobs = HashMap<(Stage, bool), HashMap<String, Option<Expected>>>;
-
-/// An expected Job, with the id of its [`jobs::MatchTarget`] when comparisons are remembered.
-struct Expected {
-    job: Job,
-    target: Option<u64>,
-}
-
-/// [`jobs::job_matches`], remembered across passes per Job version and expected Job when the
-/// pass has a cache and the Job a uid and resourceVersion.
-fn matches(ctx: &PassCtx<'_>, job: &Job, expected: &Expected) -> bool {
-    let compare = || jobs::job_matches(job, &expected.job);
-    let memo = ctx.job_matches.as_deref();
-    match (memo, expected.target, jobs::job_version(job)) {
-        (Some(memo), Some(target), Some((uid, version))) => {
-            memo.recall(uid, version, target, compare)
-        }
-        _ => compare(),
-    }
-}
+type ExpectedJobs = HashMap<(Stage, bool), HashMap<String, Option<ExpectedJob>>>;
 
 /// Why an unfinished Job no longer matches (§8.14 rule 1), if it does not.
 fn validation_failure(
@@ -142,17 +123,12 @@ fn validation_failure(
     }
     let of_kind = built.entry((stage, facts.interrupt)).or_default();
     if !of_kind.contains_key(pkg.name.as_str()) {
-        let expected = expected(view.nw, ctx, job, ctx.node(node).name()).map(|job| Expected {
-            target: ctx
-                .job_matches
-                .as_deref()
-                .map(|memo| memo.target_id(jobs::MatchTarget::of(&job))),
-            job,
-        });
+        let expected =
+            expected(view.nw, ctx, job, ctx.node(node).name()).map(|job| ctx.expected_job(job));
         of_kind.insert(pkg.name.clone(), expected);
     }
     if let Some(Some(expected)) = of_kind.get(pkg.name.as_str())
-        && !matches(ctx, job, expected)
+        && !ctx.matches_expected(job, expected)
     {
         return Some("the Job no longer matches the package spec");
     }

@@ -6,6 +6,16 @@ use std::sync::Arc;
 
 use super::PassCtx;
 use crate::engine::complete::{self, NodeDigest};
+use crate::engine::jobs::{self, MatchTarget};
+use crate::job::Job;
+use nodewright_schema::names;
+
+/// A Job the sweep compares unfinished Jobs against (§8.14 rule 1), with the name the pass
+/// remembers comparisons against it by.
+pub struct ExpectedJob {
+    job: Job,
+    target: Option<u64>,
+}
 
 impl PassCtx<'_> {
     /// Whether the `p`th node NodeWright `nw` selects carries that NodeWright's drain
@@ -21,6 +31,39 @@ impl PassCtx<'_> {
         let view = &self.nws[nw];
         self.nodes[view.selected[p]]
             .has_annotation_remembered(&view.keys.version, &view.version_stamped[p])
+    }
+    /// Whether `name` is the name of node `id`'s metadata ConfigMap (§9.1) for NodeWright
+    /// `nw`; the name, a hash, is remembered for the node across passes.
+    pub fn is_metadata_configmap_of(&self, nw: usize, id: usize, name: &str) -> bool {
+        let view = &self.nws[nw];
+        let node = self.node(id);
+        let derive = || names::node_metadata_configmap(view.name, node.name());
+        match node.memo() {
+            Some(memo) => memo.is_metadata_configmap(view.memo_id, name, derive),
+            None => derive() == name,
+        }
+    }
+    /// `job` as an expected Job of the sweep.
+    pub fn expected_job(&self, job: Job) -> ExpectedJob {
+        let target =
+            (self.job_matches.as_deref()).map(|memo| memo.target_id(MatchTarget::of(&job)));
+        ExpectedJob { job, target }
+    }
+    /// Whether `job` matches `expected` ([`jobs::job_matches`]), remembered across passes per
+    /// version of the Job and expected Job; a Job without uid or resourceVersion is compared
+    /// every time.
+    pub fn matches_expected(&self, job: &Job, expected: &ExpectedJob) -> bool {
+        let compare = || jobs::job_matches(job, &expected.job);
+        match (
+            self.job_matches.as_deref(),
+            expected.target,
+            jobs::job_version(job),
+        ) {
+            (Some(memo), Some(target), Some((uid, version))) => {
+                memo.recall(uid, version, target, compare)
+            }
+            _ => compare(),
+        }
     }
     /// Finds the completion (§6.4) of every node NodeWright `nw` selects. It depends only on
     /// the node (its state and `configApplied` record) and on the NodeWright as the snapshot

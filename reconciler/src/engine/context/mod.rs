@@ -51,6 +51,7 @@ use super::state_cache::{
 };
 use super::write_order::{self, After, Writes};
 
+pub use memos::ExpectedJob;
 pub use nodewright_view::*;
 pub use snap_index::*;
 pub use working_node::*;
@@ -157,7 +158,7 @@ pub struct PassCtx<'a> {
     /// Snapshot indexes, built once per pass (lookups by name/UID/node instead of scans).
     pub index: SnapIndex<'a>,
     /// Sweep comparisons remembered across passes (only with a cache).
-    pub job_matches: Option<Arc<JobMatchMemo>>,
+    pub(super) job_matches: Option<Arc<JobMatchMemo>>,
     actions: Vec<Action>,
     /// What emitted actions rely on (engine/write_order.rs).
     after: Vec<(usize, After)>,

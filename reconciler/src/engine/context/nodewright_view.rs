@@ -64,7 +64,7 @@ pub struct NwView<'a> {
     /// `nodeStatus` values this pass starts with (see [`NwView::carried_ready_message`]).
     pub(super) carried_ready: Option<String>,
     /// The `Ready` message this pass made from the snapshot's `nodeStatus`, for the next pass.
-    pub(in crate::engine) ready_message: Option<String>,
+    pub(super) ready_message: Option<String>,
     /// The last pass found no departed node in the per-node maps this pass starts with, over
     /// the same nodes this pass selects (see [`NwView::nothing_departed`]).
     pub(super) carried_nothing_departed: bool,
@@ -91,7 +91,7 @@ pub struct NwView<'a> {
     /// This NodeWright's node keys, built once per pass.
     pub keys: NwKeys,
     /// Count of changes made to `status.nodeState` (compared instead of the big map).
-    pub node_state_changes: u64,
+    pub(super) node_state_changes: u64,
     /// What node completion reads of this NodeWright; shared with the parse cache so that
     /// completions remembered in earlier passes are reused while it is unchanged.
     pub(super) completion_inputs: Arc<CompletionInputs>,
@@ -104,9 +104,9 @@ pub struct NwView<'a> {
     pub(super) digests: RefCell<Vec<Option<CountedDigest>>>,
     /// The version of the NodeWright as the snapshot holds it (what the `nodeState` mirror
     /// comparisons remembered in node parses are keyed by); only with a cache.
-    pub status_version: Option<VersionId>,
+    pub(super) status_version: Option<VersionId>,
     /// The NodeWright's key in node memos (meaningful only with a cache).
-    pub memo_id: NodeWrightId,
+    pub(super) memo_id: NodeWrightId,
 }
 
 /// A node digest with the `configApplied` value it was derived under.
@@ -436,6 +436,12 @@ impl<'a> NwView<'a> {
             Some(s) if self.node_status.untouched(node) => s,
             _ => self.published_node_status(node),
         }
+    }
+
+    /// Keeps this pass's `Ready` message for the next pass when it was made from the
+    /// `nodeStatus` values this pass started with.
+    pub fn hand_on_ready_message(&mut self, message: &str) {
+        self.ready_message = self.node_status.unchanged().then(|| message.to_string());
     }
 
     /// Which of the NodeWright's two node conditions (§4.5) the `p`th selected node already
