@@ -24,9 +24,9 @@ use super::context::Few;
 /// A position with no pod in this snapshot (the pod left).
 const GONE: u32 = u32::MAX;
 
-/// Past this many uids touched in one pass, every Job's pods are looked up rather than the
-/// list searched for each (a mass change, such as the first pass after a restart of a store).
-const TOUCHED_LIMIT: usize = 64;
+/// Past this many positions holding another pod object, the pods are taken to have shifted
+/// (a pod joined or left before them) rather than to have been rewritten in place.
+const REWRITTEN_LIMIT: usize = 32;
 
 /// The hash [`PodChanges::touched`] compares a Job's uid by.
 pub(super) fn uid_hash(uid: &str) -> u64 {
@@ -61,9 +61,10 @@ pub(super) struct PodChanges {
     /// Every pod's position now by its position before, [`GONE`] for a pod that left; `None`
     /// when every pod that stayed kept its position.
     moved: Option<Vec<u32>>,
-    /// The uids (with [`uid_hash`]) of pods that left or joined.
-    touched: Vec<(u64, Box<str>)>,
-    /// More uids than [`TOUCHED_LIMIT`] were touched, or nothing was known before.
+    /// The uids of pods that left or joined, by [`uid_hash`]: a Job's question costs one
+    /// look-up of its carried hash, however many uids a batch of Jobs touched.
+    touched: FxHashMap<u64, Vec<Box<str>>>,
+    /// Nothing was known before: every uid counts as touched.
     all_touched: bool,
 }
 
@@ -80,16 +81,10 @@ impl PodChanges {
         if self.all_touched {
             return;
         }
-        let hash = uid_hash(uid);
-        if self.touched.iter().any(|(h, u)| *h == hash && **u == *uid) {
-            return;
+        let uids = self.touched.entry(uid_hash(uid)).or_default();
+        if !uids.iter().any(|u| **u == *uid) {
+            uids.push(uid.into());
         }
-        if self.touched.len() == TOUCHED_LIMIT {
-            self.all_touched = true;
-            self.touched = Vec::new();
-            return;
-        }
-        self.touched.push((hash, uid.into()));
     }
 
     /// Whether a pod labelled with the uid whose [`uid_hash`] is `hash` joined or left. The
@@ -98,12 +93,11 @@ impl PodChanges {
         if self.all_touched {
             return true;
         }
-        let mut same_hash = self.touched.iter().filter(|(h, _)| *h == hash).peekable();
-        if same_hash.peek().is_none() {
+        let Some(uids) = self.touched.get(&hash) else {
             return false;
-        }
+        };
         let uid = uid();
-        same_hash.any(|(_, u)| Some(&**u) == uid)
+        uids.iter().any(|u| Some(&**u) == uid)
     }
 
     /// Where the pods at positions `before` in the last snapshot are now, in snapshot order;
@@ -202,7 +196,7 @@ impl PodIndex {
         if same_count
             && (self.pods.iter().zip(pods))
                 .filter(|(held, pod)| !Arc::ptr_eq(held, pod))
-                .nth(TOUCHED_LIMIT / 2)
+                .nth(REWRITTEN_LIMIT)
                 .is_none()
         {
             for ((held, pod), at) in self.pods.iter_mut().zip(pods).zip(0..) {
@@ -372,18 +366,23 @@ mod tests {
         step(&[], &["a", "c"], "every pod left");
     }
 
-    /// A mass change names every uid as touched, including ones it never saw.
+    /// A mass change (a relist renews every pod object) names each uid whose pods it
+    /// renewed, however many, and no other.
     #[test]
-    fn past_the_limit_every_uid_counts_as_touched() {
-        let old: Vec<_> = (0..100)
+    fn a_mass_change_names_every_renewed_uid_and_no_other() {
+        let old: Vec<_> = (0..1000)
             .map(|i| pod(&format!("p{i}"), Some(&format!("u{i}"))))
             .collect();
         let mut index = PodIndex::new(&old);
-        let new: Vec<_> = (0..100)
+        let new: Vec<_> = (0..1000)
             .map(|i| pod(&format!("p{i}"), Some(&format!("u{i}"))))
             .collect();
         let changes = index.update(&new);
-        assert!(changes.touched(uid_hash("elsewhere"), || Some("elsewhere")));
+        for i in 0..1000 {
+            let uid = format!("u{i}");
+            assert!(changes.touched(uid_hash(&uid), || Some(&uid)), "{uid}");
+        }
+        assert!(!changes.touched(uid_hash("elsewhere"), || Some("elsewhere")));
         assert_eq!(all(&index, &new), fresh(&new));
     }
 }
