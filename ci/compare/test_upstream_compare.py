@@ -108,6 +108,18 @@ class Report(unittest.TestCase):
         self.assertEqual(uc.explain(divergences, entries), 1)
         self.assertEqual(divergences[1].explained_by, "Stage executions are Jobs")
 
+    def test_sequences_differing_in_the_cordon_or_a_repeated_stage_have_keys_of_their_own(self):
+        up = ["driver/apply", "cordon", "driver/config", "reboot", "uncordon"]
+        ours = ["cordon", "driver/apply", "driver/config", "reboot", "uncordon"]
+        self.assertEqual(uc.sequence_key(up, ours), "sequence:cordon-order")
+        again = ["driver/apply", "cordon", "driver/apply", "driver/config", "reboot", "uncordon"]
+        self.assertEqual(uc.sequence_key(again, ours), "sequence:repeated-attempt")
+        self.assertEqual(uc.sequence_key(["driver/apply", "driver/apply"], ["driver/apply"]),
+                         "sequence:repeated-attempt")
+        apart = ["driver/apply", "driver/config", "driver/apply"]
+        self.assertEqual(uc.sequence_key(apart, ["driver/apply", "driver/config"]), "sequence")
+        self.assertEqual(uc.sequence_key(["driver/apply", "reboot"], ["driver/apply"]), "sequence")
+
     def test_identical_facts_have_no_divergence(self):
         self.assertEqual(uc.compare(facts("upstream"), facts("upstream")), [])
 

@@ -681,6 +681,24 @@ def _seq(events: list[dict], node: str, kinds: tuple) -> list[str]:
     return out
 
 
+def sequence_key(up: list[str], ours: list[str]) -> str:
+    """The divergence key of a node's two different sequences of cordons, reboots and stages:
+    `sequence:cordon-order` when only where the cordon falls differs, `sequence:repeated-attempt`
+    when one side ran a stage again right away (where the cordon falls aside: upstream cordons
+    after a stage started, this project before), else `sequence`."""
+    def without_cordon(seq):
+        return [x for x in seq if x != "cordon"]
+
+    def collapsed(seq):
+        return [x for i, x in enumerate(seq) if i == 0 or seq[i - 1] != x]
+
+    if without_cordon(up) == without_cordon(ours) and up.count("cordon") == ours.count("cordon"):
+        return "sequence:cordon-order"
+    if collapsed(without_cordon(up)) == collapsed(without_cordon(ours)):
+        return "sequence:repeated-attempt"
+    return "sequence"
+
+
 def compare(up: dict, ours: dict) -> list[Divergence]:
     """The divergences between two facts documents, most specific key first."""
     out: list[Divergence] = []
@@ -709,16 +727,7 @@ def compare(up: dict, ours: dict) -> list[Divergence]:
             su = _seq(pu["events"], n, ("cordon", "uncordon", "reboot", "exec"))
             so = _seq(po["events"], n, ("cordon", "uncordon", "reboot", "exec"))
             if su != so:
-                # Only where the cordon falls among the stages differs: a key of its own.
-                same_without = [x for x in su if x != "cordon"] == [x for x in so if x != "cordon"]
-                collapse = lambda seq: [x for i, x in enumerate(seq) if x != "cordon" and (i == 0 or seq[i - 1] != x)]
-                if same_without and su.count("cordon") == so.count("cordon"):
-                    key = "sequence:cordon-order"
-                elif collapse(su) == collapse(so):
-                    key = "sequence:repeated-attempt"  # one side ran a stage again right away
-                else:
-                    key = "sequence"
-                out.append(Divergence(key, f"{p} {n}", " → ".join(su) or "(nothing)",
+                out.append(Divergence(sequence_key(su, so), f"{p} {n}", " → ".join(su) or "(nothing)",
                                       " → ".join(so) or "(nothing)"))
             # Pods of the starting cluster, by name; replacement pods (a ReplicaSet's, named
             # `base-*`) land where the scheduler found room, which depends on the node order.
