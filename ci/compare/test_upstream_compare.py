@@ -99,6 +99,34 @@ class Batches(unittest.TestCase):
                          {"gpu/__default__": {"1": ["a", "b", "c"], "2": ["d"]}})
 
 
+class Recording(unittest.TestCase):
+    def recorder(self):
+        now = uc.datetime.now(uc.timezone.utc)
+        return uc.Recorder("http://127.0.0.1:1", uc.VirtualClock(now, now, 1.0), "skyhooks",
+                           "skyhook.nvidia.com", "skyhook")
+
+    @staticmethod
+    def pod(uid, phase, deleting=False):
+        meta = {"name": f"p-{uid}", "namespace": "skyhook", "uid": uid, "resourceVersion": "7",
+                "annotations": {"skyhook.nvidia.com/package":
+                                json.dumps({"name": "driver", "version": "1", "stage": "apply"})}}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return {"metadata": meta, "spec": {"nodeName": "n1"}, "status": {"phase": phase}}
+
+    def test_a_stage_execution_deleted_while_it_ran_is_recorded_once(self):
+        r = self.recorder()
+        r._observe("pods", "ADDED", self.pod("a", "Running"))
+        r._observe("pods", "MODIFIED", self.pod("a", "Running", deleting=True))
+        r._observe("pods", "DELETED", self.pod("a", "Running", deleting=True))
+        r._observe("pods", "ADDED", self.pod("b", "Running"))
+        r._observe("pods", "MODIFIED", self.pod("b", "Succeeded"))
+        r._observe("pods", "DELETED", self.pod("b", "Succeeded"))
+        self.assertEqual([(e["kind"], e["node"], e["detail"]) for e in r.events],
+                         [("exec", "n1", "driver/apply"), ("stopped", "n1", "driver/apply"),
+                          ("exec", "n1", "driver/apply")])
+
+
 class Report(unittest.TestCase):
     def test_a_deliberate_and_an_unexplained_divergence(self):
         divergences = uc.compare(facts("upstream"), facts("ours"))

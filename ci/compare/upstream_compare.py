@@ -200,6 +200,7 @@ class Recorder:
         self.nodes: dict[str, dict] = {}
         self.crs: dict[str, dict] = {}
         self.seen_exec: set[str] = set()
+        self.seen_stopped: set[str] = set()
         self.seen_evict: set[str] = set()
         self.phase = 1
         self.rv = 0
@@ -296,6 +297,8 @@ class Recorder:
         owners = meta.get("ownerReferences") or []
         if not any(o.get("kind") == "Job" for o in owners):
             self._execution("Pod", pod, node)
+            phase = (pod.get("status") or {}).get("phase")
+            self._stopped(typ, pod, node, finished=phase in ("Succeeded", "Failed"))
 
     def _on_jobs(self, typ: str, job: dict):
         spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -309,6 +312,9 @@ class Recorder:
                         node = f["values"][0]
         node = node or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname", "")
         self._execution("Job", job, node)
+        finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                       for c in (job.get("status") or {}).get("conditions") or [])
+        self._stopped(typ, job, node, finished)
 
     def _execution(self, what: str, obj: dict, node: str):
         meta = obj["metadata"]
@@ -325,6 +331,21 @@ class Recorder:
         stage = package.get("stage", "?")
         self._event("exec", node, f"{package.get('name')}/{stage}", workload=what, cr=cr,
                     version=package.get("version"))
+
+    def _stopped(self, typ: str, obj: dict, node: str, finished: bool):
+        """A stage execution deleted before it finished (its pod or Job deleted while it ran),
+        which the controller then runs again or gives up."""
+        meta = obj["metadata"]
+        uid = meta.get("uid") or meta["name"]
+        deleting = typ == "DELETED" or meta.get("deletionTimestamp")
+        if not deleting or finished or uid not in self.seen_exec or uid in self.seen_stopped:
+            return
+        self.seen_stopped.add(uid)
+        try:
+            package = json.loads(prefixed(meta.get("annotations"))["package"])
+        except (KeyError, ValueError):
+            return
+        self._event("stopped", node, f"{package.get('name')}/{package.get('stage', '?')}")
 
     def _on_crs(self, typ: str, cr: dict):
         name = cr["metadata"]["name"]
@@ -814,8 +835,10 @@ def render(up: dict, ours: dict, divergences: list[Divergence], unexplained: int
     for pu, po in zip(up["phases"], ours["phases"]):
         p = f"phase {pu['phase']}"
         row(f"{p}: time to converge (s)", pu["converge_seconds"], po["converge_seconds"])
-        for kind in ("cordon", "uncordon", "evict", "reboot", "exec", "erroring"):
-            row(f"{p}: {dict(exec='stage executions', erroring='nodes turning erroring').get(kind, kind)}",
+        for kind in ("cordon", "uncordon", "evict", "reboot", "exec", "stopped", "erroring"):
+            names = dict(exec="stage executions", stopped="stage executions deleted unfinished",
+                         erroring="nodes turning erroring")
+            row(f"{p}: {names.get(kind, kind)}",
                 sum(1 for e in pu["events"] if e["kind"] == kind),
                 sum(1 for e in po["events"] if e["kind"] == kind))
         for c in sorted(set(pu["max_interrupted"]) | set(po["max_interrupted"])):
