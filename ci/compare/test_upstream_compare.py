@@ -106,22 +106,32 @@ class Recording(unittest.TestCase):
                            "skyhook.nvidia.com", "skyhook")
 
     @staticmethod
-    def pod(uid, phase, deleting=False):
+    def pod(uid, phase, deleting=False, inits=()):
         meta = {"name": f"p-{uid}", "namespace": "skyhook", "uid": uid, "resourceVersion": "7",
                 "annotations": {"skyhook.nvidia.com/package":
                                 json.dumps({"name": "driver", "version": "1", "stage": "apply"})}}
         if deleting:
             meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        return {"metadata": meta, "spec": {"nodeName": "n1"}, "status": {"phase": phase}}
+        statuses = [{"name": f"i{i}", "state": {"terminated": {"exitCode": code}} if code is not None
+                     else {"running": {}}} for i, code in enumerate(inits)]
+        return {"metadata": meta, "spec": {"nodeName": "n1"},
+                "status": {"phase": phase, "initContainerStatuses": statuses}}
+
+    def test_a_pod_whose_init_containers_all_ended_or_one_failed_has_finished(self):
+        self.assertTrue(uc.pod_finished(self.pod("a", "Running", inits=(0, 0))))
+        self.assertTrue(uc.pod_finished(self.pod("a", "Running", inits=(0, 3, None))))
+        self.assertTrue(uc.pod_finished(self.pod("a", "Succeeded")))
+        self.assertFalse(uc.pod_finished(self.pod("a", "Running", inits=(0, None))))
+        self.assertFalse(uc.pod_finished(self.pod("a", "Pending")))
 
     def test_a_stage_execution_deleted_while_it_ran_is_recorded_once(self):
         r = self.recorder()
         r._observe("pods", "ADDED", self.pod("a", "Running"))
         r._observe("pods", "MODIFIED", self.pod("a", "Running", deleting=True))
         r._observe("pods", "DELETED", self.pod("a", "Running", deleting=True))
-        r._observe("pods", "ADDED", self.pod("b", "Running"))
-        r._observe("pods", "MODIFIED", self.pod("b", "Succeeded"))
-        r._observe("pods", "DELETED", self.pod("b", "Succeeded"))
+        r._observe("pods", "ADDED", self.pod("b", "Running", inits=(None,)))
+        r._observe("pods", "MODIFIED", self.pod("b", "Running", inits=(0,)))
+        r._observe("pods", "DELETED", self.pod("b", "Running", deleting=True, inits=(0,)))
         self.assertEqual([(e["kind"], e["node"], e["detail"]) for e in r.events],
                          [("exec", "n1", "driver/apply"), ("stopped", "n1", "driver/apply"),
                           ("exec", "n1", "driver/apply")])

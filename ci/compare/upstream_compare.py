@@ -185,6 +185,16 @@ class VirtualClock:
 # --- recording -----------------------------------------------------------------------------
 
 
+def pod_finished(pod: dict) -> bool:
+    """Whether a stage pod's work is over: the pod ended, or (upstream's pods, whose main
+    container only idles) every init container terminated, or one failed."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return True
+    inits = [(s.get("state") or {}).get("terminated") for s in status.get("initContainerStatuses") or []]
+    return bool(inits) and (all(inits) or any(t and t.get("exitCode") for t in inits))
+
+
 class Recorder:
     """Watches nodes, pods, Jobs and the CRs of one sim serve and keeps the timeline.
 
@@ -297,8 +307,7 @@ class Recorder:
         owners = meta.get("ownerReferences") or []
         if not any(o.get("kind") == "Job" for o in owners):
             self._execution("Pod", pod, node)
-            phase = (pod.get("status") or {}).get("phase")
-            self._stopped(typ, pod, node, finished=phase in ("Succeeded", "Failed"))
+            self._stopped(typ, pod, node, finished=pod_finished(pod))
 
     def _on_jobs(self, typ: str, job: dict):
         spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
