@@ -165,18 +165,15 @@ pub fn refresh_policy_not_found(ctx: &mut PassCtx, nw: usize) {
 /// Recomputes `Ready` and the legacy mirrors (§12.1, §12.3) before the status is saved.
 pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
     let view = &ctx.nws[nw];
-    let message = match view.carried_ready_message() {
-        Some(carried) => carried.to_string(),
-        None => {
-            let nodes: Vec<(&str, Status)> = (view.selected.iter().enumerate())
-                .map(|(p, &n)| {
-                    let name = ctx.node(n).name();
-                    (name, view.published_node_status_at(p, name))
-                })
-                .collect();
-            ready_message(&nodes)
-        }
-    };
+    let message = view.ready_message_or(|| {
+        let nodes: Vec<(&str, Status)> = (view.selected.iter().enumerate())
+            .map(|(p, &n)| {
+                let name = ctx.node(n).name();
+                (name, view.published_node_status_at(p, name))
+            })
+            .collect();
+        ready_message(&nodes)
+    });
     let status = view.status.status;
     let complete = status == Some(Status::Complete);
     let generation = view.generation();

@@ -61,7 +61,7 @@ pub struct NwView<'a> {
     /// entry untouched (see [`NwView::published_node_status_at`]).
     pub(super) published_seed: Vec<Option<Status>>,
     /// The last pass's `Ready` message, when it was made from exactly the names and
-    /// `nodeStatus` values this pass starts with (see [`NwView::carried_ready_message`]).
+    /// `nodeStatus` values this pass starts with (see [`NwView::ready_message_or`]).
     pub(super) carried_ready: Option<String>,
     /// The `Ready` message this pass made from the snapshot's `nodeStatus`, for the next pass.
     pub(super) ready_message: Option<String>,
@@ -478,12 +478,14 @@ impl<'a> NwView<'a> {
         self.boot_recorded[p] = self.node_boot_ids.untouched(node);
     }
 
-    /// The last pass's `Ready` message, while this pass has not changed `status.nodeStatus`
-    /// and selects the same nodes the last pass did: it was made from the same input.
-    pub fn carried_ready_message(&self) -> Option<&str> {
-        self.carried_ready
-            .as_deref()
-            .filter(|_| self.node_status.unchanged())
+    /// The `Ready` message (§12.1): the last pass's while this pass has not changed
+    /// `status.nodeStatus` and selects the same nodes the last pass did (it was made from the
+    /// same input), else `make`'s.
+    pub fn ready_message_or(&self, make: impl FnOnce() -> String) -> String {
+        match (self.carried_ready.as_deref()).filter(|_| self.node_status.unchanged()) {
+            Some(carried) => carried.to_string(),
+            None => make(),
+        }
     }
 
     /// The status write: the working status fields and this pass's per-node map changes.
