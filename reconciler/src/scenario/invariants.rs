@@ -348,8 +348,13 @@ impl InterruptLedger {
         self.cursor = entries.len();
 
         let nws = world.nodewrights();
+        // Every node that ran an interrupt stays here: its NodeWright's key is made once.
+        let mut state_keys: HashMap<String, String> = HashMap::new();
         self.spent.retain(|(nw, node, package, _), checked| {
-            let Some(raw) = node_state_value(world, nw, node) else {
+            if !state_keys.contains_key(nw) {
+                state_keys.insert(nw.clone(), keys::node_state(nw));
+            }
+            let Some(raw) = node_state_value(world, &state_keys[nw], node) else {
                 return false;
             };
             if checked.as_deref() == Some(raw) {
@@ -443,14 +448,15 @@ impl InterruptLedger {
     }
 }
 
-fn node_state_value<'w>(world: &'w SimCluster, nw: &str, node: &str) -> Option<&'w str> {
+/// The node's value of `key`, a NodeWright's `nodeState_<nw>`.
+fn node_state_value<'w>(world: &'w SimCluster, key: &str, node: &str) -> Option<&'w str> {
     world
         .nodes()
         .get(node)?
         .metadata
         .annotations
         .as_ref()?
-        .get(&keys::node_state(nw))
+        .get(key)
         .map(String::as_str)
 }
 
