@@ -137,6 +137,30 @@ class Recording(unittest.TestCase):
                           ("exec", "n1", "driver/apply")])
 
 
+    def test_a_finished_stage_taken_back_by_a_node_write_is_undone(self):
+        def state(**entries):
+            return {"nodeState_gpu": json.dumps({k: {"stage": st, "state": s} for k, (st, s) in entries.items()})}
+        was = state(**{"driver|1": ("apply", "complete"), "tuning|1": ("post-interrupt", "complete")})
+        self.assertEqual(uc.undone_entries(was, state(**{"driver|1": ("apply", "in_progress"),
+                                                         "tuning|1": ("post-interrupt", "complete")})),
+                         [("nodeState_gpu", "driver|1")])
+        # Moving on, and a configuration change going back to config, undo nothing.
+        self.assertEqual(uc.undone_entries(was, state(**{"driver|1": ("config", "in_progress"),
+                                                         "tuning|1": ("config", "in_progress")})), [])
+        self.assertEqual(uc.undone_entries(was, {"nodeState_gpu": "not json"}), [])
+
+    def test_the_recorder_notes_an_undone_stage_on_the_node(self):
+        r = self.recorder()
+        def node(state):
+            return {"metadata": {"name": "n1", "resourceVersion": "3", "labels": {},
+                                 "annotations": {"skyhook.nvidia.com/nodeState_gpu":
+                                                 json.dumps({"driver|1": {"stage": "apply", "state": state}})}}}
+        for s in ("in_progress", "complete", "in_progress", "complete"):
+            r._observe("nodes", "MODIFIED", node(s))
+        self.assertEqual([(e["kind"], e["node"], e["detail"]) for e in r.events],
+                         [("undone", "n1", "driver|1 gpu")])
+
+
 class Report(unittest.TestCase):
     def test_a_deliberate_and_an_unexplained_divergence(self):
         divergences = uc.compare(facts("upstream"), facts("ours"))

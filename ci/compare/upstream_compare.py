@@ -185,6 +185,35 @@ class VirtualClock:
 # --- recording -----------------------------------------------------------------------------
 
 
+def undone_entries(was: dict, now: dict) -> list[tuple[str, str]]:
+    """The node-state entries a node write took back from `complete` to an unfinished state
+    of the same stage or an earlier one: a finished stage undone, as a write from a stale copy
+    of the annotation does. A return to `config` is left out: a configuration change takes a
+    node back there on purpose (§16.3). `was` and `now` are a node's annotations (keys
+    normalised); each result is (the `nodeState_<name>` key, the entry's `name|version`)."""
+    out = []
+    for key in sorted(k for k in was if k.startswith("nodeState_") and k in now):
+        try:
+            before, after = json.loads(was[key]), json.loads(now[key])
+        except ValueError:
+            continue
+        if not isinstance(before, dict) or not isinstance(after, dict):
+            continue
+        for entry, old in sorted(before.items()):
+            new = after.get(entry)
+            if not isinstance(old, dict) or not isinstance(new, dict) or old.get("state") != "complete":
+                continue
+            back = STAGE_ORDER.get(new.get("stage"), 99) <= STAGE_ORDER.get(old.get("stage"), -1)
+            if new.get("state") != "complete" and new.get("stage") != "config" and back:
+                out.append((key, entry))
+    return out
+
+
+# A package's stages in the order a rollout takes them (§8.14 rule 2).
+STAGE_ORDER = {"uninstall": 0, "uninstall-interrupt": 0, "apply": 1, "upgrade": 1, "config": 2,
+               "interrupt": 3, "post-interrupt": 4}
+
+
 def pod_finished(pod: dict) -> bool:
     """Whether a stage pod's work is over: the pod ended, or (upstream's pods, whose main
     container only idles) every init container terminated, or one failed."""
@@ -286,6 +315,9 @@ class Recorder:
         boot = lambda n: ((n.get("status") or {}).get("nodeInfo") or {}).get("bootID")
         if boot(old) != boot(node):
             self._event("reboot", name)
+        for key, entry in undone_entries(prefixed(old["metadata"].get("annotations")),
+                                         prefixed(node["metadata"].get("annotations"))):
+            self._event("undone", name, f"{entry} {key[len('nodeState_'):]}")
         was_labels = prefixed(old["metadata"].get("labels"))
         for key, value in prefixed(node["metadata"].get("labels")).items():
             if key.startswith("status_") and value in ("complete", "erroring") and was_labels.get(key) != value:
@@ -844,9 +876,9 @@ def render(up: dict, ours: dict, divergences: list[Divergence], unexplained: int
     for pu, po in zip(up["phases"], ours["phases"]):
         p = f"phase {pu['phase']}"
         row(f"{p}: time to converge (s)", pu["converge_seconds"], po["converge_seconds"])
-        for kind in ("cordon", "uncordon", "evict", "reboot", "exec", "stopped", "erroring"):
+        for kind in ("cordon", "uncordon", "evict", "reboot", "exec", "stopped", "undone", "erroring"):
             names = dict(exec="stage executions", stopped="stage executions deleted unfinished",
-                         erroring="nodes turning erroring")
+                         undone="finished stages undone by a node write", erroring="nodes turning erroring")
             row(f"{p}: {names.get(kind, kind)}",
                 sum(1 for e in pu["events"] if e["kind"] == kind),
                 sum(1 for e in po["events"] if e["kind"] == kind))
