@@ -241,7 +241,7 @@ fn drain(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> DrainGate {
     let node_name = ctx.node(node).name().to_string();
     let now = ctx.now;
     let start_key = keys::drain_start(&nw_name);
-    let blocked_key = keys::drain_blocked(&nw_name);
+    let blocked_key = ctx.nws[nw].keys.drain_blocked.clone();
 
     let decisions: Vec<(&Pod, PodDecision)> = ctx
         .index

@@ -222,7 +222,7 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
     let mut uninstall_failing = false;
     let mut held_nodes: Vec<String> = Vec::new();
     let mut stale_blockers: Vec<usize> = Vec::new();
-    let blocked_key = keys::drain_blocked(&name);
+    let blocked_key = ctx.nws[nw].keys.drain_blocked.clone();
     for (p, &id) in selected.iter().enumerate() {
         let waits_on_drain = ctx.node_digest(nw, id, |digest| {
             let digest = digest?;

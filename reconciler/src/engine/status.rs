@@ -130,6 +130,7 @@ pub fn report_state(ctx: &mut PassCtx, nw: usize) -> bool {
 
 fn prune_departed(ctx: &mut PassCtx, nw: usize) {
     if ctx.nws[nw].known_nothing_departed() {
+        ctx.nws[nw].note_departed(true);
         return;
     }
     let keep =

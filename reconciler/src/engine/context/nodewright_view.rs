@@ -346,13 +346,8 @@ impl<'a> NwView<'a> {
     /// Whether no entry of the per-node maps names a departed node, known without reading
     /// them: which entries do depends only on the maps' names and on the selected nodes, and
     /// the last pass found none over the same nodes in the maps this pass has not changed.
-    /// When known, it is also what this pass hands on.
-    pub fn known_nothing_departed(&mut self) -> bool {
-        let known = self.maps_unchanged() && self.carried_nothing_departed;
-        if known {
-            self.nothing_departed = true;
-        }
-        known
+    pub fn known_nothing_departed(&self) -> bool {
+        self.maps_unchanged() && self.carried_nothing_departed
     }
 
     /// Records for the next pass whether the maps, as the snapshot holds them, name no
