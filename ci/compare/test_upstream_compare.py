@@ -136,7 +136,6 @@ class Recording(unittest.TestCase):
                          [("exec", "n1", "driver/apply"), ("stopped", "n1", "driver/apply"),
                           ("exec", "n1", "driver/apply")])
 
-
     def test_a_finished_stage_taken_back_by_a_node_write_is_undone(self):
         def state(**entries):
             return {"nodeState_gpu": json.dumps({k: {"stage": st, "state": s} for k, (st, s) in entries.items()})}

@@ -185,6 +185,11 @@ class VirtualClock:
 # --- recording -----------------------------------------------------------------------------
 
 
+# A package's stages in the order a rollout takes them (§8.14 rule 2).
+STAGE_ORDER = {"uninstall": 0, "uninstall-interrupt": 0, "apply": 1, "upgrade": 1, "config": 2,
+               "interrupt": 3, "post-interrupt": 4}
+
+
 def undone_entries(was: dict, now: dict) -> list[tuple[str, str]]:
     """The node-state entries a node write took back from `complete` to an unfinished state
     of the same stage or an earlier one: a finished stage undone, as a write from a stale copy
@@ -207,11 +212,6 @@ def undone_entries(was: dict, now: dict) -> list[tuple[str, str]]:
             if new.get("state") != "complete" and new.get("stage") != "config" and back:
                 out.append((key, entry))
     return out
-
-
-# A package's stages in the order a rollout takes them (§8.14 rule 2).
-STAGE_ORDER = {"uninstall": 0, "uninstall-interrupt": 0, "apply": 1, "upgrade": 1, "config": 2,
-               "interrupt": 3, "post-interrupt": 4}
 
 
 def pod_finished(pod: dict) -> bool:
@@ -238,7 +238,7 @@ class Recorder:
         self.events: list[dict] = []  # {t, kind, node, detail}
         self.nodes: dict[str, dict] = {}
         self.crs: dict[str, dict] = {}
-        self.seen_exec: set[str] = set()
+        self.seen_exec: dict[str, str] = {}  # uid → `package/stage` of each stage execution
         self.seen_stopped: set[str] = set()
         self.seen_evict: set[str] = set()
         self.phase = 1
@@ -367,10 +367,10 @@ class Recorder:
             package = json.loads(annotations["package"])
         except ValueError:
             return
-        self.seen_exec.add(uid)
         cr = package.get("skyhook") or package.get("nodewright") or ""
         stage = package.get("stage", "?")
-        self._event("exec", node, f"{package.get('name')}/{stage}", workload=what, cr=cr,
+        self.seen_exec[uid] = f"{package.get('name')}/{stage}"
+        self._event("exec", node, self.seen_exec[uid], workload=what, cr=cr,
                     version=package.get("version"))
 
     def _stopped(self, typ: str, obj: dict, node: str, finished: bool):
@@ -382,11 +382,7 @@ class Recorder:
         if not deleting or finished or uid not in self.seen_exec or uid in self.seen_stopped:
             return
         self.seen_stopped.add(uid)
-        try:
-            package = json.loads(prefixed(meta.get("annotations"))["package"])
-        except (KeyError, ValueError):
-            return
-        self._event("stopped", node, f"{package.get('name')}/{package.get('stage', '?')}")
+        self._event("stopped", node, self.seen_exec[uid])
 
     def _on_crs(self, typ: str, cr: dict):
         name = cr["metadata"]["name"]
