@@ -5,6 +5,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use nodewright_schema::duration::parse_go_duration;
 use nodewright_schema::toleration::tolerated;
 use nodewright_schema::{DrainConfig, NodeWright, Status, keys};
@@ -145,22 +146,22 @@ fn pod_key(pod: &Pod) -> (String, String) {
 
 static NO_LABELS: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
 
-/// Whether protected pods (`podNonInterruptLabels`) are `Running` or `Pending` on the node
-/// (§7.5); returns their `namespace/name`, sorted. `pods_on_node` are the pods bound to the
-/// node (`ctx.index.pods_on(node)`).
-pub fn protected_pods(nw: &NodeWright, pods_on_node: &[&Pod]) -> Vec<String> {
-    let Some(selector) = nw.spec.pod_non_interrupt_labels.as_ref() else {
-        return Vec::new();
-    };
-    // An empty selector protects nothing (unlike nodeSelectors).
+/// The selector of the pods that hold a node's drain (`podNonInterruptLabels`, §7.5), when
+/// it selects anything: an empty selector protects nothing (unlike nodeSelectors).
+pub fn non_interrupt_selector(nw: &NodeWright) -> Option<&LabelSelector> {
+    let selector = nw.spec.pod_non_interrupt_labels.as_ref()?;
     let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
         && selector
             .match_expressions
             .as_ref()
             .is_none_or(|e| e.is_empty());
-    if empty {
-        return Vec::new();
-    }
+    (!empty).then_some(selector)
+}
+
+/// The protected pods (`selector`, [`non_interrupt_selector`]) `Running` or `Pending` on the
+/// node (§7.5), as `namespace/name`, sorted. `pods_on_node` are the pods bound to the node
+/// (`ctx.index.pods_on(node)`).
+pub fn protected_pods(selector: &LabelSelector, pods_on_node: &[&Pod]) -> Vec<String> {
     let mut out: Vec<String> = pods_on_node
         .iter()
         .filter(|p| {
@@ -216,7 +217,9 @@ pub fn cordon_wait_drain(
 
     // §7.5: the non-interrupt barrier.
     let node_name = ctx.node(node).name().to_string();
-    let protected = protected_pods(ctx.nws[nw].nw, ctx.index.pods_on(&node_name));
+    let protected = non_interrupt_selector(ctx.nws[nw].nw)
+        .map(|selector| protected_pods(selector, ctx.index.pods_on(&node_name)))
+        .unwrap_or_default();
     if !protected.is_empty() {
         ctx.event(
             EventObject::Node(node_name.clone()),

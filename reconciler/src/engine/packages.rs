@@ -241,7 +241,10 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
         let n = ctx.node(id);
         if waits_on_drain {
             let node_name = n.name();
-            if !super::drain::protected_pods(nw_obj, ctx.index.pods_on(node_name)).is_empty() {
+            let held = super::drain::non_interrupt_selector(nw_obj).is_some_and(|selector| {
+                !super::drain::protected_pods(selector, ctx.index.pods_on(node_name)).is_empty()
+            });
+            if held {
                 held_nodes.push(node_name.to_string());
             }
         } else if ctx.carries_drain_blockers(nw, p) {
