@@ -245,8 +245,9 @@ pub fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
         return;
     }
     for job in nw_jobs(ctx, nw) {
-        if jobs::is_unfinished(job)
-            && jobs::is_suspended(job)
+        // Suspension first: few Jobs are suspended, and it is the cheaper question.
+        if jobs::is_suspended(job)
+            && jobs::is_unfinished(job)
             && !ctx.job_invalid(job)
             && !deleted_this_pass(ctx, job)
         {
