@@ -6,7 +6,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use nodewright_schema::keys;
-use nodewright_schema::{NodeState, NodeWright, NodeWrightSpec, Package, Stage, State};
+use nodewright_schema::{
+    NodeState, NodeWright, NodeWrightSpec, Package, PackageStatus, Stage, State,
+};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -213,6 +215,10 @@ pub struct NodeDigest {
     pub uninstalling: bool,
     /// Some entry of a spec package in its uninstall cycle is `erroring`.
     pub uninstall_failing: bool,
+    /// The node's applied-config record names only entries the node has, and every spec
+    /// package with a `configMap` that the node applied has its record (§16.3): the record
+    /// needs no pruning and no backfill.
+    pub records_current: bool,
     /// Per spec package, in spec order.
     pub packages: Box<[PackageMarks]>,
 }
@@ -256,9 +262,33 @@ impl NodeDigest {
             waits_on_drain: super::packages::waits_on_drain(nw, state, applied).is_some(),
             uninstalling,
             uninstall_failing,
+            records_current: records_current(nw, state, applied),
             packages: packages.into_boxed_slice(),
         }
     }
+}
+
+/// Whether an entry has applied its package's configuration: complete at `config` or a
+/// later stage of the apply cycle (§16.3).
+pub fn config_applied_in(entry: &PackageStatus) -> bool {
+    entry.state == Some(State::Complete)
+        && matches!(
+            entry.stage,
+            Some(Stage::Config | Stage::Interrupt | Stage::PostInterrupt)
+        )
+}
+
+/// [`NodeDigest::records_current`].
+fn records_current(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> bool {
+    applied.keys().all(|k| state.0.contains_key(k.as_str()))
+        && nw.spec.packages().iter().all(|(name, pkg)| {
+            pkg.config_map().is_empty()
+                || !state.get(name, &pkg.version).is_some_and(config_applied_in)
+                || applied.contains_key(&nodewright_schema::node_state::entry_key(
+                    name,
+                    &pkg.version,
+                ))
+        })
 }
 
 /// Whether node `node` is complete for NodeWright `nw` in the working state. A malformed

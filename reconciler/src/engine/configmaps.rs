@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use nodewright_schema::{Interrupt, NodeWright, Stage, State, keys, names};
+use nodewright_schema::{Interrupt, NodeWright, keys, names};
 use serde::Serialize;
 
 use super::complete::{self, RecordText};
@@ -241,9 +241,9 @@ pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         if !is_ours {
             continue;
         }
-        let name = cm.metadata.name.clone().unwrap_or_default();
-        if !belongs(&name, cm) {
-            deletes.push(name);
+        let name = cm.metadata.name.as_deref().unwrap_or_default();
+        if !belongs(name, cm) {
+            deletes.push(name.to_string());
         } else if cm.data.as_ref().and_then(|d| d.get("packages.json")) != Some(&packages) {
             refresh.insert(name);
         }
@@ -255,7 +255,7 @@ pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         let ids = ctx.nws[nw].selected.clone();
         for id in ids {
             let name = names::node_metadata_configmap(&nw_name, ctx.node(id).name());
-            if refresh.contains(&name) {
+            if refresh.contains(name.as_str()) {
                 upsert_node_metadata(ctx, nw, id);
             }
         }
@@ -342,6 +342,9 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         })
         .collect();
     for &id in &selected {
+        if ctx.node_digest(nw, id, |digest| digest.is_some_and(|d| d.records_current)) {
+            continue;
+        }
         let n = ctx.node(id);
         let raw = n.annotation(&key);
         if raw.is_none() && configured.is_empty() {
@@ -365,12 +368,7 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             let Some(e) = state.get(package.name, package.version) else {
                 continue;
             };
-            let applied_here = e.state == Some(State::Complete)
-                && matches!(
-                    e.stage,
-                    Some(Stage::Config | Stage::Interrupt | Stage::PostInterrupt)
-                );
-            if !applied_here {
+            if !complete::config_applied_in(e) {
                 continue;
             }
             applied.insert(entry_key, package.record());
