@@ -73,23 +73,27 @@ pub fn job_address(job: &Job) -> Option<String> {
         .get(keys::JOB_LABEL_STAGE)
         .map(String::as_str)
         .unwrap_or("");
+    /// The two fields of the package annotation an address reads; the rest is skipped.
+    #[derive(serde::Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow, default)]
+        name: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        version: Option<std::borrow::Cow<'a, str>>,
+    }
     let annotation = job
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(keys::JOB_ANNOTATION_PACKAGE))
-        .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok());
+        .and_then(|v| serde_json::from_str::<Named<'_>>(v).ok());
     let package = annotation
         .as_ref()
-        .and_then(|v| v.get("name"))
-        .and_then(|v| v.as_str())
+        .and_then(|a| a.name.as_deref())
         .map(str::to_string)
         .or_else(|| {
             let label = labels.get(keys::JOB_LABEL_PACKAGE)?;
-            let version = annotation
-                .as_ref()
-                .and_then(|v| v.get("version"))
-                .and_then(|v| v.as_str());
+            let version = annotation.as_ref().and_then(|a| a.version.as_deref());
             Some(
                 match version.and_then(|v| label.strip_suffix(&format!("-{v}"))) {
                     Some(name) => name.to_string(),
