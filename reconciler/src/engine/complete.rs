@@ -339,6 +339,42 @@ mod tests {
     }
 
     #[test]
+    fn a_record_is_current_when_it_names_only_present_entries_and_every_applied_configuration() {
+        let mut configured = pkg("1");
+        configured.config_map = Some(BTreeMap::from([("a.conf".into(), "x=1".into())]));
+        let nw = nw_with(&[("a", configured.clone()), ("b", pkg("1"))]);
+        let record = |entries: &[&str]| -> AppliedConfig {
+            entries
+                .iter()
+                .map(|e| (e.to_string(), config_digests(&configured)))
+                .collect()
+        };
+        let current = |state: &NodeState, applied: &AppliedConfig| {
+            NodeDigest::of(&nw, state, applied).records_current
+        };
+        let applied_a = state(&[("a", "1", Stage::Config, State::Complete)]);
+        assert!(
+            !current(&applied_a, &record(&[])),
+            "an applied configuration without its record"
+        );
+        assert!(current(&applied_a, &record(&["a|1"])));
+        let applying_a = state(&[("a", "1", Stage::Apply, State::Complete)]);
+        assert!(
+            current(&applying_a, &record(&[])),
+            "nothing applied yet, nothing to record"
+        );
+        assert!(
+            !current(&applying_a, &record(&["a|1", "a|0"])),
+            "a record of an entry the node no longer has"
+        );
+        let only_b = state(&[("b", "1", Stage::Config, State::Complete)]);
+        assert!(
+            current(&only_b, &record(&[])),
+            "a package without a configMap has no record"
+        );
+    }
+
+    #[test]
     fn glob_matches_like_go_filepath_match() {
         assert!(glob_match("*.conf", "a.conf"));
         assert!(!glob_match("*.conf", "ab.txt"));
