@@ -107,12 +107,7 @@ pub fn interrupt_keys(
     if !changed.is_empty() {
         return changed;
     }
-    nw.status
-        .as_ref()
-        .and_then(|s| s.config_updates.as_ref())
-        .and_then(|m| m.get(name))
-        .cloned()
-        .unwrap_or_default()
+    config_updates(nw, name).to_vec()
 }
 
 /// HasInterrupt (§6.4): with config keys pending, true iff a `configInterrupts` pattern matches
@@ -140,12 +135,25 @@ pub fn package_complete(
     if entry.state != Some(State::Complete) {
         return false;
     }
-    let stage_done = match entry.stage {
+    // A record that differs from the spec makes the package incomplete whatever its stage;
+    // without one, the keys HasInterrupt reads are `status.configUpdates` (interrupt_keys).
+    if !changed_config_keys(applied, name, pkg).is_empty() {
+        return false;
+    }
+    match entry.stage {
         Some(Stage::PostInterrupt) => true,
-        Some(Stage::Config) => !has_interrupt_for(pkg, &interrupt_keys(nw, applied, name, pkg)),
+        Some(Stage::Config) => !has_interrupt_for(pkg, config_updates(nw, name)),
         _ => false,
-    };
-    stage_done && changed_config_keys(applied, name, pkg).is_empty()
+    }
+}
+
+/// `status.configUpdates` of a package: the keys whose change the NodeWright recorded (§6.4).
+fn config_updates<'n>(nw: &'n NodeWright, name: &str) -> &'n [String] {
+    nw.status
+        .as_ref()
+        .and_then(|s| s.config_updates.as_ref())
+        .and_then(|m| m.get(name))
+        .map_or(&[], Vec::as_slice)
 }
 
 /// Everything of a NodeWright that node completion reads besides the node itself
@@ -172,28 +180,10 @@ impl CompletionInputs {
     }
 }
 
-/// Whether a node is complete for a NodeWright given its parsed state and record (§6.4 with
-/// §16.3 (a)): every active package complete, none in its uninstall cycle, and no package whose
-/// uninstall is requested still has an entry.
+/// Whether a node is complete for a NodeWright given its parsed state and record
+/// ([`NodeDigest::complete`]).
 pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> bool {
-    for (name, pkg) in nw.spec.packages() {
-        if uninstall_requested(nw, pkg) {
-            if state.entries_of(name).next().is_some() {
-                return false;
-            }
-            continue;
-        }
-        let Some(e) = state.get(name, &pkg.version) else {
-            return false;
-        };
-        if e.stage.is_some_and(Stage::is_uninstall_cycle) {
-            return false;
-        }
-        if !package_complete(nw, state, applied, name, pkg) {
-            return false;
-        }
-    }
-    true
+    NodeDigest::of(nw, state, applied).complete
 }
 
 /// What one node's state says about each package of a NodeWright, derived in one walk:
@@ -205,7 +195,9 @@ pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfi
 /// [`CompletionInputs`], so it is remembered with the node's parse (engine/state_cache.rs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeDigest {
-    /// The node is complete for the NodeWright ([`state_complete`]).
+    /// The node is complete for the NodeWright (§6.4 with §16.3 (a)): every active package
+    /// complete ([`package_complete`]), none in its uninstall cycle, and no package whose
+    /// uninstall is requested still has an entry.
     pub complete: bool,
     /// Some entry is `erroring` or `unknown` (the node's Erroring condition, §4.5).
     pub erroring: bool,
@@ -240,6 +232,7 @@ impl NodeDigest {
         let mut uninstalling = false;
         let mut uninstall_failing = false;
         let mut packages = Vec::with_capacity(nw.spec.packages().len());
+        let mut complete = true;
         for (name, pkg) in nw.spec.packages() {
             let mut marks = PackageMarks::default();
             for e in state.entries_of(name) {
@@ -251,10 +244,16 @@ impl NodeDigest {
                 }
             }
             marks.incomplete = !package_complete(nw, state, applied, name, pkg);
+            // A package whose uninstall is requested counts once its entries are gone; any
+            // other once complete, which its entry never is in the uninstall cycle.
+            complete &= match uninstall_requested(nw, pkg) {
+                true => !marks.present,
+                false => !marks.incomplete,
+            };
             packages.push(marks);
         }
         NodeDigest {
-            complete: state_complete(nw, state, applied),
+            complete,
             erroring: state
                 .0
                 .values()
