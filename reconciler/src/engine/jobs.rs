@@ -479,8 +479,54 @@ fn job_annotations(
     ])
 }
 
+/// What every Job of one package version of a NodeWright carries alike, whatever its node,
+/// stage or kind: the package digest and configuration record (§16.3), and the pod's
+/// tolerations and `done` container. Deriving them hashes the package, so a pass that starts
+/// a stage on many nodes derives them once per package ([`PassCtx::package_jobs`]).
+///
+/// [`PassCtx::package_jobs`]: super::context::PassCtx::package_jobs
+#[derive(Debug)]
+pub struct PackageJobs {
+    /// The package (its version as the Jobs run it) these parts were derived from.
+    package: Package,
+    digest: String,
+    configs: String,
+    tolerations: Vec<Toleration>,
+    done: Container,
+}
+
+impl PackageJobs {
+    /// The parts of `package`'s Jobs for NodeWright `nw`.
+    pub fn of(nw: &NodeWright, settings: &Settings, package: &Package) -> PackageJobs {
+        PackageJobs {
+            package: package.clone(),
+            digest: package_digest(package, settings),
+            configs: config_record_json(package),
+            tolerations: pod_tolerations(nw, settings),
+            done: done_container(package),
+        }
+    }
+
+    /// Whether these are the parts of `package`'s Jobs.
+    pub fn is_of(&self, package: &Package) -> bool {
+        self.package == *package
+    }
+}
+
 /// Builds the stage Job of a package on a node (§8.2–§8.5).
 pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInput<'_>) -> Job {
+    let shared = PackageJobs::of(nw, settings, input.package);
+    build_stage_job_sharing(nw, settings, input, &shared)
+}
+
+/// [`build_stage_job`] with the parts every Job of the package shares, derived already
+/// (`shared` must be those of `input.package`).
+pub fn build_stage_job_sharing(
+    nw: &NodeWright,
+    settings: &Settings,
+    input: StageJobInput<'_>,
+    shared: &PackageJobs,
+) -> Job {
     let owner = Owner::of(nw);
     let StageJobInput {
         package_name,
@@ -565,9 +611,9 @@ pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInpu
         active_deadline_seconds: stage_deadline_seconds(package, settings),
         termination_grace_period_seconds: grace,
         image_pull_secrets: pull_secrets(settings),
-        tolerations: Some(pod_tolerations(nw, settings)),
+        tolerations: Some(shared.tolerations.clone()),
         init_containers: Some(vec![init_copy, work, check]),
-        containers: vec![done_container(package)],
+        containers: vec![shared.done.clone()],
         volumes: Some(volumes),
         ..PodSpec::default()
     };
@@ -586,8 +632,8 @@ pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInpu
             annotations: Some(job_annotations(
                 &owner,
                 &annotation,
-                package_digest(package, settings),
-                config_record_json(package),
+                shared.digest.clone(),
+                shared.configs.clone(),
             )),
             owner_references: Some(vec![owner.owner_reference()]),
             ..ObjectMeta::default()
@@ -661,6 +707,18 @@ pub fn build_interrupt_job(
     settings: &Settings,
     input: InterruptJobInput<'_>,
 ) -> Job {
+    let shared = PackageJobs::of(nw, settings, input.package);
+    build_interrupt_job_sharing(nw, settings, input, &shared)
+}
+
+/// [`build_interrupt_job`] with the parts every Job of the owner package shares, derived
+/// already (`shared` must be those of `input.package`).
+pub fn build_interrupt_job_sharing(
+    nw: &NodeWright,
+    settings: &Settings,
+    input: InterruptJobInput<'_>,
+    shared: &PackageJobs,
+) -> Job {
     let owner = Owner::of(nw);
     let InterruptJobInput {
         package_name,
@@ -702,9 +760,9 @@ pub fn build_interrupt_job(
         host_network: Some(true),
         restart_policy: Some("OnFailure".to_string()),
         image_pull_secrets: pull_secrets(settings),
-        tolerations: Some(pod_tolerations(nw, settings)),
+        tolerations: Some(shared.tolerations.clone()),
         init_containers: Some(vec![container]),
-        containers: vec![done_container(package)],
+        containers: vec![shared.done.clone()],
         volumes: Some(vec![
             root_volume(),
             configmap_volume(
@@ -727,8 +785,8 @@ pub fn build_interrupt_job(
             annotations: Some(job_annotations(
                 &owner,
                 &annotation,
-                package_digest(package, settings),
-                config_record_json(package),
+                shared.digest.clone(),
+                shared.configs.clone(),
             )),
             owner_references: Some(vec![owner.owner_reference()]),
             ..ObjectMeta::default()
@@ -1404,6 +1462,43 @@ mod tests {
         ));
         assert!(package_edited(&job, &edited, &Settings::default()));
         assert!(!package_edited(&job, &base, &Settings::default()));
+    }
+
+    #[test]
+    fn a_job_built_from_its_package_s_shared_parts_is_the_job_built_alone() {
+        let (nw, package, settings) = (rich_nodewright(), rich_package(), Settings::default());
+        let shared = PackageJobs::of(&nw, &settings, &package);
+        let stage = StageJobInput {
+            package_name: "tuning",
+            package: &package,
+            stage: Stage::Config,
+            node: "node-a",
+            node_order: 2,
+        };
+        assert_eq!(
+            build_stage_job_sharing(&nw, &settings, stage, &shared),
+            build_stage_job(&nw, &settings, stage)
+        );
+        let interrupt = Interrupt {
+            kind: InterruptType::Reboot,
+            services: Vec::new(),
+        };
+        let input = InterruptJobInput {
+            package_name: "tuning",
+            package: &package,
+            stage: Stage::Interrupt,
+            interrupt: &interrupt,
+            node: "node-a",
+            node_order: 2,
+        };
+        assert_eq!(
+            build_interrupt_job_sharing(&nw, &settings, input, &shared),
+            build_interrupt_job(&nw, &settings, input)
+        );
+        let mut other_version = package.clone();
+        other_version.version = "9.9.9".into();
+        assert!(shared.is_of(&package));
+        assert!(!shared.is_of(&other_version), "a digest names its version");
     }
 
     #[test]

@@ -442,7 +442,8 @@ fn start_interrupt(
     }
     super::configmaps::upsert_node_metadata(ctx, nw, node);
     let order = super::order::node_order(ctx, nw, node);
-    let job = jobs::build_interrupt_job(
+    let shared = ctx.package_jobs(nw, name, package);
+    let job = jobs::build_interrupt_job_sharing(
         ctx.nws[nw].nw,
         ctx.settings,
         InterruptJobInput {
@@ -453,6 +454,7 @@ fn start_interrupt(
             node: &node_name,
             node_order: order,
         },
+        &shared,
     );
     ctx.create_job(node, job);
     let state = package_state(ctx, nw, node, name);
@@ -607,7 +609,8 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
     package.version = entry_version.clone();
     super::configmaps::upsert_node_metadata(ctx, nw, node);
     let order = super::order::node_order(ctx, nw, node);
-    let job = jobs::build_stage_job(
+    let shared = ctx.package_jobs(nw, name, &package);
+    let job = jobs::build_stage_job_sharing(
         nw_obj,
         ctx.settings,
         StageJobInput {
@@ -617,6 +620,7 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
             node: &node_name,
             node_order: order,
         },
+        &shared,
     );
     ctx.create_job(node, job);
     ctx.record_and_publish_entry(

@@ -2,13 +2,14 @@
 //! for a fact and never see how it is kept: within a pass, until the node is next written;
 //! across passes, for the same node object (what `start.rs` carries in).
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use super::PassCtx;
 use crate::engine::complete::{self, NodeDigest};
-use crate::engine::jobs::{self, MatchTarget};
+use crate::engine::jobs::{self, MatchTarget, PackageJobs};
 use crate::job::Job;
-use nodewright_schema::names;
+use nodewright_schema::{Package, names};
 
 /// A Job the sweep compares unfinished Jobs against (§8.14 rule 1), with the name the pass
 /// remembers comparisons against it by.
@@ -65,6 +66,18 @@ impl PassCtx<'_> {
             _ => compare(),
         }
     }
+    /// The parts every Job of `package` (named `name`) shares for NodeWright `nw`, derived
+    /// once per pass and package version.
+    pub fn package_jobs(&self, nw: usize, name: &str, package: &Package) -> Rc<PackageJobs> {
+        let view = &self.nws[nw];
+        if let Some(known) = (view.package_jobs.borrow().get(name)).filter(|k| k.is_of(package)) {
+            return Rc::clone(known);
+        }
+        let parts = Rc::new(PackageJobs::of(view.nw, self.settings, package));
+        (view.package_jobs.borrow_mut()).insert(name.to_string(), Rc::clone(&parts));
+        parts
+    }
+
     /// Finds the completion (§6.4) of every node NodeWright `nw` selects. It depends only on
     /// the node (its state and `configApplied` record) and on the NodeWright as the snapshot
     /// holds it, so a node not written since it was last found keeps its completion.

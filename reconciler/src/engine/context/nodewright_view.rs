@@ -102,6 +102,9 @@ pub struct NwView<'a> {
     /// Per selected node (parallel to `selected`): its digest and the node's write count it
     /// was derived at; several steps of a pass read it, and it holds while the count does.
     pub(super) digests: RefCell<Vec<Option<CountedDigest>>>,
+    /// The parts every Job of a package shares, by package name, for this pass
+    /// ([`PassCtx::package_jobs`]).
+    pub(super) package_jobs: RefCell<FxHashMap<String, std::rc::Rc<jobs::PackageJobs>>>,
     /// The version of the NodeWright as the snapshot holds it (what the `nodeState` mirror
     /// comparisons remembered in node parses are keyed by); only with a cache.
     pub(super) status_version: Option<VersionId>,

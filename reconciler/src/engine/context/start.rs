@@ -304,6 +304,7 @@ impl<'a> NwView<'a> {
             completion_inputs,
             empty_digest: RefCell::new(None),
             digests: RefCell::new(vec![None; n]),
+            package_jobs: RefCell::default(),
             status_version: cache.and_then(|c| Some(c.version_id(&StatusVersion::of(nw)?))),
             memo_id,
             pos,
