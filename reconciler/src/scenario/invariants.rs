@@ -294,11 +294,11 @@ pub struct InterruptLedger {
     /// History entries already read.
     cursor: usize,
     /// (NodeWright, node, owner package, stage) whose interrupt started in the current cycle,
-    /// with the node-state value last found still inside that cycle (an unchanged value is
-    /// not parsed again).
+    /// with the resourceVersion of the node last found still inside that cycle (the world
+    /// moves it with every write of the node, so an unchanged node is not read again).
     spent: BTreeMap<(String, String, String, String), Option<String>>,
     /// The applied-config record last seen, by NodeWright and node.
-    records: BTreeMap<String, HashMap<String, String>>,
+    records: BTreeMap<String, HashMap<String, SeenRecord>>,
     /// (NodeWright, node) → the package whose configuration still needs its interrupt.
     owed: BTreeMap<(String, String), String>,
 }
@@ -354,12 +354,16 @@ impl InterruptLedger {
             if !state_keys.contains_key(nw) {
                 state_keys.insert(nw.clone(), keys::node_state(nw));
             }
-            let Some(raw) = node_state_value(world, &state_keys[nw], node) else {
+            let Some(node) = world.nodes().get(node) else {
                 return false;
             };
-            if checked.as_deref() == Some(raw) {
+            let version = node.metadata.resource_version.as_deref();
+            if version.is_some() && checked.as_deref() == version {
                 return true;
             }
+            let Some(raw) = annotation(node, &state_keys[nw]) else {
+                return false;
+            };
             let Ok(state) = NodeState::parse(raw) else {
                 return false;
             };
@@ -373,7 +377,7 @@ impl InterruptLedger {
                     && matches!(e.state, Some(State::InProgress) | Some(State::Erroring))
                     && e.stage != Some(Stage::UninstallInterrupt)
             });
-            *checked = Some(raw.to_string());
+            *checked = version.map(str::to_string);
             in_cycle
         });
 
@@ -381,26 +385,26 @@ impl InterruptLedger {
             let applied_key = keys::config_applied(nw_name);
             let records = self.records.entry(nw_name.clone()).or_default();
             for (name, node) in world.nodes() {
-                let raw = node
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(&applied_key));
-                let Some(raw) = raw else {
-                    records.remove(name);
+                let version = node.metadata.resource_version.as_deref();
+                if version.is_some()
+                    && records
+                        .get(name)
+                        .is_some_and(|seen| seen.version.as_deref() == version)
+                {
+                    continue;
+                }
+                let raw = annotation(node, &applied_key);
+                let seen = SeenRecord {
+                    version: version.map(str::to_string),
+                    record: raw.map(str::to_string),
+                };
+                let previous = records.insert(name.clone(), seen).and_then(|s| s.record);
+                let (Some(raw), Some(previous)) = (raw, previous) else {
                     continue;
                 };
-                let previous = match records.get_mut(name) {
-                    Some(seen) if seen == raw => continue,
-                    Some(seen) => Some(std::mem::replace(seen, raw.clone())),
-                    None => {
-                        records.insert(name.clone(), raw.clone());
-                        None
-                    }
-                };
-                let Some(previous) = previous else {
+                if previous == raw {
                     continue;
-                };
+                }
                 let before = complete::parse_applied(Some(&previous));
                 let after = complete::parse_applied(Some(raw));
                 for (package, p) in nw.spec.packages() {
@@ -448,22 +452,177 @@ impl InterruptLedger {
     }
 }
 
-/// The node's value of `key`, a NodeWright's `nodeState_<nw>`.
-fn node_state_value<'w>(world: &'w SimCluster, key: &str, node: &str) -> Option<&'w str> {
-    world
-        .nodes()
-        .get(node)?
-        .metadata
+/// An annotation of a node.
+fn annotation<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
+    node.metadata
         .annotations
         .as_ref()?
         .get(key)
         .map(String::as_str)
 }
 
+/// A node's applied-config record as the ledger last read it, with the node's resourceVersion
+/// then: a node the world has not written since is not read again.
+#[derive(Debug)]
+struct SeenRecord {
+    version: Option<String>,
+    record: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use nodewright_schema::StrategyParams;
+
+    /// A world with one node `n1` and NodeWright `gpu`, whose package `tuning` needs a
+    /// reboot when `sysctl.conf` changes.
+    fn ledger_world() -> SimCluster {
+        use crate::cluster::Desired;
+        use crate::sim::{ModelRunner, NodeInput, PackageModels};
+        let nw: NodeWright = serde_yaml::from_str(
+            r#"
+apiVersion: nodewright.nvidia.com/v1alpha1
+kind: NodeWright
+metadata: {name: gpu, generation: 1}
+spec:
+  packages:
+    tuning:
+      version: 1.0.0
+      image: example/tuning
+      configMap: {sysctl.conf: "a=1"}
+      configInterrupts: {sysctl.conf: {type: reboot}}
+"#,
+        )
+        .expect("the test NodeWright is valid YAML");
+        let runner = ModelRunner::new(PackageModels::default());
+        let mut world = SimCluster::new("nodewright", Box::new(runner), 1);
+        world.add_node(NodeInput {
+            name: "n1".into(),
+            ..NodeInput::default()
+        });
+        world.apply_desired(&Desired {
+            nodewrights: vec![nw],
+            ..Default::default()
+        });
+        world
+    }
+
+    fn write(world: &mut SimCluster, action: crate::plan::Action) {
+        world.execute(&action).expect("the test's write applies");
+    }
+
+    fn annotate(key: String, value: &str) -> crate::plan::Action {
+        let mut patch = crate::plan::NodePatch::new("n1");
+        patch.annotations.insert(key, Some(value.to_string()));
+        crate::plan::Action::PatchNode(patch)
+    }
+
+    #[test]
+    fn invariant_6_names_a_node_that_owes_its_interrupt_while_its_nodewright_reads_complete() {
+        let mut world = ledger_world();
+        let mut ledger = InterruptLedger::default();
+        let record = |digest: &str| {
+            annotate(
+                keys::config_applied("gpu"),
+                &format!(r#"{{"tuning|1.0.0":{{"sysctl.conf":"{digest}"}}}}"#),
+            )
+        };
+        let complete = || {
+            let status = nodewright_schema::NodeWrightStatus {
+                status: Some(Status::Complete),
+                observed_generation: Some(1),
+                ..Default::default()
+            };
+            crate::plan::Action::PatchNodeWrightStatus {
+                name: "gpu".into(),
+                patch: Box::new(crate::plan::StatusPatch::whole(status)),
+            }
+        };
+        write(&mut world, record("old"));
+        assert_eq!(ledger.observe(&world), Vec::<String>::new());
+        write(&mut world, complete());
+        assert_eq!(
+            ledger.observe(&world),
+            Vec::<String>::new(),
+            "a record seen once owes nothing"
+        );
+        write(&mut world, record("new"));
+        let found = ledger.observe(&world);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("node n1 still owes"), "{found:?}");
+        assert_eq!(
+            ledger.observe(&world),
+            found,
+            "an unchanged node still owes it"
+        );
+        write(&mut world, annotate("unrelated".into(), "x"));
+        assert_eq!(
+            ledger.observe(&world),
+            found,
+            "a write of something else pays nothing"
+        );
+    }
+
+    #[test]
+    fn invariant_6_names_a_second_interrupt_job_inside_one_interrupt_cycle() {
+        use crate::engine::jobs::{InterruptJobInput, build_interrupt_job};
+        let mut world = ledger_world();
+        let nw = world.nodewrights()["gpu"].clone();
+        let package = nw.spec.packages()["tuning"].clone();
+        let interrupt = nodewright_schema::Interrupt {
+            kind: nodewright_schema::InterruptType::Reboot,
+            services: Vec::new(),
+        };
+        let job = build_interrupt_job(
+            &nw,
+            &crate::settings::Settings::default(),
+            InterruptJobInput {
+                package_name: "tuning",
+                package: &package,
+                stage: Stage::Interrupt,
+                interrupt: &interrupt,
+                node: "n1",
+                node_order: 0,
+            },
+        );
+        let name = job.metadata.name.clone().unwrap_or_default();
+        // The package's entry is at its interrupt, not before it: the cycle goes on.
+        let mut state = NodeState::default();
+        state.upsert(nodewright_schema::PackageStatus::new(
+            "tuning",
+            "1.0.0",
+            "example/tuning",
+            Stage::Interrupt,
+            State::InProgress,
+        ));
+        write(
+            &mut world,
+            annotate(keys::node_state("gpu"), &state.to_annotation()),
+        );
+        let mut ledger = InterruptLedger::default();
+        write(
+            &mut world,
+            crate::plan::Action::CreateJob(Box::new(job.clone())),
+        );
+        assert_eq!(ledger.observe(&world), Vec::<String>::new());
+        write(&mut world, annotate("unrelated".into(), "x"));
+        assert_eq!(ledger.observe(&world), Vec::<String>::new());
+        write(
+            &mut world,
+            crate::plan::Action::DeleteJob {
+                name,
+                uid: None,
+                reason: "test".into(),
+            },
+        );
+        // Deleted in the foreground: the name is free once its pod is gone.
+        world.advance(std::time::Duration::from_secs(60));
+        let again = world.execute(&crate::plan::Action::CreateJob(Box::new(job)));
+        assert!(matches!(again, Ok(crate::plan::Outcome::Done)), "{again:?}");
+        let found = ledger.observe(&world);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("a second interrupt Job"), "{found:?}");
+    }
 
     #[test]
     fn ceilings_and_batch_sizes_follow_the_spec() {
