@@ -24,7 +24,7 @@ use crate::snapshot::{EvictionRefusal, Memory, RefusedPod, Snapshot};
 
 /// The engine as the controller sees it (a pure function).
 /// The engine as the loop calls it: the pass plus the parse cache it carries between passes
-/// (an empty cache plans the same; it only saves work, engine/state_cache.rs).
+/// (an empty cache plans the same; it only saves work, engine/incremental/state_cache.rs).
 pub type Engine = fn(&Snapshot, &Settings, &mut StateCache) -> Plan;
 
 /// What one pass did, for logs, metrics and progress display.

@@ -160,8 +160,8 @@ fn config_updates<'n>(nw: &'n NodeWright, name: &str) -> &'n [String] {
 /// ([`state_complete`]: the packages, whether the NodeWright is being deleted, and
 /// `status.configUpdates`). The whole spec is kept, not only the packages, so that a later
 /// completion rule reading another spec field stays covered. Completions remembered across
-/// passes are keyed by these (engine/state_cache.rs), so any new read of the NodeWright in
-/// [`state_complete`] must be added here.
+/// passes are keyed by these (engine/incremental/state_cache.rs), so any new read of the
+/// NodeWright in [`state_complete`] must be added here.
 #[derive(Debug, PartialEq)]
 pub struct CompletionInputs {
     spec: NodeWrightSpec,
@@ -192,7 +192,8 @@ pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfi
 /// and the per-package facts the package-lane conditions aggregate (§6.15, §12.2).
 ///
 /// It depends only on the node's state, its `configApplied_<nw>` record and the NodeWright's
-/// [`CompletionInputs`], so it is remembered with the node's parse (engine/state_cache.rs).
+/// [`CompletionInputs`], so it is remembered with the node's parse
+/// (engine/incremental/state_cache.rs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeDigest {
     /// The node is complete for the NodeWright (§6.4 with §16.3 (a)): every active package

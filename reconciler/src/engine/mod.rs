@@ -44,9 +44,8 @@ pub mod context;
 pub mod deletion;
 pub mod drain;
 pub mod handlers;
+pub mod incremental;
 pub mod interrupts;
-mod job_pods;
-pub mod job_table;
 pub mod jobs;
 pub mod maintenance;
 pub mod metrics;
@@ -58,7 +57,6 @@ pub mod policy;
 pub mod reboots;
 pub mod runtime;
 pub mod select;
-pub mod state_cache;
 pub mod status;
 mod steps;
 pub mod sweep;
@@ -86,7 +84,7 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use context::{Flow, PassCtx};
-pub use state_cache::StateCache;
+pub use incremental::StateCache;
 // The step table is public only where a caller swaps steps: tests, and the engine bench's
 // per-step timing (feature `step-timing`).
 #[cfg(not(any(test, feature = "step-timing")))]
@@ -100,7 +98,7 @@ pub fn reconcile(snapshot: &Snapshot, settings: &Settings) -> Plan {
 }
 
 /// One heavy pass, reusing (and then refreshing) the caller's parsed node states. The plan is
-/// the one [`reconcile`] returns; the cache only saves work (engine/state_cache.rs).
+/// the one [`reconcile`] returns; the cache only saves work (engine/incremental).
 pub fn reconcile_cached(snapshot: &Snapshot, settings: &Settings, cache: &mut StateCache) -> Plan {
     run_pass(snapshot, settings, &Hooks::STANDARD, Some(cache))
 }

@@ -261,10 +261,10 @@ pub fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::StateCache;
     use super::super::context::PassCtx;
-    use super::super::job_table::SweptVerdict;
+    use super::super::incremental::job_table::SweptVerdict;
     use super::super::jobs::{StageJobInput, build_stage_job};
-    use super::super::state_cache::StateCache;
     use super::super::testkit::{node, nw, package, settings, world};
     use super::*;
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};

@@ -30,7 +30,8 @@ use crate::snapshot::{Memory, Snapshot};
 use crate::source::manifests::Previous;
 
 /// The reconciler under test: one pure pass, given the cache the run carries between passes
-/// as the controller does (engine/state_cache.rs; a reconciler without one ignores it).
+/// as the controller does (engine/incremental/state_cache.rs; a reconciler without one
+/// ignores it).
 pub type ReconcileFn = fn(&Snapshot, &Settings, &mut StateCache) -> Plan;
 /// The reconciler's Prometheus samples for a world.
 pub type MetricsFn = fn(&Snapshot, &Settings) -> Vec<Sample>;

@@ -111,8 +111,9 @@ impl PassCtx<'_> {
     /// when the node's state annotation is malformed (such a node is never complete, §4.2).
     ///
     /// While the node's state is still the snapshot's parse, the digest is remembered in that
-    /// parse (engine/state_cache.rs), keyed by the NodeWright's completion inputs and the node's
-    /// `configApplied` value, so later passes over an unchanged node skip the package walk.
+    /// parse (engine/incremental/state_cache.rs), keyed by the NodeWright's completion inputs
+    /// and the node's `configApplied` value, so later passes over an unchanged node skip the
+    /// package walk.
     pub fn node_digest<R>(
         &self,
         nw: usize,

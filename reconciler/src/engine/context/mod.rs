@@ -42,13 +42,13 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::complete::{CompletionInputs, NodeDigest};
-use super::job_table::{JobTable, SweptVerdict};
-use super::jobs::{self, JobFacts, PackageAnnotation};
-use super::node_map::NodeMap;
-use super::state_cache::{
+use super::incremental::job_table::{JobTable, SweptVerdict};
+use super::incremental::state_cache::{
     CarriedFacts, CarriedNode, JobMatchMemo, NodeEntry, NodeMemo, NodeMoves, NodeWrightId,
     ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
 };
+use super::jobs::{self, JobFacts, PackageAnnotation};
+use super::node_map::NodeMap;
 use super::write_order::{self, After, Writes};
 
 pub use memos::ExpectedJob;

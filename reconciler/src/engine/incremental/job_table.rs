@@ -20,7 +20,7 @@
 //! snapshot (the name of the NodeWright or node it names, found when the Job was read), while
 //! the NodeWrights by position are the same as then, or the node is found where it went;
 //! otherwise they are read from the Job again. Its pods come from the pod index
-//! (`engine/job_pods.rs`): a Job to whose uid no pod joined and from which none left keeps its
+//! (`job_pods.rs`): a Job to whose uid no pod joined and from which none left keeps its
 //! pods, and its "no failed pod to prune" verdict (§8.11), which reads nothing but those pods.
 
 use std::cell::{Cell, OnceCell};
@@ -31,11 +31,11 @@ use k8s_openapi::api::core::v1::Pod;
 use nodewright_schema::keys;
 use rustc_hash::FxHashMap;
 
-use super::complete::CompletionInputs;
-use super::context::{Few, NodeWork};
 use super::job_pods::{PodChanges, PodIndex, uid_hash};
-use super::jobs::{self, JobFacts};
 use super::state_cache::{NodeMemo, NodeMoves, ParsedPackage};
+use crate::engine::complete::CompletionInputs;
+use crate::engine::context::{Few, NodeWork};
+use crate::engine::jobs::{self, JobFacts};
 use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
@@ -106,7 +106,7 @@ impl CarriedJobs {
     /// Marks every carried Job as having no failed pod to prune, true or not, so a test can
     /// tell a carried verdict from a fresh read.
     #[cfg(test)]
-    pub(super) fn no_prunable_pods_anywhere(&mut self) {
+    pub(in crate::engine) fn no_prunable_pods_anywhere(&mut self) {
         for e in &mut self.entries {
             e.no_prunable = Some(true);
         }
@@ -115,7 +115,7 @@ impl CarriedJobs {
     /// Calls every carried pod's evidence quiet in operator namespace `namespace`, true or
     /// not, so a test can tell a carried verdict from a fresh read.
     #[cfg(test)]
-    pub(super) fn quiet_every_pod(&mut self, namespace: &str) {
+    pub(in crate::engine) fn quiet_every_pod(&mut self, namespace: &str) {
         if let Some(index) = &mut self.pods {
             index.quiet_everywhere(namespace);
         }
@@ -124,7 +124,7 @@ impl CarriedJobs {
     /// Gives every carried Job this sweep verdict, found under `settings`: a verdict that
     /// lies shows it is what a pass reads.
     #[cfg(test)]
-    pub(super) fn forge_swept(&mut self, settings: &Settings, verdict: &SweptVerdict) {
+    pub(in crate::engine) fn forge_swept(&mut self, settings: &Settings, verdict: &SweptVerdict) {
         self.swept_under = Some(settings.clone());
         for e in &mut self.entries {
             e.swept = Some(verdict.clone());
@@ -176,7 +176,7 @@ impl<'a> JobTable<'a> {
     /// positions by name. `node_names_in_place` says whether every node has the name the last
     /// pass's node at its position had; otherwise `node_moves`, when known, says where each
     /// of the last pass's nodes went.
-    pub(super) fn build(
+    pub(in crate::engine) fn build(
         snap: &'a Snapshot,
         settings: &Settings,
         last: Option<CarriedJobs>,
@@ -624,9 +624,9 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use nodewright_schema::{NodeWright, Stage, keys};
 
+    use crate::engine::StateCache;
     use crate::engine::context::PassCtx;
     use crate::engine::jobs::{StageJobInput, build_stage_job};
-    use crate::engine::state_cache::StateCache;
     use crate::engine::testkit::{node, nw, settings, world};
     use crate::snapshot::Snapshot;
 

@@ -33,10 +33,10 @@ use rustc_hash::FxHashMap;
 use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright, Status};
 
-use super::complete::{CompletionInputs, NodeDigest};
-use super::context::{StateSlot, StateSlots};
 use super::job_table::CarriedJobs;
-use super::jobs::{MatchTarget, PackageAnnotation};
+use crate::engine::complete::{CompletionInputs, NodeDigest};
+use crate::engine::context::{StateSlot, StateSlots};
+use crate::engine::jobs::{MatchTarget, PackageAnnotation};
 
 /// A node's digest under one set of NodeWright inputs and one `configApplied` value.
 #[derive(Debug)]
@@ -259,16 +259,16 @@ impl NodeMemo {
 #[derive(Debug)]
 pub struct NodeEntry {
     /// The snapshot's `Arc` of the node. Held, so its address names this object alone.
-    pub(super) node: Arc<Node>,
+    pub(in crate::engine) node: Arc<Node>,
     /// What the pass derived from the object.
-    pub(super) memo: Arc<NodeMemo>,
+    pub(in crate::engine) memo: Arc<NodeMemo>,
     /// The node-state annotations read from the object, by the last pass's NodeWright
     /// positions (remapped to the taking pass's by [`StateCache::take_nodes`]).
-    pub(super) slots: StateSlots,
+    pub(in crate::engine) slots: StateSlots,
 }
 
 /// The last pass's node entries, moved out of the cache for one pass to take from.
-pub(super) struct CarriedNodes<'c> {
+pub(in crate::engine) struct CarriedNodes<'c> {
     entries: Vec<Option<NodeEntry>>,
     index: &'c FxHashMap<Box<str>, usize>,
     moved: bool,
@@ -277,21 +277,21 @@ pub(super) struct CarriedNodes<'c> {
 }
 
 /// A position no node holds: the node joined (it was nowhere) or left (it is nowhere now).
-pub(super) const NOWHERE: u32 = u32::MAX;
+pub(in crate::engine) const NOWHERE: u32 = u32::MAX;
 
 /// Where the nodes of a pass were in the last pass's snapshot, and where the last pass's
 /// nodes are now, matched by object at the same position or else by name.
 #[derive(Debug, Default)]
-pub(super) struct NodeMoves {
+pub(in crate::engine) struct NodeMoves {
     /// Per node of this pass: its position in the last pass, or [`NOWHERE`].
-    pub(super) from: Vec<u32>,
+    pub(in crate::engine) from: Vec<u32>,
     /// Per node of the last pass: its position in this pass, or [`NOWHERE`].
-    pub(super) to: Vec<u32>,
+    pub(in crate::engine) to: Vec<u32>,
 }
 
 impl NodeMoves {
     /// The position now of the last pass's node at `before`, when it is still here.
-    pub(super) fn now(&self, before: usize) -> Option<usize> {
+    pub(in crate::engine) fn now(&self, before: usize) -> Option<usize> {
         let at = *self.to.get(before)?;
         (at != NOWHERE).then_some(at as usize)
     }
@@ -301,7 +301,7 @@ impl CarriedNodes<'_> {
     /// The entry of the node at position `at` of the snapshot: the last pass's entry at the
     /// same position when it is for this object, else the entry of the same name (an
     /// earlier object of the node), else `None`.
-    pub(super) fn take(&mut self, at: usize, node: &Arc<Node>) -> Option<NodeEntry> {
+    pub(in crate::engine) fn take(&mut self, at: usize, node: &Arc<Node>) -> Option<NodeEntry> {
         if let Some(entry) = self.entries.get_mut(at)
             && entry.as_ref().is_some_and(|e| Arc::ptr_eq(&e.node, node))
         {
@@ -326,7 +326,7 @@ impl CarriedNodes<'_> {
     }
 
     /// Where each node taken was, and where each of the last pass's nodes went.
-    pub(super) fn into_moves(self) -> NodeMoves {
+    pub(in crate::engine) fn into_moves(self) -> NodeMoves {
         let mut to = vec![NOWHERE; self.entries.len()];
         for (now, &before) in self.from.iter().enumerate() {
             if let Some(slot) = to.get_mut(before as usize) {
@@ -340,7 +340,7 @@ impl CarriedNodes<'_> {
     }
 
     /// Whether some node of a snapshot of `nodes` nodes was not where the last pass had it.
-    pub(super) fn moved(&self, nodes: usize) -> bool {
+    pub(in crate::engine) fn moved(&self, nodes: usize) -> bool {
         self.moved || self.entries.len() != nodes
     }
 }
@@ -460,7 +460,7 @@ pub struct CarriedFacts {
     /// as `unknown`); `None` when the pass changed that entry.
     pub published: Option<Status>,
     /// Which node conditions the node object carries as wanted, under which input (see
-    /// [`super::context::NwView::conditions_current`]).
+    /// [`crate::engine::context::NwView::conditions_current`]).
     pub conditions: Option<(u8, u8)>,
     /// Whether the node object carries `version_<nw>`.
     pub stamped: Option<bool>,
@@ -518,13 +518,13 @@ impl StateCache {
     }
 
     /// The last pass's node order, by position in its snapshot.
-    pub(super) fn node_order(&self) -> &[usize] {
+    pub(in crate::engine) fn node_order(&self) -> &[usize] {
         &self.node_order
     }
 
     /// The nodes the last pass selected with the selector of this id, by position in its
     /// snapshot, in node order.
-    pub(super) fn selected_by(&self, selector: u64) -> Option<&[usize]> {
+    pub(in crate::engine) fn selected_by(&self, selector: u64) -> Option<&[usize]> {
         self.selections
             .iter()
             .find(|(id, _)| *id == selector)
@@ -533,7 +533,11 @@ impl StateCache {
 
     /// Keeps a pass's node order and its selections per selector id, for a next pass over
     /// the same node objects.
-    pub(super) fn keep_order(&mut self, order: Vec<usize>, selections: Vec<(u64, Vec<usize>)>) {
+    pub(in crate::engine) fn keep_order(
+        &mut self,
+        order: Vec<usize>,
+        selections: Vec<(u64, Vec<usize>)>,
+    ) {
         self.node_order = order;
         self.selections = selections;
     }
@@ -542,7 +546,7 @@ impl StateCache {
     /// position) to take from ([`CarriedNodes::take`]); the pass hands its own back with
     /// [`StateCache::keep_nodes`]. Slots follow their NodeWright to its position in this
     /// pass; those of a NodeWright that left are dropped.
-    pub(super) fn take_nodes(&mut self, names: &[&str]) -> CarriedNodes<'_> {
+    pub(in crate::engine) fn take_nodes(&mut self, names: &[&str]) -> CarriedNodes<'_> {
         let mut entries = std::mem::take(&mut self.nodes);
         if !self.same_slot_names(names) {
             let to: Vec<Option<u32>> = self
@@ -572,7 +576,7 @@ impl StateCache {
     /// NodeWrights by position. The name index changes only when some node moved: at steady
     /// state every node is where it was. Then `moves` ([`CarriedNodes::into_moves`]) take
     /// each node to its new position, and only the names of the nodes that joined are read.
-    pub(super) fn keep_nodes(
+    pub(in crate::engine) fn keep_nodes(
         &mut self,
         entries: impl Iterator<Item = Option<NodeEntry>>,
         names: &[&str],
@@ -681,7 +685,7 @@ impl StateCache {
 
     /// Moves the last pass's carries out, for a pass to start from and refill (each keeps
     /// its capacity); the pass hands them back with [`StateCache::keep_carries`].
-    pub(super) fn take_carries(&mut self) -> FxHashMap<NodeWrightId, SelectionCarry> {
+    pub(in crate::engine) fn take_carries(&mut self) -> FxHashMap<NodeWrightId, SelectionCarry> {
         std::mem::take(&mut self.carries)
     }
 
@@ -712,18 +716,18 @@ impl StateCache {
 
     /// Moves the last pass's Job table out for a pass; the pass hands its own back with
     /// [`StateCache::keep_jobs`].
-    pub(super) fn take_jobs(&mut self) -> CarriedJobs {
+    pub(in crate::engine) fn take_jobs(&mut self) -> CarriedJobs {
         std::mem::take(&mut self.jobs)
     }
 
     /// Keeps a pass's Job table for the next pass.
-    pub(super) fn keep_jobs(&mut self, jobs: CarriedJobs) {
+    pub(in crate::engine) fn keep_jobs(&mut self, jobs: CarriedJobs) {
         self.jobs = jobs;
     }
 
     /// The Job table the next pass starts from.
     #[cfg(test)]
-    pub(super) fn jobs_mut(&mut self) -> &mut CarriedJobs {
+    pub(in crate::engine) fn jobs_mut(&mut self) -> &mut CarriedJobs {
         &mut self.jobs
     }
 

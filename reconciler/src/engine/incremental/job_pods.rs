@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use nodewright_schema::keys;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use super::context::Few;
+use crate::engine::context::Few;
 
 /// A position with no pod in this snapshot (the pod left).
 const GONE: u32 = u32::MAX;
@@ -29,7 +29,7 @@ const GONE: u32 = u32::MAX;
 const REWRITTEN_LIMIT: usize = 32;
 
 /// The hash [`PodChanges::touched`] compares a Job's uid by.
-pub(super) fn uid_hash(uid: &str) -> u64 {
+pub(in crate::engine) fn uid_hash(uid: &str) -> u64 {
     FxBuildHasher.hash_one(uid)
 }
 
@@ -44,7 +44,7 @@ fn controller_uid(pod: &Pod) -> Option<&str> {
 
 /// Pod positions by controller UID label, over the pods it holds.
 #[derive(Debug, Default)]
-pub(super) struct PodIndex {
+pub(in crate::engine) struct PodIndex {
     /// The pods the positions are of. Held, so that an address names one object alone.
     pods: Vec<Arc<Pod>>,
     /// Positions of the pods with each label, in snapshot order.
@@ -57,7 +57,7 @@ pub(super) struct PodIndex {
 
 /// What changed between the pods an index held and a snapshot's, from [`PodIndex::update`].
 #[derive(Debug, Default)]
-pub(super) struct PodChanges {
+pub(in crate::engine) struct PodChanges {
     /// Every pod's position now by its position before, [`GONE`] for a pod that left; `None`
     /// when every pod that stayed kept its position.
     moved: Option<Vec<u32>>,
@@ -70,7 +70,7 @@ pub(super) struct PodChanges {
 
 impl PodChanges {
     /// Changes that tell nothing: every uid counts as touched.
-    pub(super) fn unknown() -> PodChanges {
+    pub(in crate::engine) fn unknown() -> PodChanges {
         PodChanges {
             all_touched: true,
             ..PodChanges::default()
@@ -89,7 +89,11 @@ impl PodChanges {
 
     /// Whether a pod labelled with the uid whose [`uid_hash`] is `hash` joined or left. The
     /// uid itself is asked for only when a touched uid has that hash.
-    pub(super) fn touched<'u>(&self, hash: u64, uid: impl FnOnce() -> Option<&'u str>) -> bool {
+    pub(in crate::engine) fn touched<'u>(
+        &self,
+        hash: u64,
+        uid: impl FnOnce() -> Option<&'u str>,
+    ) -> bool {
         if self.all_touched {
             return true;
         }
@@ -102,7 +106,7 @@ impl PodChanges {
 
     /// Where the pods at positions `before` in the last snapshot are now, in snapshot order;
     /// `None` when one of them left.
-    pub(super) fn now_at(&self, before: &Few<u32>) -> Option<Few<u32>> {
+    pub(in crate::engine) fn now_at(&self, before: &Few<u32>) -> Option<Few<u32>> {
         let Some(moved) = &self.moved else {
             return Some(before.clone());
         };
@@ -140,7 +144,7 @@ fn remove(by_uid: &mut FxHashMap<Box<str>, Few<u32>>, uid: &str, at: u32) {
 
 impl PodIndex {
     /// The index of `pods`, every label read.
-    pub(super) fn new(pods: &[Arc<Pod>]) -> PodIndex {
+    pub(in crate::engine) fn new(pods: &[Arc<Pod>]) -> PodIndex {
         let mut by_uid = FxHashMap::with_capacity_and_hasher(pods.len(), FxBuildHasher);
         for (pod, at) in pods.iter().zip(0..) {
             if let Some(uid) = controller_uid(pod) {
@@ -156,13 +160,13 @@ impl PodIndex {
     }
 
     /// Whether the pod at `at` was found quiet in operator namespace `namespace` (§8.10).
-    pub(super) fn quiet(&self, at: usize, namespace: &str) -> bool {
+    pub(in crate::engine) fn quiet(&self, at: usize, namespace: &str) -> bool {
         *self.quiet_in == *namespace && self.quiet.get(at).copied().flatten() == Some(true)
     }
 
     /// Records whether the pod at `at` is quiet in operator namespace `namespace`; verdicts
     /// found in another namespace are dropped.
-    pub(super) fn record_quiet(&mut self, at: usize, namespace: &str, quiet: bool) {
+    pub(in crate::engine) fn record_quiet(&mut self, at: usize, namespace: &str, quiet: bool) {
         if *self.quiet_in != *namespace {
             self.quiet.fill(None);
             self.quiet_in = namespace.into();
@@ -175,19 +179,19 @@ impl PodIndex {
     /// Calls every held pod quiet, true or not, so a test can tell a carried verdict from a
     /// fresh read.
     #[cfg(test)]
-    pub(super) fn quiet_everywhere(&mut self, namespace: &str) {
+    pub(in crate::engine) fn quiet_everywhere(&mut self, namespace: &str) {
         self.quiet.fill(Some(true));
         self.quiet_in = namespace.into();
     }
 
     /// The positions of the pods labelled `uid`, in snapshot order.
-    pub(super) fn of(&self, uid: &str) -> Few<u32> {
+    pub(in crate::engine) fn of(&self, uid: &str) -> Few<u32> {
         self.by_uid.get(uid).cloned().unwrap_or_default()
     }
 
     /// Brings the index up to `pods`, this snapshot's, reading the labels of the pods it did
     /// not hold alone, and says what changed.
-    pub(super) fn update(&mut self, pods: &[Arc<Pod>]) -> PodChanges {
+    pub(in crate::engine) fn update(&mut self, pods: &[Arc<Pod>]) -> PodChanges {
         let mut changes = PodChanges::default();
         let same_count = self.pods.len() == pods.len();
         // A few pods that are not the same object held at their position are taken to have
