@@ -91,14 +91,14 @@ pub fn glob_match(pattern: &str, key: &str) -> bool {
 
 /// Whether uninstall is requested for a package: `IsUninstalling`, or the NodeWright is being
 /// deleted and the package has `uninstall.enabled` (§6.9, §11.1).
-pub fn uninstall_requested(nw: &NodeWright, pkg: &Package) -> bool {
-    pkg.is_uninstalling() || (nw.is_deleting() && pkg.uninstall_enabled())
+pub fn uninstall_requested(nw: &impl CompletionSource, pkg: &Package) -> bool {
+    pkg.is_uninstalling() || (nw.deleting() && pkg.uninstall_enabled())
 }
 
 /// The keys that decide HasInterrupt for a package on a node: the node's own changed keys when
 /// its record differs from the spec (§16.3), else `status.configUpdates[pkg]` (§6.4).
 pub fn interrupt_keys(
-    nw: &NodeWright,
+    nw: &impl CompletionSource,
     applied: &AppliedConfig,
     name: &str,
     pkg: &Package,
@@ -107,7 +107,7 @@ pub fn interrupt_keys(
     if !changed.is_empty() {
         return changed;
     }
-    config_updates(nw, name).to_vec()
+    nw.config_updates(name).to_vec()
 }
 
 /// HasInterrupt (§6.4): with config keys pending, true iff a `configInterrupts` pattern matches
@@ -123,7 +123,7 @@ pub fn has_interrupt_for(pkg: &Package, config_keys: &[String]) -> bool {
 
 /// Whether one spec package is complete on a node (§6.4, §16.3 (b)).
 pub fn package_complete(
-    nw: &NodeWright,
+    nw: &impl CompletionSource,
     state: &NodeState,
     applied: &AppliedConfig,
     name: &str,
@@ -142,26 +142,59 @@ pub fn package_complete(
     }
     match entry.stage {
         Some(Stage::PostInterrupt) => true,
-        Some(Stage::Config) => !has_interrupt_for(pkg, config_updates(nw, name)),
+        Some(Stage::Config) => !has_interrupt_for(pkg, nw.config_updates(name)),
         _ => false,
     }
 }
 
-/// `status.configUpdates` of a package: the keys whose change the NodeWright recorded (§6.4).
-fn config_updates<'n>(nw: &'n NodeWright, name: &str) -> &'n [String] {
-    nw.status
-        .as_ref()
-        .and_then(|s| s.config_updates.as_ref())
-        .and_then(|m| m.get(name))
-        .map_or(&[], Vec::as_slice)
+/// What node completion (§6.4, §16.3) may read of a NodeWright: its spec, whether it is being
+/// deleted, and `status.configUpdates`. The completion rules read a NodeWright through this
+/// alone, and [`NodeDigest::of`] reads [`CompletionInputs`], the key completions are remembered
+/// under across passes: a rule that needs anything else of the NodeWright does not compile
+/// until the key holds it too.
+pub trait CompletionSource {
+    /// The spec.
+    fn spec(&self) -> &NodeWrightSpec;
+    /// Whether the NodeWright is being deleted.
+    fn deleting(&self) -> bool;
+    /// `status.configUpdates` of a package: the keys whose change the NodeWright recorded.
+    fn config_updates(&self, package: &str) -> &[String];
+}
+
+impl CompletionSource for NodeWright {
+    fn spec(&self) -> &NodeWrightSpec {
+        &self.spec
+    }
+    fn deleting(&self) -> bool {
+        self.is_deleting()
+    }
+    fn config_updates(&self, package: &str) -> &[String] {
+        (self.status.as_ref())
+            .and_then(|s| s.config_updates.as_ref())
+            .and_then(|m| m.get(package))
+            .map_or(&[], Vec::as_slice)
+    }
+}
+
+impl CompletionSource for CompletionInputs {
+    fn spec(&self) -> &NodeWrightSpec {
+        &self.spec
+    }
+    fn deleting(&self) -> bool {
+        self.deleting
+    }
+    fn config_updates(&self, package: &str) -> &[String] {
+        (self.config_updates.as_ref())
+            .and_then(|m| m.get(package))
+            .map_or(&[], Vec::as_slice)
+    }
 }
 
 /// Everything of a NodeWright that node completion reads besides the node itself
-/// ([`state_complete`]: the packages, whether the NodeWright is being deleted, and
-/// `status.configUpdates`). The whole spec is kept, not only the packages, so that a later
-/// completion rule reading another spec field stays covered. Completions remembered across
-/// passes are keyed by these (engine/incremental/state_cache.rs), so any new read of the
-/// NodeWright in [`state_complete`] must be added here.
+/// ([`CompletionSource`]: the spec, whether the NodeWright is being deleted, and
+/// `status.configUpdates`), held apart as the key completions and digests are remembered under
+/// across passes (engine/incremental/state_cache.rs). The whole spec is kept, not only the
+/// packages, so that a later completion rule reading another spec field stays covered.
 #[derive(Debug, PartialEq)]
 pub struct CompletionInputs {
     spec: NodeWrightSpec,
@@ -183,7 +216,7 @@ impl CompletionInputs {
 /// Whether a node is complete for a NodeWright given its parsed state and record
 /// ([`NodeDigest::complete`]).
 pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> bool {
-    NodeDigest::of(nw, state, applied).complete
+    NodeDigest::of(&CompletionInputs::of(nw), state, applied).complete
 }
 
 /// What one node's state says about each package of a NodeWright, derived in one walk:
@@ -229,12 +262,12 @@ pub struct PackageMarks {
 
 impl NodeDigest {
     /// Derives the digest of a node state under a NodeWright and the node's applied record.
-    pub fn of(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> NodeDigest {
+    pub fn of(nw: &CompletionInputs, state: &NodeState, applied: &AppliedConfig) -> NodeDigest {
         let mut uninstalling = false;
         let mut uninstall_failing = false;
-        let mut packages = Vec::with_capacity(nw.spec.packages().len());
+        let mut packages = Vec::with_capacity(nw.spec().packages().len());
         let mut complete = true;
-        for (name, pkg) in nw.spec.packages() {
+        for (name, pkg) in nw.spec().packages() {
             let mut marks = PackageMarks::default();
             for e in state.entries_of(name) {
                 marks.present = true;
@@ -279,9 +312,9 @@ pub fn config_applied_in(entry: &PackageStatus) -> bool {
 }
 
 /// [`NodeDigest::records_current`].
-fn records_current(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> bool {
+fn records_current(nw: &CompletionInputs, state: &NodeState, applied: &AppliedConfig) -> bool {
     applied.keys().all(|k| state.0.contains_key(k.as_str()))
-        && nw.spec.packages().iter().all(|(name, pkg)| {
+        && nw.spec().packages().iter().all(|(name, pkg)| {
             pkg.config_map().is_empty()
                 || !state.get(name, &pkg.version).is_some_and(config_applied_in)
                 || applied.contains_key(&nodewright_schema::node_state::entry_key(
@@ -350,7 +383,7 @@ mod tests {
                 .collect()
         };
         let current = |state: &NodeState, applied: &AppliedConfig| {
-            NodeDigest::of(&nw, state, applied).records_current
+            NodeDigest::of(&CompletionInputs::of(&nw), state, applied).records_current
         };
         let applied_a = state(&[("a", "1", Stage::Config, State::Complete)]);
         assert!(

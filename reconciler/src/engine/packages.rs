@@ -370,11 +370,11 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
 /// The first interrupt package of a node that still waits on a drain (its next stage is
 /// before the interrupt: entry absent, or an install/uninstall stage not complete), if any.
 pub fn waits_on_drain(
-    nw: &NodeWright,
+    nw: &impl complete::CompletionSource,
     state: &NodeState,
     applied: &AppliedConfig,
 ) -> Option<String> {
-    for (name, p) in nw.spec.packages() {
+    for (name, p) in nw.spec().packages() {
         let keys = complete::interrupt_keys(nw, applied, name, p);
         if !complete::has_interrupt_for(p, &keys) {
             continue;

@@ -157,7 +157,7 @@ impl PassCtx<'_> {
                 return Some(Arc::clone(digest));
             }
             let digest = Arc::new(NodeDigest::of(
-                view.nw,
+                &view.completion_inputs,
                 state,
                 &complete::parse_applied(applied),
             ));
@@ -165,7 +165,7 @@ impl PassCtx<'_> {
             return Some(digest);
         }
         let digest = Arc::new(NodeDigest::of(
-            view.nw,
+            &view.completion_inputs,
             state,
             &complete::parse_applied(applied),
         ));

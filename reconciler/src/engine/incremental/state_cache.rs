@@ -975,7 +975,7 @@ mod tests {
         let inputs = cache.completion_inputs(&nw);
         let state = parsed("{}");
         let complete = |d: Option<Arc<NodeDigest>>| d.map(|d| d.complete);
-        let digest = NodeDigest::of(&nw, &NodeState::default(), &Default::default());
+        let digest = NodeDigest::of(&inputs, &NodeState::default(), &Default::default());
         assert!(digest.complete, "no packages: complete");
         state.remember_digest(&inputs, Some("{}"), Arc::new(digest));
         assert_eq!(complete(state.digest(&inputs, Some("{}"))), Some(true));
