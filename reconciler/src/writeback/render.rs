@@ -7,7 +7,7 @@
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
-use nodewright_schema::{NodeWright, Status, approvals, keys};
+use nodewright_schema::{NodeWright, NodeWrightStatus, Status, approvals, keys};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -140,9 +140,13 @@ fn counted(complete_nodes: Option<&str>) -> Option<(usize, usize)> {
 ///   nodes and the roll-up are then rendered `unknown`, and a `Ready` condition from that
 ///   earlier evaluation is `Unknown`: nothing is complete for a spec not yet worked on.
 pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
-    let status = nw.status.clone().unwrap_or_default();
-    let mut node_status = status.node_status.clone().unwrap_or_default();
-    let node_state = status.node_state.clone().unwrap_or_default();
+    // Read in place: the per-node maps hold an entry per selected node, and the writer
+    // renders the document every pass.
+    let no_status = NodeWrightStatus::default();
+    let status = nw.status.as_ref().unwrap_or(&no_status);
+    let (no_node_status, no_node_state) = (BTreeMap::new(), BTreeMap::new());
+    let node_status = status.node_status.as_ref().unwrap_or(&no_node_status);
+    let node_state = status.node_state.as_ref().unwrap_or(&no_node_state);
     let counted = counted(status.complete_nodes.as_deref());
     let listed_complete = node_status
         .values()
@@ -152,19 +156,16 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
     let previous_generation = generation
         .is_some_and(|g| status.observed_generation.is_none_or(|seen| seen < g))
         && counted.is_some_and(|(complete, _)| complete != listed_complete);
-    let mut rollup = status.status.unwrap_or(Status::Unknown);
-    if previous_generation {
-        for s in node_status.values_mut() {
-            if *s == Status::Complete {
-                *s = Status::Unknown;
-            }
-        }
-        if rollup == Status::Complete {
-            rollup = Status::Unknown;
-        }
-    }
+    // A node complete for an earlier generation is not complete for this one.
+    let shown = |s: Status| match s {
+        Status::Complete if previous_generation => Status::Unknown,
+        s => s,
+    };
+    let rollup = shown(status.status.unwrap_or(Status::Unknown));
+    let node_status: Vec<(&String, Status)> =
+        node_status.iter().map(|(n, s)| (n, shown(*s))).collect();
     let mut node_counts: BTreeMap<String, usize> = BTreeMap::new();
-    for s in node_status.values() {
+    for (_, s) in &node_status {
         *node_counts.entry(s.to_string()).or_default() += 1;
     }
     let complete = node_counts
@@ -172,9 +173,10 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
         .copied()
         .unwrap_or(0);
     let selected = counted.map_or(node_status.len(), |(_, selected)| selected);
-    if rollup == Status::Complete && complete < selected {
-        rollup = Status::Unknown;
-    }
+    let rollup = match rollup {
+        Status::Complete if complete < selected => Status::Unknown,
+        rollup => rollup,
+    };
     let conditions = status
         .conditions
         .iter()
@@ -231,8 +233,8 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
     let mut nodes = BTreeMap::new();
     let mut complete_listed = 0;
     let mut nodes_omitted = 0;
-    for (node, s) in &node_status {
-        if *s == Status::Complete {
+    for &(node, s) in &node_status {
+        if s == Status::Complete {
             if complete_listed >= node_detail_limit {
                 nodes_omitted += 1;
                 continue;
@@ -284,7 +286,7 @@ pub fn document(nw: &NodeWright, node_detail_limit: usize) -> StatusDocument {
         node_counts,
         node_status: node_status
             .iter()
-            .map(|(n, s)| (n.clone(), s.to_string()))
+            .map(|(n, s)| ((*n).clone(), s.to_string()))
             .collect(),
         conditions,
         compartments,
@@ -541,6 +543,37 @@ mod tests {
         assert_eq!(doc.nodes_omitted, 1);
         assert_eq!(doc.nodes["c"].packages["tuning|1.0.0"], "config/erroring");
         assert_eq!(summary(&doc), "tuning: 2/3 complete, 1 erroring");
+    }
+
+    #[test]
+    fn nodes_complete_for_an_earlier_generation_read_unknown_until_it_is_observed() {
+        let mut nw = nw(
+            "tuning",
+            &[("a", Status::Complete), ("b", Status::Complete)],
+        );
+        nw.metadata.generation = Some(2);
+        let status = nw.status.as_mut().unwrap();
+        status.status = Some(Status::Complete);
+        status.observed_generation = Some(1);
+        // The counters already speak of generation 2; the per-node map still of 1.
+        status.complete_nodes = Some("0/2".into());
+        let doc = document(&nw, 10);
+        assert_eq!(doc.status, "unknown");
+        assert_eq!(
+            doc.node_counts,
+            BTreeMap::from([("unknown".to_string(), 2)])
+        );
+        assert_eq!(doc.node_status["a"], "unknown");
+        assert_eq!(doc.nodes.len(), 2, "no node is listed as complete");
+
+        nw.status.as_mut().unwrap().observed_generation = Some(2);
+        nw.status.as_mut().unwrap().complete_nodes = Some("2/2".into());
+        let doc = document(&nw, 10);
+        assert_eq!(doc.status, "complete");
+        assert_eq!(
+            doc.node_counts,
+            BTreeMap::from([("complete".to_string(), 2)])
+        );
     }
 
     #[test]
