@@ -213,12 +213,6 @@ impl CompletionInputs {
     }
 }
 
-/// Whether a node is complete for a NodeWright given its parsed state and record
-/// ([`NodeDigest::complete`]).
-pub fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> bool {
-    NodeDigest::of(&CompletionInputs::of(nw), state, applied).complete
-}
-
 /// What one node's state says about each package of a NodeWright, derived in one walk:
 /// completion (§6.4, §16.3), the wait before the non-interrupt barrier (§7.5,
 /// [`super::packages::waits_on_drain`]),
@@ -261,13 +255,14 @@ pub struct PackageMarks {
 }
 
 impl NodeDigest {
-    /// Derives the digest of a node state under a NodeWright and the node's applied record.
-    pub fn of(nw: &CompletionInputs, state: &NodeState, applied: &AppliedConfig) -> NodeDigest {
+    /// Derives the digest of a node state under a NodeWright's completion inputs and the
+    /// node's applied record.
+    pub fn of(inputs: &CompletionInputs, state: &NodeState, applied: &AppliedConfig) -> NodeDigest {
         let mut uninstalling = false;
         let mut uninstall_failing = false;
-        let mut packages = Vec::with_capacity(nw.spec().packages().len());
+        let mut packages = Vec::with_capacity(inputs.spec().packages().len());
         let mut complete = true;
-        for (name, pkg) in nw.spec().packages() {
+        for (name, pkg) in inputs.spec().packages() {
             let mut marks = PackageMarks::default();
             for e in state.entries_of(name) {
                 marks.present = true;
@@ -277,10 +272,10 @@ impl NodeDigest {
                     uninstall_failing |= e.state == Some(State::Erroring);
                 }
             }
-            marks.incomplete = !package_complete(nw, state, applied, name, pkg);
+            marks.incomplete = !package_complete(inputs, state, applied, name, pkg);
             // A package whose uninstall is requested counts once its entries are gone; any
             // other once complete, which its entry never is in the uninstall cycle.
-            complete &= match uninstall_requested(nw, pkg) {
+            complete &= match uninstall_requested(inputs, pkg) {
                 true => !marks.present,
                 false => !marks.incomplete,
             };
@@ -292,10 +287,10 @@ impl NodeDigest {
                 .0
                 .values()
                 .any(|e| matches!(e.state, Some(State::Erroring) | Some(State::Unknown))),
-            waits_on_drain: super::packages::waits_on_drain(nw, state, applied).is_some(),
+            waits_on_drain: super::packages::waits_on_drain(inputs, state, applied).is_some(),
             uninstalling,
             uninstall_failing,
-            records_current: records_current(nw, state, applied),
+            records_current: records_current(inputs, state, applied),
             packages: packages.into_boxed_slice(),
         }
     }
@@ -312,9 +307,9 @@ pub fn config_applied_in(entry: &PackageStatus) -> bool {
 }
 
 /// [`NodeDigest::records_current`].
-fn records_current(nw: &CompletionInputs, state: &NodeState, applied: &AppliedConfig) -> bool {
+fn records_current(inputs: &CompletionInputs, state: &NodeState, applied: &AppliedConfig) -> bool {
     applied.keys().all(|k| state.0.contains_key(k.as_str()))
-        && nw.spec().packages().iter().all(|(name, pkg)| {
+        && inputs.spec().packages().iter().all(|(name, pkg)| {
             pkg.config_map().is_empty()
                 || !state.get(name, &pkg.version).is_some_and(config_applied_in)
                 || applied.contains_key(&nodewright_schema::node_state::entry_key(
@@ -361,6 +356,11 @@ mod tests {
                 .collect(),
         );
         nw
+    }
+
+    /// Whether a node is complete for a NodeWright given its parsed state and record.
+    fn state_complete(nw: &NodeWright, state: &NodeState, applied: &AppliedConfig) -> bool {
+        NodeDigest::of(&CompletionInputs::of(nw), state, applied).complete
     }
 
     fn state(entries: &[(&str, &str, Stage, State)]) -> NodeState {

@@ -347,10 +347,6 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         }
         let n = ctx.node(id);
         let raw = n.annotation(&key);
-        if raw.is_none() && configured.is_empty() {
-            // No record to prune and no package to record: nothing to do on this node.
-            continue;
-        }
         let Ok(state) = n.state(ctx.nws[nw].state_key()) else {
             continue;
         };
