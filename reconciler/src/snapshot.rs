@@ -129,9 +129,10 @@ pub struct Snapshot {
     /// Every DeploymentPolicy.
     pub policies: Vec<DeploymentPolicy>,
     /// Every Node. Shared, so an adapter hands over the same allocation for a node that did
-    /// not change since its last snapshot, and a cache that holds the `Arc` can tell, exactly,
-    /// that nothing in it changed (`Arc::ptr_eq`; a writer must `Arc::make_mut`, which copies
-    /// while the cache still holds the old one).
+    /// not change since its last snapshot, as a cheap first answer to "nothing changed" (a
+    /// writer must `Arc::make_mut`, which copies while the cache still holds the old one); a
+    /// new allocation of the same uid and resourceVersion, as after a relist, is the same
+    /// version to the engine's cache too.
     pub nodes: Vec<Arc<Node>>,
     /// Jobs in the operator namespace carrying the NodeWright `name` label. Shared like
     /// `nodes`: an unchanged Job is the same allocation from snapshot to snapshot, so what a

@@ -1223,7 +1223,8 @@ fn disruption_budget_message(e: &kube::Error) -> Option<String> {
 impl Cluster for KubeCluster {
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
         // The reflector replaces a node's `Arc` when it changes, so an unchanged node reaches the
-        // engine as the same allocation as last pass (see `Snapshot::nodes`). Its store has no
+        // engine as the same allocation as last pass, or after a relist as a copy of the same
+        // resourceVersion, which the engine's cache takes for the same (see `Snapshot::nodes`). Its store has no
         // order: sorted by name, a node keeps its place from pass to pass, as in the simulator,
         // so the engine's cross-pass caches find it where they left it.
         let mut nodes: Vec<Arc<Node>> = self.nodes.state();

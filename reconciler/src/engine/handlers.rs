@@ -1243,7 +1243,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_found_quiet_is_not_read_again_until_its_object_changes() {
+    fn a_pod_found_quiet_is_not_read_again_until_its_version_changes() {
         use crate::engine::StateCache;
         let obj = nw("nw").package("tuning", "1.0.0").build();
         let job = running_job(&obj);
@@ -1275,9 +1275,23 @@ mod tests {
         // Not in another operator namespace.
         cache.jobs_mut().quiet_every_pod("elsewhere");
         assert_eq!(pass(&snap, &mut cache), erroring);
-        // Another object of the pod is read again.
+        // Another object of a pod without a version is read again.
         cache.jobs_mut().quiet_every_pod(&s.namespace);
         snap.pods[1] = std::sync::Arc::new((*snap.pods[1]).clone());
+        assert_eq!(pass(&snap, &mut cache), erroring);
+        // With a uid and resourceVersion, a relist's copy is the same version: believed;
+        // another version is read again.
+        let meta = &mut std::sync::Arc::make_mut(&mut snap.pods[1]).metadata;
+        meta.uid = Some("uid-a1".into());
+        meta.resource_version = Some("1".into());
+        assert_eq!(pass(&snap, &mut cache), erroring);
+        cache.jobs_mut().quiet_every_pod(&s.namespace);
+        snap.pods[1] = std::sync::Arc::new((*snap.pods[1]).clone());
+        assert_eq!(pass(&snap, &mut cache), untouched);
+        cache.jobs_mut().quiet_every_pod(&s.namespace);
+        std::sync::Arc::make_mut(&mut snap.pods[1])
+            .metadata
+            .resource_version = Some("2".into());
         assert_eq!(pass(&snap, &mut cache), erroring);
     }
 

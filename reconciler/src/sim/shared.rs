@@ -5,7 +5,8 @@
 //! a [`Shared`] and a snapshot takes the very same `Arc`, so an object exists once however many
 //! snapshots (and the engine's cache) hold it. A write through the handle copies the object
 //! first when anyone else still holds it, so what a snapshot holds never changes under it, and
-//! a changed object is a new allocation: the identity the engine's cache relies on.
+//! a changed object is a new allocation, which the engine's cache tells from the old one
+//! without comparing versions.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;

@@ -45,8 +45,9 @@ use super::complete::{CompletionInputs, NodeDigest};
 use super::incremental::job_table::{JobTable, SweptVerdict};
 use super::incremental::state_cache::{
     CarriedFacts, CarriedNode, JobMatchMemo, NodeEntry, NodeMemo, NodeMoves, NodeWrightId,
-    ParsedState, SelectionCarry, StateCache, StatusVersion, VersionId,
+    ParsedState, SelectionCarry, StateCache, VersionId,
 };
+use super::incremental::{ObjectVersion, same_version};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::write_order::{self, After, Writes};

@@ -91,8 +91,8 @@ impl NodesSinceLast {
         }
     }
 
-    /// Gives each node what the cache kept for it. The same node object gets its memo and
-    /// its slots with every parse in place; a renewed one gets a fresh memo, and the last
+    /// Gives each node what the cache kept for it. The same version of the node gets its memo
+    /// and its slots with every parse in place; a renewed one gets a fresh memo, and the last
     /// pass's slots are kept aside for the parses of values that did not change.
     fn take(
         cache: &mut StateCache,
@@ -107,10 +107,11 @@ impl NodesSinceLast {
         let mut carried = cache.take_nodes(names);
         for (i, (work, node)) in nodes.iter_mut().zip(&snap.nodes).enumerate() {
             match carried.take(i, node) {
-                Some(entry) if Arc::ptr_eq(&entry.node, node) => {
+                Some(entry) if same_version(&entry.node, node) => {
                     work.memo = Some(entry.memo);
                     work.states = entry.slots;
-                    work.held = Some(entry.node);
+                    // A relist's copy replaces the copy the entry held, which can then go.
+                    work.held = Arc::ptr_eq(&entry.node, node).then_some(entry.node);
                 }
                 found => {
                     since.renewed.push(i);
@@ -121,7 +122,7 @@ impl NodesSinceLast {
                         }
                         None => since.joined.push(i),
                     }
-                    work.memo = Some(Arc::new(NodeMemo::new(node)));
+                    work.memo = Some(Arc::new(NodeMemo::default()));
                     if let Some(entry) = found.filter(|e| !e.slots.is_empty()) {
                         since.earlier.push((i, entry.slots));
                     }
@@ -305,7 +306,8 @@ impl<'a> NwView<'a> {
             empty_digest: RefCell::new(None),
             digests: RefCell::new(vec![None; n]),
             package_jobs: RefCell::default(),
-            status_version: cache.and_then(|c| Some(c.version_id(&StatusVersion::of(nw)?))),
+            status_version: cache
+                .and_then(|c| Some(c.version_id(&ObjectVersion::of(&nw.metadata)?))),
             memo_id,
             pos,
             complete: vec![false; n],
@@ -480,7 +482,7 @@ impl<'a> PassCtx<'a> {
         cache.retain_selectors(self.selector_ids.iter().copied());
         cache.job_matches().begin_pass();
         cache.retain_memo_ids(self.nws.iter().map(|v| {
-            let version = StatusVersion::of(v.nw).zip(v.status_version);
+            let version = ObjectVersion::of(&v.nw.metadata).zip(v.status_version);
             (v.name, v.memo_id, version)
         }));
     }

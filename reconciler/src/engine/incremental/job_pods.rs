@@ -8,9 +8,9 @@
 //! and tells the Job table ([`super::job_table`]) which uids gained or lost a pod
 //! ([`PodChanges`]): every other Job has the same pods it had, at positions the index knows.
 //!
-//! It also keeps, per pod object, whether §8.10 found its evidence quiet: a fact of the pod
-//! object and the operator namespace alone, so the same object is not read again, wherever
-//! it now sits.
+//! It also keeps, per pod version, whether §8.10 found its evidence quiet: a fact of the pod
+//! and the operator namespace alone, so the same version is not read again, wherever it now
+//! sits.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use nodewright_schema::keys;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
+use super::same_version;
 use crate::engine::context::Few;
 
 /// A position with no pod in this snapshot (the pod left).
@@ -33,6 +34,16 @@ pub(in crate::engine) fn uid_hash(uid: &str) -> u64 {
     FxBuildHasher.hash_one(uid)
 }
 
+/// The key a held pod is found again by when pods shifted: the hash of its version, or its
+/// address without one. Equal keys are confirmed with [`same_version`].
+fn version_key(pod: &Arc<Pod>) -> u64 {
+    let meta = &pod.metadata;
+    match (meta.uid.as_deref(), meta.resource_version.as_deref()) {
+        (Some(uid), Some(version)) => FxBuildHasher.hash_one((uid, version)),
+        _ => Arc::as_ptr(pod) as u64,
+    }
+}
+
 /// The controller UID label of a pod (`batch.kubernetes.io/controller-uid`).
 fn controller_uid(pod: &Pod) -> Option<&str> {
     pod.metadata
@@ -45,7 +56,8 @@ fn controller_uid(pod: &Pod) -> Option<&str> {
 /// Pod positions by controller UID label, over the pods it holds.
 #[derive(Debug, Default)]
 pub(in crate::engine) struct PodIndex {
-    /// The pods the positions are of. Held, so that an address names one object alone.
+    /// The pods the positions are of. Held, so that the address of a pod without a version
+    /// names one object alone.
     pods: Vec<Arc<Pod>>,
     /// Positions of the pods with each label, in snapshot order.
     by_uid: FxHashMap<Box<str>, Few<u32>>,
@@ -194,17 +206,21 @@ impl PodIndex {
     pub(in crate::engine) fn update(&mut self, pods: &[Arc<Pod>]) -> PodChanges {
         let mut changes = PodChanges::default();
         let same_count = self.pods.len() == pods.len();
-        // A few pods that are not the same object held at their position are taken to have
+        // A few pods that are not the same version held at their position are taken to have
         // replaced it (a pod rewritten by the API server). Many are a shift: a pod joined or
         // left before them.
         if same_count
             && (self.pods.iter().zip(pods))
-                .filter(|(held, pod)| !Arc::ptr_eq(held, pod))
+                .filter(|(held, pod)| !same_version(held, pod))
                 .nth(REWRITTEN_LIMIT)
                 .is_none()
         {
             for ((held, pod), at) in self.pods.iter_mut().zip(pods).zip(0..) {
-                if Arc::ptr_eq(held, pod) {
+                if same_version(held, pod) {
+                    // A relist's copy replaces the copy held, which can then go.
+                    if !Arc::ptr_eq(held, pod) {
+                        *held = Arc::clone(pod);
+                    }
                     continue;
                 }
                 if let Some(uid) = controller_uid(held) {
@@ -222,29 +238,29 @@ impl PodIndex {
             }
             return changes;
         }
-        // Otherwise each pod is found by its address, which names the object alone while the
-        // index holds it.
-        let before: FxHashMap<usize, u32> = self
-            .pods
-            .iter()
-            .map(|p| Arc::as_ptr(p) as usize)
-            .zip(0..)
-            .collect();
+        // Otherwise each pod is found by its version (its address without one).
+        let before: FxHashMap<u64, u32> = self.pods.iter().map(version_key).zip(0..).collect();
         let mut moved = vec![GONE; self.pods.len()];
         let mut held: Vec<Option<Arc<Pod>>> = self.pods.drain(..).map(Some).collect();
         let mut quiet = Vec::with_capacity(pods.len());
         let mut joined = Vec::new();
         for (pod, at) in pods.iter().zip(0u32..) {
-            // The held `Arc` moves to its new position rather than being cloned: a clone
-            // writes the count in every pod object.
-            let found = match before.get(&(Arc::as_ptr(pod) as usize)) {
-                Some(&q) if moved[q as usize] == GONE => held[q as usize].take().map(|p| (q, p)),
+            // The held `Arc` of the same object moves to its new position rather than being
+            // cloned: a clone writes the count in every pod object.
+            let found = match before.get(&version_key(pod)) {
+                Some(&q) if moved[q as usize] == GONE => held[q as usize]
+                    .take_if(|h| same_version(h, pod))
+                    .map(|p| (q, p)),
                 _ => None,
             };
             match found {
                 Some((q, p)) => {
                     moved[q as usize] = at;
-                    self.pods.push(p);
+                    self.pods.push(if Arc::ptr_eq(&p, pod) {
+                        p
+                    } else {
+                        Arc::clone(pod)
+                    });
                     quiet.push(self.quiet.get(q as usize).copied().flatten());
                 }
                 None => {

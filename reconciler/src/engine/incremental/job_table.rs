@@ -9,11 +9,10 @@
 //!
 //! So the table is handed from pass to pass ([`CarriedJobs`], kept in the
 //! [`super::state_cache::StateCache`]):
-//! - a Job that is the same object the last pass had (`Arc::ptr_eq`; an adapter hands over
-//!   the same allocation for an unchanged Job), at the same position or found by its address
-//!   elsewhere, starts with everything in place;
-//! - a Job found under the same uid and resourceVersion (another object) keeps its facts and
-//!   package, and its labels are read again;
+//! - a Job that is the same version the last pass had ([`super::same_version`]: the same
+//!   allocation, or the same uid and resourceVersion, as after a relist), at the same
+//!   position or found elsewhere by its address or uid, starts with everything in place;
+//! - another version of a Job keeps its pods while none joined or left, and is read afresh;
 //! - any other Job is read afresh.
 //!
 //! The label strings of a carried Job are taken from where an equal string sits in this
@@ -32,6 +31,7 @@ use nodewright_schema::keys;
 use rustc_hash::FxHashMap;
 
 use super::job_pods::{PodChanges, PodIndex, uid_hash};
+use super::same_version;
 use super::state_cache::{NodeMemo, NodeMoves, ParsedPackage};
 use crate::engine::complete::CompletionInputs;
 use crate::engine::context::{Few, NodeWork};
@@ -233,24 +233,47 @@ impl<'a> JobTable<'a> {
             node_moves?.now(k as usize).map(|p| p as u32)
         };
         let mut all_in_place = last.entries.len() == n;
+        // Every Job is also the allocation the last pass had, so its addresses still hold.
+        let mut same_objects = all_in_place;
         let mut labels = Vec::with_capacity(n);
         let mut source = Vec::with_capacity(n);
         // The last pass's Jobs by the hash of their uid, for Jobs found away from their
         // position: the hashes sit in the entries, so no Job object is read to build it.
         let mut by_uid_hash: Option<FxHashMap<u64, usize>> = None;
         for (i, job) in snap.jobs.iter().enumerate() {
-            // The same object the last pass had, at the same position or (a Job joined or left
-            // before it) found by its address.
-            let very = |k: usize| {
-                last.entries
-                    .get(k)
-                    .is_some_and(|e| Arc::ptr_eq(&e.job, job))
+            let entries = &last.entries;
+            // The last pass's entry of the same uid. A Job rewritten in place (a new status, a
+            // new annotation) keeps its position: only a Job that moved needs the last pass's
+            // uids all read.
+            let mut same_uid = || {
+                let uid = job.metadata.uid.as_deref()?;
+                match entries.get(i) {
+                    Some(e) if e.job.metadata.uid.as_deref() == Some(uid) => Some(i),
+                    _ => {
+                        let by_hash = by_uid_hash.get_or_insert_with(|| {
+                            entries.iter().map(|e| e.uid_hash).zip(0..).collect()
+                        });
+                        let k = *by_hash.get(&uid_hash(uid))?;
+                        (entries[k].job.metadata.uid.as_deref() == Some(uid)).then_some(k)
+                    }
+                }
             };
-            let here = Some(i).filter(|&i| very(i)).or_else(|| {
-                let k = *last.at.get(&(Arc::as_ptr(job) as usize))? as usize;
-                very(k).then_some(k)
-            });
+            // The same version of the Job the last pass had: at the same position, or (a Job
+            // joined or left before it) found by its address or its uid.
+            let very = |k: usize| entries.get(k).is_some_and(|e| same_version(&e.job, job));
+            let mut uid_found = None;
+            let here = Some(i)
+                .filter(|&i| very(i))
+                .or_else(|| {
+                    let k = *last.at.get(&(Arc::as_ptr(job) as usize))? as usize;
+                    very(k).then_some(k)
+                })
+                .or_else(|| {
+                    uid_found = same_uid();
+                    uid_found.filter(|&k| very(k))
+                });
             all_in_place &= here == Some(i);
+            same_objects &= all_in_place && Arc::ptr_eq(&entries[i].job, job);
             if let Some(k) = here {
                 let e = &last.entries[k];
                 source.push(Some(k as u32));
@@ -296,44 +319,15 @@ impl<'a> JobTable<'a> {
                 labels.push(resolved);
                 continue;
             }
-            let entries = &last.entries;
-            // The last pass's entry of the same uid. A Job rewritten in place (a new status, a
-            // new annotation) keeps its position: only a Job that moved needs the last pass's
-            // uids all read.
-            let same_uid = job
-                .metadata
-                .uid
-                .as_deref()
-                .and_then(|uid| match entries.get(i) {
-                    Some(e) if e.job.metadata.uid.as_deref() == Some(uid) => Some(i),
-                    _ => {
-                        let by_hash = by_uid_hash.get_or_insert_with(|| {
-                            entries.iter().map(|e| e.uid_hash).zip(0..).collect()
-                        });
-                        let k = *by_hash.get(&uid_hash(uid))?;
-                        (entries[k].job.metadata.uid.as_deref() == Some(uid)).then_some(k)
-                    }
-                });
-            // Under the same resourceVersion too, it is the same Job as far as its facts go.
-            let version = job.metadata.resource_version.as_deref();
-            let elsewhere = same_uid.filter(|&k| {
-                version.is_some() && entries[k].job.metadata.resource_version.as_deref() == version
-            });
-            source.push(elsewhere.map(|k| k as u32));
-            let elsewhere = elsewhere.map(|k| &entries[k]);
-            let facts = match elsewhere {
-                Some(e) => e.facts.labelled(job),
-                None => JobFacts::of(job),
-            };
-            let package = match elsewhere {
-                Some(e) => Arc::clone(&e.package),
-                None => Arc::new(jobs::read_package_annotation(job)),
-            };
-            let (pods, _) = table.pods_after(job, same_uid.map(|k| &entries[k]), &changes);
-            table.push_read(facts, OnceCell::from(package), pods);
+            // Another version of a Job the last pass had keeps its pods while none joined or
+            // left; the rest is read afresh.
+            source.push(None);
+            let facts = JobFacts::of(job);
+            let (pods, _) = table.pods_after(job, uid_found.map(|k| &entries[k]), &changes);
+            table.push_read(facts, OnceCell::new(), pods);
             labels.push(resolve(snap, node_ids, &facts));
         }
-        table.at = if all_in_place {
+        table.at = if same_objects {
             std::mem::take(&mut last.at)
         } else {
             addresses(&snap.jobs)
@@ -510,7 +504,11 @@ impl<'a> JobTable<'a> {
         }
         let fresh = |i: usize| swept.get(i).cloned().flatten();
         let kept = |i: usize| swept_valid && swept_kept[i].get();
-        let refill = |i: usize, e: &mut CarriedJob| {
+        let refill = |i: usize, e: &mut CarriedJob, job: &Arc<Job>| {
+            // A relist's copy replaces the copy the entry held, which can then go.
+            if !Arc::ptr_eq(&e.job, job) {
+                e.job = Arc::clone(job);
+            }
             e.no_prunable = no_prunable[i].get();
             (e.nodewright, e.node) = labels[i];
             e.pods = job_pods[i].clone();
@@ -546,10 +544,11 @@ impl<'a> JobTable<'a> {
             last.entries.reserve_exact(jobs.len());
             for (i, job) in jobs.iter().enumerate() {
                 let k = source[i].map(|k| k as usize);
-                let very = k.and_then(|k| before.get_mut(k)?.take_if(|e| Arc::ptr_eq(&e.job, job)));
+                let very =
+                    k.and_then(|k| before.get_mut(k)?.take_if(|e| same_version(&e.job, job)));
                 let entry = match very {
                     Some(mut e) => {
-                        refill(i, &mut e);
+                        refill(i, &mut e, job);
                         e
                     }
                     None => {
@@ -565,8 +564,8 @@ impl<'a> JobTable<'a> {
             return Some(last);
         }
         // At steady state each Job sits where it was, and its entry is refilled in place.
-        for (i, e) in last.entries.iter_mut().enumerate() {
-            refill(i, e);
+        for ((i, e), job) in last.entries.iter_mut().enumerate().zip(jobs) {
+            refill(i, e, job);
         }
         last.at = at;
         last.pods = Some(pod_index);
@@ -775,7 +774,7 @@ mod tests {
     /// The carried verdict that a Job has no failed pod to prune is what a pass reads: made
     /// to lie, it is believed for the same Job and pods, and for no other.
     #[test]
-    fn a_pruning_verdict_is_carried_for_the_very_same_job_and_pods_only() {
+    fn a_pruning_verdict_is_carried_for_the_same_versions_of_the_job_and_pods_only() {
         use k8s_openapi::api::core::v1::PodStatus;
         let obj = nw("nw").package("tuning", "1.0.0").build();
         let j = job(&obj, "n1", "u1");
@@ -845,13 +844,50 @@ mod tests {
         snap.pods.remove(0);
         snap.jobs.remove(0);
         assert!(pruned(&snap, &mut cache).is_empty(), "and back in place");
-        // Another pod object: judged afresh.
+        // A pod object without a version is only ever itself: another one is judged afresh.
         cache.jobs_mut().no_prunable_pods_anywhere();
         snap.pods[1] = Arc::new(Pod::clone(&snap.pods[1]));
         assert_eq!(pruned(&snap, &mut cache), ["f1", "f2"]);
-        // Another Job object: judged afresh.
+        // A relist's copies of the Job and its pods (the same uids and resourceVersions):
+        // believed, in place and after a Job and a pod joined in front of them.
+        for (pod, rv) in snap.pods.iter_mut().zip(["1", "2"]) {
+            let pod = Arc::make_mut(pod);
+            pod.metadata.uid = pod.metadata.name.clone();
+            pod.metadata.resource_version = Some(rv.into());
+        }
+        assert_eq!(pruned(&snap, &mut cache), ["f1", "f2"]);
+        let relist = |snap: &mut Snapshot| {
+            for pod in &mut snap.pods {
+                *pod = Arc::new(Pod::clone(pod));
+            }
+            for job in &mut snap.jobs {
+                *job = Arc::new(Job::clone(job));
+            }
+        };
         cache.jobs_mut().no_prunable_pods_anywhere();
-        snap.jobs[0] = Arc::new(Job::clone(&snap.jobs[0]));
+        relist(&mut snap);
+        assert!(
+            pruned(&snap, &mut cache).is_empty(),
+            "the verdict was not carried to a relist's copies"
+        );
+        cache.jobs_mut().no_prunable_pods_anywhere();
+        let other = job(&obj, "n1", "u0");
+        snap.pods.insert(0, Arc::new(pod_of(&other, "o1")));
+        snap.jobs.insert(0, Arc::new(other));
+        relist(&mut snap);
+        assert!(
+            pruned(&snap, &mut cache).is_empty(),
+            "the verdict was not carried to a relist's copies at new positions"
+        );
+        snap.pods.remove(0);
+        snap.jobs.remove(0);
+        // Another version of the Job: judged afresh.
+        cache.jobs_mut().no_prunable_pods_anywhere();
+        Arc::make_mut(&mut snap.jobs[0]).metadata.resource_version = Some("2".into());
+        assert_eq!(pruned(&snap, &mut cache), ["f1", "f2"]);
+        // Another version of a pod: judged afresh.
+        cache.jobs_mut().no_prunable_pods_anywhere();
+        Arc::make_mut(&mut snap.pods[1]).metadata.resource_version = Some("3".into());
         assert_eq!(pruned(&snap, &mut cache), ["f1", "f2"]);
     }
 }

@@ -34,6 +34,7 @@ use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright, Status};
 
 use super::job_table::CarriedJobs;
+use super::{ObjectVersion, same_version};
 use crate::engine::complete::{CompletionInputs, NodeDigest};
 use crate::engine::context::{StateSlot, StateSlots};
 use crate::engine::jobs::{MatchTarget, PackageAnnotation};
@@ -59,7 +60,7 @@ pub struct ParsedState {
     mirrored: Mutex<Option<VersionId>>,
 }
 
-/// A [`StatusVersion`] as a number the cache hands out ([`StateCache::version_id`]): one
+/// A NodeWright status's [`ObjectVersion`] as a number the cache hands out ([`StateCache::version_id`]): one
 /// number names one version, so memos compare an integer instead of two strings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VersionId(u64);
@@ -69,26 +70,6 @@ pub struct VersionId(u64);
 /// Without a cache there are no memos, and the default id is never looked up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NodeWrightId(u64);
-
-/// One version of a NodeWright object: its uid and resourceVersion. The API server moves the
-/// resourceVersion on every write, so equal versions hold equal statuses; a snapshot built by
-/// hand without them has no version, and nothing is remembered against it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct StatusVersion {
-    uid: Box<str>,
-    resource_version: Box<str>,
-}
-
-impl StatusVersion {
-    /// The version of a NodeWright as the snapshot holds it; `None` without uid or
-    /// resourceVersion.
-    pub fn of(nw: &NodeWright) -> Option<StatusVersion> {
-        Some(StatusVersion {
-            uid: nw.metadata.uid.as_deref()?.into(),
-            resource_version: nw.metadata.resource_version.as_deref()?.into(),
-        })
-    }
-}
 
 impl ParsedState {
     /// Whether this is the parse of exactly `raw`.
@@ -157,15 +138,11 @@ impl ParsedState {
 }
 
 /// Values derived from one node object alone, per NodeWright, kept from pass to pass while the
-/// snapshot hands over the same object.
-///
-/// The key is the node's `Arc` (`Arc::ptr_eq`): the memo holds it, so its allocation cannot be
-/// reused for another value, and a writer of a shared node must copy it (`Arc::make_mut`).
-/// Each value is remembered with what else it depends on (a selector id, a NodeWright), so a
-/// memo can never answer for inputs it was not computed from.
-#[derive(Debug)]
+/// snapshot hands over the same version of the node ([`super::same_version`]; its
+/// [`NodeEntry`] holds the object). Each value is remembered with what else it depends on (a
+/// selector id, a NodeWright), so a memo can never answer for inputs it was not computed from.
+#[derive(Debug, Default)]
 pub struct NodeMemo {
-    node: Arc<Node>,
     /// Per NodeWright: whether the node's labels match the node selector (§5.6) of one id
     /// ([`StateCache::selector_id`]), so an edited selector is matched afresh.
     selections: Mutex<Vec<(NodeWrightId, u64, bool)>>,
@@ -175,15 +152,6 @@ pub struct NodeMemo {
 }
 
 impl NodeMemo {
-    /// An empty memo for this node object.
-    pub fn new(node: &Arc<Node>) -> NodeMemo {
-        NodeMemo {
-            node: Arc::clone(node),
-            selections: Mutex::new(Vec::new()),
-            metadata_names: Mutex::new(Vec::new()),
-        }
-    }
-
     /// Whether `name` is the name of this node's metadata ConfigMap for a NodeWright (§9.1):
     /// the name is `derive`d on first use and kept for the node object.
     pub fn is_metadata_configmap(
@@ -203,11 +171,6 @@ impl NodeMemo {
         let matches = derived == name;
         names.push((nodewright, derived.into_boxed_str()));
         matches
-    }
-
-    /// Whether this memo was made for exactly this node object.
-    pub fn is_for(&self, node: &Arc<Node>) -> bool {
-        Arc::ptr_eq(&self.node, node)
     }
 
     /// Whether the node matched the selector of this id, as remembered for this NodeWright.
@@ -258,7 +221,8 @@ impl NodeMemo {
 /// it read, the memo made for that object, and the node's state slots as read from it.
 #[derive(Debug)]
 pub struct NodeEntry {
-    /// The snapshot's `Arc` of the node. Held, so its address names this object alone.
+    /// The snapshot's `Arc` of the node: what the next pass's node is compared with
+    /// ([`super::same_version`]).
     pub(in crate::engine) node: Arc<Node>,
     /// What the pass derived from the object.
     pub(in crate::engine) memo: Arc<NodeMemo>,
@@ -299,11 +263,11 @@ impl NodeMoves {
 
 impl CarriedNodes<'_> {
     /// The entry of the node at position `at` of the snapshot: the last pass's entry at the
-    /// same position when it is for this object, else the entry of the same name (an
-    /// earlier object of the node), else `None`.
+    /// same position when it is for this version of the node, else the entry of the same name
+    /// (an earlier version, or a node that moved), else `None`.
     pub(in crate::engine) fn take(&mut self, at: usize, node: &Arc<Node>) -> Option<NodeEntry> {
         if let Some(entry) = self.entries.get_mut(at)
-            && entry.as_ref().is_some_and(|e| Arc::ptr_eq(&e.node, node))
+            && entry.as_ref().is_some_and(|e| same_version(&e.node, node))
         {
             self.from.push(at as u32);
             return entry.take();
@@ -391,9 +355,9 @@ impl CachedStates<'_> {
             .count()
     }
 
-    /// The last pass's memo, when it was made for exactly this node object.
+    /// The last pass's memo, when it was made for this version of the node.
     pub fn memo_for(&self, node: &Arc<Node>) -> Option<Arc<NodeMemo>> {
-        Arc::ptr_eq(&self.entry.node, node).then(|| Arc::clone(&self.entry.memo))
+        same_version(&self.entry.node, node).then(|| Arc::clone(&self.entry.memo))
     }
 }
 
@@ -423,7 +387,7 @@ pub struct StateCache {
     /// The NodeWright names of the last pass with their ids.
     nodewright_ids: FxHashMap<Box<str>, NodeWrightId>,
     /// The NodeWright status versions of the last pass with their ids.
-    version_ids: FxHashMap<StatusVersion, VersionId>,
+    version_ids: FxHashMap<ObjectVersion, VersionId>,
     /// The next selector, NodeWright or version id. Handed out through `&self` (a pass reads
     /// the cache while it builds), and never twice, even by a pass whose ids are not kept.
     next_id: AtomicU64,
@@ -654,7 +618,7 @@ impl StateCache {
 
     /// The id of a status version: the last pass's id for an equal version, else a fresh
     /// one, so facts remembered against another version never answer for this one.
-    pub fn version_id(&self, version: &StatusVersion) -> VersionId {
+    pub fn version_id(&self, version: &ObjectVersion) -> VersionId {
         match self.version_ids.get(version) {
             Some(&id) => id,
             None => VersionId(self.fresh_id()),
@@ -665,7 +629,7 @@ impl StateCache {
     pub fn retain_memo_ids<'s>(
         &mut self,
         nodewrights: impl IntoIterator<
-            Item = (&'s str, NodeWrightId, Option<(StatusVersion, VersionId)>),
+            Item = (&'s str, NodeWrightId, Option<(ObjectVersion, VersionId)>),
         >,
     ) {
         self.nodewright_ids.clear();
@@ -769,7 +733,7 @@ impl StateCache {
 /// expected Job pass after pass, container by container.
 ///
 /// A Job version is its uid and resourceVersion; the API server moves the resourceVersion on
-/// every write (as for [`StatusVersion`]), and the simulator does too. An expected Job is
+/// every write (as for [`ObjectVersion`]), and the simulator does too. An expected Job is
 /// named by the id of its [`MatchTarget`]: equal targets get one id for the memo's life, an
 /// edited package a new one. A Job without uid or resourceVersion is compared every time.
 /// What a pass does not consult is forgotten at the start of the next.
@@ -1060,7 +1024,7 @@ mod tests {
 
     #[test]
     fn a_metadata_configmap_name_is_derived_once_per_nodewright_and_node_object() {
-        let memo = NodeMemo::new(&Arc::new(Node::default()));
+        let memo = NodeMemo::default();
         let ids = StateCache::new();
         let (a, b) = (ids.nodewright_id("a"), ids.nodewright_id("b"));
         let derived = std::cell::Cell::new(0);
@@ -1077,9 +1041,8 @@ mod tests {
     }
 
     #[test]
-    fn a_node_memo_answers_only_for_the_very_node_object_it_was_made_for() {
-        let node = Arc::new(crate::engine::testkit::node("n1").build());
-        let memo = Arc::new(NodeMemo::new(&node));
+    fn a_node_memo_answers_only_for_the_selector_and_nodewright_it_was_made_for() {
+        let memo = Arc::new(NodeMemo::default());
         let ids = StateCache::new();
         let (nw, other) = (ids.nodewright_id("nw"), ids.nodewright_id("other"));
         memo.remember_selected(nw, 1, true);
@@ -1092,7 +1055,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_entry_answers_only_for_the_very_node_object_it_was_made_for() {
+    fn a_cache_entry_answers_only_for_the_node_version_it_was_made_for() {
         use crate::engine::testkit::{node, nw, settings, world};
         use nodewright_schema::{Stage, State};
         let mut snap = world()
@@ -1106,8 +1069,9 @@ mod tests {
         let entry = cache.node("n1").expect("cached");
         assert!(entry.memo_for(&node).is_some());
         assert!(entry.get_unchanged("nw").is_some());
-        // An equal copy, or the node changed through `make_mut` while the cache holds it, is
-        // another object: the entry does not answer for it.
+        // Without a uid and resourceVersion, an equal copy, or the node changed through
+        // `make_mut` while the cache holds it, is another object: the entry does not answer
+        // for it.
         let copy: Arc<Node> = Arc::new((*node).clone());
         assert!(entry.memo_for(&copy).is_none());
         let mut written = Arc::clone(&node);
@@ -1117,6 +1081,23 @@ mod tests {
             .get_or_insert_with(Default::default)
             .insert("k".into(), "v".into());
         assert!(entry.memo_for(&written).is_none());
+
+        // With them, a relist's copy is the same version, and a write moves the version.
+        let versioned = |rv: &str| {
+            let mut node = (*node).clone();
+            node.metadata.uid = Some("uid-n1".into());
+            node.metadata.resource_version = Some(rv.into());
+            Arc::new(node)
+        };
+        snap.nodes[0] = versioned("7");
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        let entry = cache.node("n1").expect("cached");
+        assert!(entry.memo_for(&versioned("7")).is_some());
+        assert!(entry.memo_for(&versioned("8")).is_none());
+        let mut other_uid = (*versioned("7")).clone();
+        other_uid.metadata.uid = Some("uid-other".into());
+        assert!(entry.memo_for(&Arc::new(other_uid)).is_none());
+        snap.nodes[0] = Arc::clone(&node);
 
         // Two nodes of one name (only a hand-built snapshot has them): each object keeps its
         // own entry, and a warm pass decides as a cold one.
@@ -1219,16 +1200,18 @@ mod tests {
         snap: &Snapshot,
         index: usize,
     ) -> &'c mut CarriedFacts {
+        let node = &snap.nodes[index];
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let memo = (cache.node(name).and_then(|c| c.memo_for(node))).expect("the node is cached");
         let id = cache.nodewright_id("a");
         let carry = cache
             .carries
             .get_mut(&id)
             .expect("the pass carried NodeWright a");
-        let node = &snap.nodes[index];
         &mut carry
             .nodes
             .iter_mut()
-            .find(|c| c.memo.is_for(node))
+            .find(|c| Arc::ptr_eq(&c.memo, &memo))
             .expect("the pass carried this node object")
             .facts
     }
@@ -1261,7 +1244,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pass_starts_from_the_carry_for_the_very_node_objects_it_was_made_for() {
+    fn a_pass_starts_from_the_carry_for_the_node_versions_it_was_made_for() {
         let (mut snap, settings, mut cache) = carried_world();
         let steady = reconcile(&snap, &settings);
         assert_eq!(reconcile_cached(&snap, &settings, &mut cache), steady);
@@ -1270,11 +1253,33 @@ mod tests {
         carried(&mut cache, &snap, 0).status = Some(nodewright_schema::Status::Erroring);
         let lied_to = reconcile_cached(&snap, &settings, &mut cache);
         assert_ne!(lied_to, steady, "the carried Status was not consulted");
-        // An equal copy of n1 is another object: the same lie is not believed for it.
+        // An equal copy of n1 without a version is another object: the same lie is not
+        // believed for it.
         let _ = reconcile_cached(&snap, &settings, &mut cache);
         carried(&mut cache, &snap, 0).status = Some(nodewright_schema::Status::Erroring);
         snap.nodes[0] = Arc::new((*snap.nodes[0]).clone());
         assert_eq!(reconcile_cached(&snap, &settings, &mut cache), steady);
+        // With a uid and resourceVersion, a relist's copy is the same version: believed.
+        let meta = &mut Arc::make_mut(&mut snap.nodes[0]).metadata;
+        meta.uid = Some("uid-n1".into());
+        meta.resource_version = Some("1".into());
+        let steady = reconcile(&snap, &settings);
+        assert_eq!(reconcile_cached(&snap, &settings, &mut cache), steady);
+        carried(&mut cache, &snap, 0).status = Some(nodewright_schema::Status::Erroring);
+        snap.nodes[0] = Arc::new((*snap.nodes[0]).clone());
+        assert_ne!(
+            reconcile_cached(&snap, &settings, &mut cache),
+            steady,
+            "the carried Status was not consulted for a relist's copy"
+        );
+        // Another version of n1 is read afresh.
+        let _ = reconcile_cached(&snap, &settings, &mut cache);
+        carried(&mut cache, &snap, 0).status = Some(nodewright_schema::Status::Erroring);
+        Arc::make_mut(&mut snap.nodes[0]).metadata.resource_version = Some("2".into());
+        assert_eq!(
+            reconcile_cached(&snap, &settings, &mut cache),
+            reconcile(&snap, &settings)
+        );
     }
 
     #[test]
@@ -1472,11 +1477,12 @@ mod tests {
         snap.nodes.insert(0, Arc::new(early));
         let warm = reconcile_cached(&snap, &settings, &mut cache);
         assert_eq!(warm, reconcile(&snap, &settings));
+        let memo = (cache.node("n1").and_then(|c| c.memo_for(&snap.nodes[1]))).expect("n1 cached");
         let id = cache.nodewright_id("a");
         let carry = cache.carry(id).expect("carried");
         assert_eq!(carry.nodes.len(), 3);
         assert!(
-            (carry.nodes.iter()).any(|c| c.memo.is_for(&snap.nodes[1])),
+            (carry.nodes.iter()).any(|c| Arc::ptr_eq(&c.memo, &memo)),
             "n1 is carried at its new place"
         );
     }
@@ -1569,7 +1575,7 @@ mod tests {
 
     #[test]
     fn nodewright_and_version_ids_hold_while_a_pass_keeps_them_and_are_never_reused() {
-        let version = |rv: &str| StatusVersion {
+        let version = |rv: &str| ObjectVersion {
             uid: "uid".into(),
             resource_version: rv.into(),
         };
