@@ -139,8 +139,8 @@ pub struct JobTable<'a> {
     jobs: &'a [Arc<Job>],
     pods: &'a [Arc<Pod>],
     facts: Vec<JobFacts<'a>>,
-    /// Parsed on first use without a cache; with one, every Job's is resolved up front so
-    /// it can be handed on.
+    /// Parsed on first use, or taken from the last pass for the same version of the Job; a
+    /// pass with a cache parses the rest when it hands the table on.
     packages: Vec<OnceCell<ParsedPackage>>,
     /// Each Job's pods, by position in `snap.pods`.
     job_pods: Vec<Few<u32>>,
