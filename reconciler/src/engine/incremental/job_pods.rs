@@ -34,14 +34,11 @@ pub(in crate::engine) fn uid_hash(uid: &str) -> u64 {
     FxBuildHasher.hash_one(uid)
 }
 
-/// The key a held pod is found again by when pods shifted: the hash of its version, or its
-/// address without one. Equal keys are confirmed with [`same_version`].
-fn version_key(pod: &Arc<Pod>) -> u64 {
+/// The hash of a pod's uid and resourceVersion, by which a relist's copy of a held pod is
+/// found; `None` without them. Equal hashes are confirmed with [`same_version`].
+fn version_key(pod: &Pod) -> Option<u64> {
     let meta = &pod.metadata;
-    match (meta.uid.as_deref(), meta.resource_version.as_deref()) {
-        (Some(uid), Some(version)) => FxBuildHasher.hash_one((uid, version)),
-        _ => Arc::as_ptr(pod) as u64,
-    }
+    Some(FxBuildHasher.hash_one((meta.uid.as_deref()?, meta.resource_version.as_deref()?)))
 }
 
 /// The controller UID label of a pod (`batch.kubernetes.io/controller-uid`).
@@ -238,24 +235,52 @@ impl PodIndex {
             }
             return changes;
         }
-        // Otherwise each pod is found by its version (its address without one).
-        let before: FxHashMap<u64, u32> = self.pods.iter().map(version_key).zip(0..).collect();
+        // Otherwise each pod is found by its address, which reads no pod; one that is not (a
+        // pod that joined, or a relist's copy) by its version among the held pods left.
+        let before: FxHashMap<usize, u32> = (self.pods.iter())
+            .map(|p| Arc::as_ptr(p) as usize)
+            .zip(0..)
+            .collect();
         let mut moved = vec![GONE; self.pods.len()];
+        let mut source = Vec::with_capacity(pods.len());
+        let mut missed = Vec::new();
+        for (pod, at) in pods.iter().zip(0u32..) {
+            match before.get(&(Arc::as_ptr(pod) as usize)) {
+                Some(&q) if moved[q as usize] == GONE => {
+                    moved[q as usize] = at;
+                    source.push(q);
+                }
+                _ => {
+                    missed.push(at);
+                    source.push(GONE);
+                }
+            }
+        }
+        if !missed.is_empty() {
+            let by_version: FxHashMap<u64, u32> = (self.pods.iter().zip(0u32..))
+                .filter(|(_, q)| moved[*q as usize] == GONE)
+                .filter_map(|(p, q)| Some((version_key(p)?, q)))
+                .collect();
+            for at in missed {
+                let pod = &pods[at as usize];
+                if let Some(&q) = version_key(pod).and_then(|key| by_version.get(&key))
+                    && moved[q as usize] == GONE
+                    && same_version(&self.pods[q as usize], pod)
+                {
+                    moved[q as usize] = at;
+                    source[at as usize] = q;
+                }
+            }
+        }
         let mut held: Vec<Option<Arc<Pod>>> = self.pods.drain(..).map(Some).collect();
         let mut quiet = Vec::with_capacity(pods.len());
         let mut joined = Vec::new();
-        for (pod, at) in pods.iter().zip(0u32..) {
-            // The held `Arc` of the same object moves to its new position rather than being
-            // cloned: a clone writes the count in every pod object.
-            let found = match before.get(&version_key(pod)) {
-                Some(&q) if moved[q as usize] == GONE => held[q as usize]
-                    .take_if(|h| same_version(h, pod))
-                    .map(|p| (q, p)),
-                _ => None,
-            };
-            match found {
-                Some((q, p)) => {
-                    moved[q as usize] = at;
+        for ((pod, &q), at) in pods.iter().zip(&source).zip(0u32..) {
+            match held.get_mut(q as usize).and_then(Option::take) {
+                // The held `Arc` of the same object moves to its new position rather than
+                // being cloned: a clone writes the count in every pod object. A relist's copy
+                // replaces the copy held, which can then go.
+                Some(p) => {
                     self.pods.push(if Arc::ptr_eq(&p, pod) {
                         p
                     } else {

@@ -258,19 +258,20 @@ impl<'a> JobTable<'a> {
                     }
                 }
             };
-            // The same version of the Job the last pass had: at the same position, or (a Job
-            // joined or left before it) found by its address or its uid.
-            let very = |k: usize| entries.get(k).is_some_and(|e| same_version(&e.job, job));
+            // The same version of the Job the last pass had: the same allocation at the same
+            // position or (a Job joined or left before it) found by its address, which reads
+            // no Job; else, as after a relist, the same uid and resourceVersion.
+            let same_object = |k: usize| entries.get(k).is_some_and(|e| Arc::ptr_eq(&e.job, job));
             let mut uid_found = None;
             let here = Some(i)
-                .filter(|&i| very(i))
+                .filter(|&i| same_object(i))
                 .or_else(|| {
                     let k = *last.at.get(&(Arc::as_ptr(job) as usize))? as usize;
-                    very(k).then_some(k)
+                    same_object(k).then_some(k)
                 })
                 .or_else(|| {
                     uid_found = same_uid();
-                    uid_found.filter(|&k| very(k))
+                    uid_found.filter(|&k| same_version(&entries[k].job, job))
                 });
             all_in_place &= here == Some(i);
             same_objects &= all_in_place && Arc::ptr_eq(&entries[i].job, job);

@@ -263,11 +263,12 @@ impl NodeMoves {
 
 impl CarriedNodes<'_> {
     /// The entry of the node at position `at` of the snapshot: the last pass's entry at the
-    /// same position when it is for this version of the node, else the entry of the same name
-    /// (an earlier version, or a node that moved), else `None`.
+    /// same position when it holds this very object, else the entry of the same name (another
+    /// copy or version of the node, or a node that moved), else `None`. Whether the entry is
+    /// for this version is the caller's question ([`super::same_version`]).
     pub(in crate::engine) fn take(&mut self, at: usize, node: &Arc<Node>) -> Option<NodeEntry> {
         if let Some(entry) = self.entries.get_mut(at)
-            && entry.as_ref().is_some_and(|e| same_version(&e.node, node))
+            && entry.as_ref().is_some_and(|e| Arc::ptr_eq(&e.node, node))
         {
             self.from.push(at as u32);
             return entry.take();
