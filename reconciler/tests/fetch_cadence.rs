@@ -138,8 +138,7 @@ async fn run_on(
         &mut clock,
         |it| observe(it),
     )
-    .await
-    .unwrap();
+    .await;
 }
 
 /// Posts a signed GitHub push webhook over plain HTTP/1.1; returns the status line.

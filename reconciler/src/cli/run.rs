@@ -682,7 +682,7 @@ async fn serve(args: Args) -> Result<(), String> {
             triggers: Some(triggers),
             shutdown: stop_rx,
         };
-        let result = run_with(
+        run_with(
             cluster,
             settings,
             &mut source,
@@ -707,7 +707,6 @@ async fn serve(args: Args) -> Result<(), String> {
                 )
             );
         }
-        result?;
     } else {
         let fleet = match &args.sim_fleet {
             Some(path) => Fleet::parse(
@@ -737,7 +736,7 @@ async fn serve(args: Args) -> Result<(), String> {
             &mut pacer,
             observe,
         )
-        .await?;
+        .await;
     }
     if let Some(task) = reporter_task {
         let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
@@ -887,11 +886,9 @@ async fn run_with<C: Cluster, P: Pacer<C>>(
     lifecycle: LifecycleMode,
     pacer: &mut P,
     observe: impl FnMut(&crate::controller::daemon::Iteration<'_>) -> ControlFlow<()>,
-) -> Result<(), String> {
+) {
     let mut controller = Controller::new(cluster, crate::engine::reconcile_cached, settings);
-    run_loop(&mut controller, source, writer, lifecycle, pacer, observe)
-        .await
-        .map_err(|e| e.to_string())
+    run_loop(&mut controller, source, writer, lifecycle, pacer, observe).await;
 }
 
 async fn shutdown_signal() {

@@ -162,19 +162,9 @@ pub struct Iteration<'a> {
     pub leading: bool,
 }
 
-/// A failure that stops the loop.
-#[derive(Debug, thiserror::Error)]
-pub enum LoopError {
-    /// Reading the repository failed.
-    #[error("git source: {0}")]
-    Source(#[from] crate::source::repo::RepoError),
-    /// The cluster failed in a way a retry cannot fix.
-    #[error("cluster: {0}")]
-    Cluster(#[from] crate::cluster::ClusterError),
-}
-
-/// Runs until the pacer or `observe` says stop. Errors of one iteration are logged and retried
-/// (level-triggered: the next pass starts from the cluster as it is).
+/// Runs until the pacer or `observe` says stop. Errors of one iteration (the repository, the
+/// cluster, a write) are logged and retried (level-triggered: the next pass starts from the
+/// cluster as it is), so nothing an iteration meets stops the loop.
 pub async fn run_loop<C: Cluster, P: Pacer<C>>(
     controller: &mut Controller<C>,
     source: &mut GitSource,
@@ -182,7 +172,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
     lifecycle: LifecycleMode,
     pacer: &mut P,
     mut observe: impl FnMut(&Iteration<'_>) -> ControlFlow<()>,
-) -> Result<(), LoopError> {
+) {
     let mut was_leading = true;
     // The repository's read error while it lasts: said once, and once when it reads again.
     let mut unreadable: Option<String> = None;
@@ -247,32 +237,46 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             LifecycleMode::Upstream => None,
         };
         let after_pass = std::time::Instant::now();
-        let snapshot = Arc::new(controller.cluster().snapshot().await?);
+        // A cluster that cannot be read now (a watch that does not sync under load, an API
+        // server restarting) is read again next iteration, as a failed pass is retried: the
+        // status branch and the observer wait for a world to report.
+        let snapshot = match controller.cluster().snapshot().await {
+            Ok(snapshot) => Some(Arc::new(snapshot)),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the cluster after the pass failed; retrying");
+                None
+            }
+        };
         let after_snapshot = std::time::Instant::now();
-        if let Some(writer) = status.as_deref_mut() {
-            writer.set_source(source.record());
-        }
-        let written = match status.as_deref_mut() {
-            Some(writer) if leading => match writer.write(snapshot.now, &snapshot.nodewrights) {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    tracing::warn!(error = %e, "status write-back failed; retrying later");
-                    None
+        let mut after_status = after_snapshot;
+        if let Some(snapshot) = &snapshot {
+            if let Some(writer) = status.as_deref_mut() {
+                writer.set_source(source.record());
+            }
+            let written = match status.as_deref_mut() {
+                Some(writer) if leading => {
+                    match writer.write(snapshot.now, &snapshot.nodewrights) {
+                        Ok(w) => Some(w),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "status write-back failed; retrying later");
+                            None
+                        }
+                    }
                 }
-            },
-            _ => None,
-        };
-        let iteration = Iteration {
-            fetch,
-            change: &change,
-            pass: report.as_ref(),
-            snapshot: &snapshot,
-            status: written.as_ref(),
-            leading,
-        };
-        let after_status = std::time::Instant::now();
-        if observe(&iteration).is_break() {
-            return Ok(());
+                _ => None,
+            };
+            let iteration = Iteration {
+                fetch,
+                change: &change,
+                pass: report.as_ref(),
+                snapshot,
+                status: written.as_ref(),
+                leading,
+            };
+            after_status = std::time::Instant::now();
+            if observe(&iteration).is_break() {
+                return;
+            }
         }
         tracing::debug!(
             before_pass_ms = ms(pass_started.duration_since(iteration_started)),
@@ -298,7 +302,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             "waited"
         );
         match wake {
-            Wake::Stop => return Ok(()),
+            Wake::Stop => return,
             Wake::Triggered => source.request_fetch(),
             Wake::Elapsed => {}
         }

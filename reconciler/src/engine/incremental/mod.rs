@@ -12,7 +12,7 @@
 //!
 //! Facts carry over to the same version of an object ([`same_version`]): the same
 //! allocation, or the same uid and resourceVersion, so a relist that renews every object
-//! costs no more than a pass where nothing changed.
+//! keeps everything the last pass derived.
 //!
 //! The pass starts from these in `engine/context/start.rs` (tables in node order, selections,
 //! parsed states, Job rows), answers the rule modules' questions from them in
