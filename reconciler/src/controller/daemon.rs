@@ -254,15 +254,11 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
                 writer.set_source(source.record());
             }
             let written = match status.as_deref_mut() {
-                Some(writer) if leading => {
-                    match writer.write(snapshot.now, &snapshot.nodewrights) {
-                        Ok(w) => Some(w),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "status write-back failed; retrying later");
-                            None
-                        }
-                    }
-                }
+                Some(writer) if leading => (writer.write(snapshot.now, &snapshot.nodewrights))
+                    .inspect_err(
+                        |e| tracing::warn!(error = %e, "status write-back failed; retrying later"),
+                    )
+                    .ok(),
                 _ => None,
             };
             let iteration = Iteration {

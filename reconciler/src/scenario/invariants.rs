@@ -12,6 +12,7 @@ use nodewright_schema::{
 
 use crate::engine::complete;
 use crate::sim::SimCluster;
+use crate::verbs::node_annotation;
 use nodewright_schema::selector::Selector;
 
 /// Invariant 2: never two unfinished Jobs for one NodeWright/package/stage/node. Jobs being
@@ -361,7 +362,7 @@ impl InterruptLedger {
             if version.is_some() && checked.as_deref() == version {
                 return true;
             }
-            let Some(raw) = annotation(node, &state_keys[nw]) else {
+            let Some(raw) = node_annotation(node, &state_keys[nw]) else {
                 return false;
             };
             let Ok(state) = NodeState::parse(raw) else {
@@ -393,7 +394,7 @@ impl InterruptLedger {
                 {
                     continue;
                 }
-                let raw = annotation(node, &applied_key);
+                let raw = node_annotation(node, &applied_key);
                 let seen = SeenRecord {
                     version: version.map(str::to_string),
                     record: raw.map(str::to_string),
@@ -450,15 +451,6 @@ impl InterruptLedger {
         }
         found
     }
-}
-
-/// An annotation of a node.
-fn annotation<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
-    node.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
 }
 
 /// A node's applied-config record as the ledger last read it, with the node's resourceVersion

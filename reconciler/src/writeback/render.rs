@@ -546,37 +546,6 @@ mod tests {
     }
 
     #[test]
-    fn nodes_complete_for_an_earlier_generation_read_unknown_until_it_is_observed() {
-        let mut nw = nw(
-            "tuning",
-            &[("a", Status::Complete), ("b", Status::Complete)],
-        );
-        nw.metadata.generation = Some(2);
-        let status = nw.status.as_mut().unwrap();
-        status.status = Some(Status::Complete);
-        status.observed_generation = Some(1);
-        // The counters already speak of generation 2; the per-node map still of 1.
-        status.complete_nodes = Some("0/2".into());
-        let doc = document(&nw, 10);
-        assert_eq!(doc.status, "unknown");
-        assert_eq!(
-            doc.node_counts,
-            BTreeMap::from([("unknown".to_string(), 2)])
-        );
-        assert_eq!(doc.node_status["a"], "unknown");
-        assert_eq!(doc.nodes.len(), 2, "no node is listed as complete");
-
-        nw.status.as_mut().unwrap().observed_generation = Some(2);
-        nw.status.as_mut().unwrap().complete_nodes = Some("2/2".into());
-        let doc = document(&nw, 10);
-        assert_eq!(doc.status, "complete");
-        assert_eq!(
-            doc.node_counts,
-            BTreeMap::from([("complete".to_string(), 2)])
-        );
-    }
-
-    #[test]
     fn rendering_is_deterministic_and_digest_tracks_content() {
         let a = vec![nw("tuning", &[("a", Status::Complete)])];
         let b = vec![nw("tuning", &[("a", Status::Erroring)])];
@@ -678,10 +647,20 @@ mod tests {
             BTreeMap::from([("unknown".to_string(), 2)])
         );
         assert_eq!(doc.conditions["Ready"].status, "Unknown");
+        assert_eq!(doc.node_status["a"], "unknown");
+        assert_eq!(doc.nodes.len(), 2, "no node is listed as complete");
         assert_eq!(summary(&doc), "tuning: 0/2 complete, 2 unknown");
         // The same CR once its counters agree (a spec change that left every node complete)
         // is complete.
         nw.status.as_mut().expect("still there").complete_nodes = Some("2/2".into());
         assert_eq!(document(&nw, 10).status, "complete");
+        // And once the generation is observed, every node reads complete again.
+        nw.status.as_mut().expect("still there").observed_generation = Some(2);
+        let doc = document(&nw, 10);
+        assert_eq!(doc.status, "complete");
+        assert_eq!(
+            doc.node_counts,
+            BTreeMap::from([("complete".to_string(), 2)])
+        );
     }
 }

@@ -42,12 +42,12 @@ use crate::settings::Settings;
 use crate::snapshot::Snapshot;
 
 use super::complete::{CompletionInputs, NodeDigest};
+use super::incremental::ObjectVersion;
 use super::incremental::job_table::{JobTable, SweptVerdict};
 use super::incremental::state_cache::{
     CarriedFacts, CarriedNode, JobMatchMemo, NodeEntry, NodeMemo, NodeMoves, NodeWrightId,
     ParsedState, SelectionCarry, StateCache, VersionId,
 };
-use super::incremental::{ObjectVersion, same_version};
 use super::jobs::{self, JobFacts, PackageAnnotation};
 use super::node_map::NodeMap;
 use super::write_order::{self, After, Writes};

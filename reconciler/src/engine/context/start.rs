@@ -2,6 +2,7 @@
 //! selections, from what the cache kept of the last pass where it still holds.
 
 use super::*;
+use crate::engine::incremental::same_version;
 
 /// Nodes that joined since the last pass, up to which each is put in its place in the last
 /// pass's node order; past it the order is sorted afresh.

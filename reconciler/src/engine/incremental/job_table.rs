@@ -834,10 +834,13 @@ mod tests {
             "the verdict was not read"
         );
         // The same Job and pods after a Job and a pod joined in front of them: believed.
+        let join_in_front = |snap: &mut Snapshot| {
+            let other = job(&obj, "n1", "u0");
+            snap.pods.insert(0, Arc::new(pod_of(&other, "o1")));
+            snap.jobs.insert(0, Arc::new(other));
+        };
         cache.jobs_mut().no_prunable_pods_anywhere();
-        let other = job(&obj, "n1", "u0");
-        snap.pods.insert(0, Arc::new(pod_of(&other, "o1")));
-        snap.jobs.insert(0, Arc::new(other));
+        join_in_front(&mut snap);
         assert!(
             pruned(&snap, &mut cache).is_empty(),
             "the verdict was not carried to the Job's new position"
@@ -872,9 +875,7 @@ mod tests {
             "the verdict was not carried to a relist's copies"
         );
         cache.jobs_mut().no_prunable_pods_anywhere();
-        let other = job(&obj, "n1", "u0");
-        snap.pods.insert(0, Arc::new(pod_of(&other, "o1")));
-        snap.jobs.insert(0, Arc::new(other));
+        join_in_front(&mut snap);
         relist(&mut snap);
         assert!(
             pruned(&snap, &mut cache).is_empty(),
