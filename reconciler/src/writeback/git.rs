@@ -463,7 +463,8 @@ fn explain_push_failure(git_output: &str) -> String {
         )
     } else if git_output.contains("Authentication failed")
         || git_output.contains("could not read Username")
-        || git_output.contains("403")
+        // git's words for an HTTP 403; a bare "403" also matches a port or a commit id.
+        || git_output.contains("returned error: 403")
     {
         Some(
             "the remote refused the credentials: check token/username in --git-credentials-dir and that they may push",
@@ -538,6 +539,18 @@ fn percent_encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_push_failure_is_explained_by_what_git_said_not_by_digits_in_the_url() {
+        let untrusted = "fatal: unable to access 'https://127.0.0.1:40349/git/fleet.git/': server certificate verification failed. CAfile: /etc/ssl/certs/ca-certificates.crt CRLfile: none";
+        assert!(
+            explain_push_failure(untrusted).ends_with(
+                "(the server's TLS certificate is not trusted: pass its CA certificate with --git-ca-file)"
+            )
+        );
+        let forbidden = "fatal: unable to access 'https://127.0.0.1:8443/git/fleet.git/': The requested URL returned error: 403";
+        assert!(explain_push_failure(forbidden).contains("the remote refused the credentials"),);
+    }
 
     fn git(dir: &Path, args: &[&str]) -> String {
         let out = Command::new("git")
