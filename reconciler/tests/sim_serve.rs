@@ -237,6 +237,46 @@ async fn the_adapter_connects_and_snapshots_through_the_api() {
         },
     )
     .await;
+    // Once listed, a node under drain is kept current by the watch of bound pods: a pod bound
+    // to it later appears, a deleted one leaves, and a pod on another node never shows.
+    let pods: Api<Pod> = Api::namespaced(server.client().await.unwrap(), "apps");
+    for (name, node) in [("late-0", "n0"), ("elsewhere-0", "n1")] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "apps"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    pods.delete("web-0", &Default::default()).await.unwrap();
+    let names = |snap: &nodewright_reconciler::snapshot::Snapshot| {
+        let mut names: Vec<String> = snap
+            .pods
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    eventually(
+        Duration::from_secs(10),
+        "a pod bound later in, a deleted one out",
+        || async { names(&cluster.snapshot().await.unwrap()) == ["batch-0", "late-0"] },
+    )
+    .await;
+    cluster
+        .execute(&Action::PatchNode(NodePatch {
+            unschedulable: Some(false),
+            ..NodePatch::new("n0")
+        }))
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "no workload pods once n0 left the drain",
+        || async { cluster.snapshot().await.unwrap().pods.is_empty() },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

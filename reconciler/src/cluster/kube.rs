@@ -3,8 +3,8 @@
 //! Reads come from reflector stores kept current by watches, never from a LIST per pass:
 //! NodeWrights, DeploymentPolicies and Nodes cluster-wide; the reconciler's Jobs, package pods
 //! and ConfigMaps in its namespace by label; and workload pods only on nodes under drain
-//! (cordoned, or carrying a cordon annotation), each through its own `spec.nodeName` watch,
-//! started when the node enters that set and stopped when it leaves.
+//! (cordoned, or carrying a cordon annotation): each such node is listed once when it enters
+//! that set and kept current by one watch of the cluster's bound pods (`drain_pods`).
 //!
 //! Writes are the [`Action`]s, each as the API call Kubernetes intends for it: node deltas as
 //! merge patches under a `resourceVersion` precondition after an uncached read (retried on
@@ -189,7 +189,7 @@ pub struct KubeOptions {
 
 impl KubeOptions {
     /// A pod as the stores keep it (see [`trim_pod`]).
-    fn pod_trim(&self) -> impl FnMut(&mut Pod) + Send + 'static {
+    fn pod_trim(&self) -> impl Fn(&mut Pod) + Clone + Send + Sync + 'static {
         let keep_for_logs = self.keep_ended_pods_for_logs;
         move |pod| trim_pod(pod, keep_for_logs)
     }
@@ -230,7 +230,7 @@ pub struct KubeCluster {
     package_pods: Store<Pod>,
     package_config_maps: Store<ConfigMap>,
     metadata_config_maps: Store<ConfigMap>,
-    node_pods: Mutex<BTreeMap<String, NodePodWatch>>,
+    drain_pods: Arc<super::drain_pods::DrainPods>,
     changed: Arc<Notify>,
     event_correlator: Mutex<EventCorrelator>,
     /// Per node: our last write's answer, until the watch delivers it (see
@@ -280,20 +280,10 @@ struct CreatedJob {
 /// relists, and a Job deleted by someone else before the watch showed it must not linger.
 const CREATED_JOB_KEPT: Duration = Duration::from_secs(30);
 
-struct NodePodWatch {
-    store: Store<Pod>,
-    task: JoinHandle<()>,
-}
-
 impl Drop for KubeCluster {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
-        }
-        if let Ok(watches) = self.node_pods.lock() {
-            for watch in watches.values() {
-                watch.task.abort();
-            }
         }
     }
 }
@@ -347,7 +337,7 @@ fn log_params(request: &LogRequest, follow: bool) -> LogParams {
     }
 }
 
-fn status_code(e: &kube::Error) -> Option<u16> {
+pub(super) fn status_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(status) => Some(status.code),
         _ => None,
@@ -530,6 +520,13 @@ impl KubeCluster {
             changed.clone(),
             trim_managed_fields,
         );
+        let drain_pods = Arc::new(super::drain_pods::DrainPods::default());
+        let t8 = tokio::spawn(super::drain_pods::watch(
+            Api::<Pod>::all(client.clone()),
+            drain_pods.clone(),
+            changed.clone(),
+            options.pod_trim(),
+        ));
         let cluster = KubeCluster {
             client,
             options,
@@ -540,12 +537,12 @@ impl KubeCluster {
             package_pods,
             package_config_maps,
             metadata_config_maps,
-            node_pods: Mutex::new(BTreeMap::new()),
+            drain_pods,
             changed,
             event_correlator: Mutex::new(EventCorrelator::default()),
             written_nodes: Mutex::new(std::collections::HashMap::new()),
             created_jobs: Mutex::new(std::collections::HashMap::new()),
-            tasks: vec![t1, t2, t3, t4, t5, t6, t7],
+            tasks: vec![t1, t2, t3, t4, t5, t6, t7, t8],
             writes_allowed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         };
         for ready in [
@@ -566,55 +563,6 @@ impl KubeCluster {
     /// The flag leader election flips: when false every write is refused at once.
     pub fn writes_allowed(&self) -> Arc<std::sync::atomic::AtomicBool> {
         self.writes_allowed.clone()
-    }
-
-    /// Starts watches for nodes that came under drain, stops those that left, and returns the
-    /// stores to read (each synced).
-    async fn node_pod_stores(
-        &self,
-        under_drain: &BTreeSet<String>,
-    ) -> Result<Vec<Store<Pod>>, ClusterError> {
-        let mut fresh = Vec::new();
-        let stores = {
-            let mut watches = self
-                .node_pods
-                .lock()
-                .map_err(|_| ClusterError::Transport("pod watch registry poisoned".into()))?;
-            watches.retain(|node, watch| {
-                let keep = under_drain.contains(node);
-                if !keep {
-                    watch.task.abort();
-                }
-                keep
-            });
-            for node in under_drain {
-                if !watches.contains_key(node) {
-                    let config =
-                        watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-                    let (store, task) = reflect(
-                        Api::<Pod>::all(self.client.clone()),
-                        config,
-                        self.changed.clone(),
-                        self.options.pod_trim(),
-                    );
-                    fresh.push(store.clone());
-                    watches.insert(node.clone(), NodePodWatch { store, task });
-                }
-            }
-            watches
-                .values()
-                .map(|w| w.store.clone())
-                .collect::<Vec<_>>()
-        };
-        for store in fresh {
-            // A new watch must have listed before the engine reads it: an empty store would read
-            // as "drained" and let an interrupt start under running workloads.
-            tokio::time::timeout(Duration::from_secs(30), store.wait_until_ready())
-                .await
-                .map_err(|_| ClusterError::Transport("pod watch did not sync within 30s".into()))?
-                .map_err(|e| ClusterError::Transport(format!("pod watch ended: {e}")))?;
-        }
-        Ok(stores)
     }
 
     fn check_writes(&self, action: &Action) -> Result<(), ClusterError> {
@@ -1248,17 +1196,27 @@ impl Cluster for KubeCluster {
             })
             .map(|n| n.name_any())
             .collect();
-        let node_stores = self.node_pod_stores(&under_drain).await?;
+        let api = Api::<Pod>::all(self.client.clone());
+        let trim = self.options.pod_trim();
+        let under_drain_pods = (self.drain_pods)
+            .read(&under_drain, move |node| {
+                super::drain_pods::list_node(api.clone(), node, trim.clone())
+            })
+            .await?;
         // The stores' own `Arc`s: an unchanged pod is the same allocation pass after pass,
-        // which the engine's cache recognises.
-        let mut pods: BTreeMap<(String, String), Arc<Pod>> = BTreeMap::new();
-        for store in node_stores
-            .iter()
-            .chain(std::iter::once(&self.package_pods))
+        // which the engine's cache recognises. A package pod on a node under drain is in both;
+        // an incarnation the drain view still holds stands beside its successor.
+        let mut pods: BTreeMap<(String, String, String), Arc<Pod>> = BTreeMap::new();
+        for pod in under_drain_pods
+            .into_iter()
+            .chain(self.package_pods.state())
         {
-            for pod in store.state() {
-                pods.insert((pod.namespace().unwrap_or_default(), pod.name_any()), pod);
-            }
+            let key = (
+                pod.namespace().unwrap_or_default(),
+                pod.name_any(),
+                pod.uid().unwrap_or_default(),
+            );
+            pods.insert(key, pod);
         }
         // The stores' own `Arc`s: a thousand node-metadata ConfigMaps are not copied per pass.
         let mut config_maps: BTreeMap<String, Arc<ConfigMap>> = BTreeMap::new();

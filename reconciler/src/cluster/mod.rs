@@ -5,6 +5,7 @@
 //! Lease (`lease`) for the latter.
 
 pub mod api_budget;
+mod drain_pods;
 pub mod kube;
 pub mod lease;
 pub mod sim;
