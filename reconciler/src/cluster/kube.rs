@@ -468,8 +468,14 @@ fn trim_package_pod(pod: &mut Pod, keep_for_logs: bool) {
     trim_pod(pod, keep_for_logs);
 }
 
-/// CRs keep their managed fields: they tell whether another controller writes their status.
-fn keep_whole<K>(_: &mut K) {}
+/// CRs keep who wrote them (their managed fields' managers and subresources: whether another
+/// controller writes a NodeWright's status) but not which fields each wrote: on a real API
+/// server that field set mirrors the status, one entry per node and package.
+fn trim_field_sets<K: Resource>(object: &mut K) {
+    for entry in object.meta_mut().managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+}
 
 impl KubeCluster {
     /// Connects with the ambient configuration (in-cluster, or `KUBECONFIG`/`~/.kube/config`)
@@ -482,13 +488,13 @@ impl KubeCluster {
             Api::<NodeWright>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
-            keep_whole,
+            trim_field_sets,
         );
         let (policies, t2) = reflect(
             Api::<DeploymentPolicy>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
-            keep_whole,
+            trim_field_sets,
         );
         let (nodes, t3) = reflect(
             Api::<Node>::all(client.clone()),
@@ -1747,6 +1753,40 @@ spec:
             status.and_then(|s| s.status),
             Some(nodewright_schema::Status::Complete),
             "the rollout completes"
+        );
+    }
+
+    #[test]
+    fn a_crs_writers_are_kept_without_the_fields_each_wrote() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+        let entry = |manager: &str, subresource: Option<&str>| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            subresource: subresource.map(Into::into),
+            fields_v1: Some(FieldsV1(json!({"f:status": {"f:nodeState": {"f:n1": {}}}}))),
+            ..ManagedFieldsEntry::default()
+        };
+        let mut nw = NodeWright::default();
+        nw.metadata.managed_fields = Some(vec![
+            entry(FIELD_MANAGER, Some("status")),
+            entry("skyhook-operator", Some("status")),
+        ]);
+        trim_field_sets(&mut nw);
+        let kept: Vec<_> = (nw.metadata.managed_fields.iter().flatten())
+            .map(|e| {
+                (
+                    e.manager.as_deref(),
+                    e.subresource.as_deref(),
+                    e.fields_v1.is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (Some(FIELD_MANAGER), Some("status"), false),
+                (Some("skyhook-operator"), Some("status"), false)
+            ]
         );
     }
 
