@@ -223,7 +223,7 @@ const UNSUCCEEDED_PODS: &str = "status.phase!=Succeeded";
 pub struct KubeCluster {
     client: Client,
     options: KubeOptions,
-    nodewrights: Store<NodeWright>,
+    nodewrights: Store<Shared<NodeWright>>,
     policies: Store<DeploymentPolicy>,
     nodes: Store<Node>,
     jobs: Store<Job>,
@@ -477,6 +477,51 @@ fn trim_field_sets<K: Resource>(object: &mut K) {
     }
 }
 
+/// An object a store holds by reference: kube's store keeps a clone of every object a watch
+/// delivers, and a NodeWright whose status mirrors thousands of nodes is tens of megabytes, so
+/// each status write would briefly hold it three times (the snapshot's, the delivered one, the
+/// store's clone). Cloning a `Shared` clones the reference.
+#[derive(Debug)]
+struct Shared<K>(Arc<K>);
+
+impl<K> Clone for Shared<K> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<'de, K: serde::Deserialize<'de>> serde::Deserialize<'de> for Shared<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        K::deserialize(deserializer).map(|object| Shared(Arc::new(object)))
+    }
+}
+
+impl<K: Resource + Clone> Resource for Shared<K> {
+    type DynamicType = K::DynamicType;
+    type Scope = K::Scope;
+
+    fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        self.0.meta()
+    }
+    /// A store's trim runs on an object just delivered, held by nothing else, so this
+    /// clones nothing.
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        Arc::make_mut(&mut self.0).meta_mut()
+    }
+}
+
 impl KubeCluster {
     /// Connects with the ambient configuration (in-cluster, or `KUBECONFIG`/`~/.kube/config`)
     /// and starts every watch. Returns once the stores have synced.
@@ -485,7 +530,7 @@ impl KubeCluster {
         let ns = options.namespace.as_str();
         let labelled = watcher::Config::default().labels(keys::JOB_LABEL_NAME);
         let (nodewrights, t1) = reflect(
-            Api::<NodeWright>::all(client.clone()),
+            Api::<Shared<NodeWright>>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
             trim_field_sets,
@@ -1187,7 +1232,9 @@ impl Cluster for KubeCluster {
         let mut jobs = self.jobs.state();
         jobs.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         self.read_own_job_creations(&mut jobs);
-        let mut nodewrights = self.nodewrights.state();
+        let mut nodewrights: Vec<Arc<NodeWright>> = (self.nodewrights.state().iter())
+            .map(|shared| shared.0.clone())
+            .collect();
         nodewrights.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut policies = self.policies.state();
         policies.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -1465,7 +1512,8 @@ impl Cluster for KubeCluster {
                 for attempt in 0..CONFLICT_RETRIES {
                     let cached = (attempt == 0)
                         .then(|| self.nodewrights.get(&reflector::ObjectRef::new(name)))
-                        .flatten();
+                        .flatten()
+                        .map(|shared| shared.0.clone());
                     let current = match cached {
                         Some(nw) => nw,
                         None => match nodewrights.get_status(name).await {
@@ -1754,6 +1802,22 @@ spec:
             Some(nodewright_schema::Status::Complete),
             "the rollout completes"
         );
+    }
+
+    #[test]
+    fn a_shared_object_is_cloned_by_reference_and_trimmed_in_place() {
+        let mut delivered: Shared<NodeWright> =
+            serde_json::from_value(json!({"metadata": {"name": "gpu"}, "spec": {}})).unwrap();
+        let before = Arc::as_ptr(&delivered.0);
+        delivered.meta_mut().managed_fields = None;
+        assert_eq!(
+            Arc::as_ptr(&delivered.0),
+            before,
+            "trimmed where it was delivered"
+        );
+        let stored = delivered.clone();
+        assert!(Arc::ptr_eq(&stored.0, &delivered.0));
+        assert_eq!(stored.name_any(), "gpu");
     }
 
     #[test]
