@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::job::Job;
 use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Node, Pod, PodSpec, PodStatus, PodTemplateSpec,
 };
@@ -114,6 +115,40 @@ pub fn trim_succeeded_pod_status(pod: &mut Pod) {
         *status = PodStatus {
             phase: status.phase.take(),
             ..PodStatus::default()
+        };
+    }
+}
+
+/// Leaves a succeeded Job whose outcome is recorded (§8.8) with what the passes read of it:
+/// its labels, its `package` annotation and marker (the rerun predicate and the sweeps,
+/// §8.14), and its conditions' types, statuses and reasons. Its digests and resource id
+/// serve parked, unfinished and unprocessed Jobs only, and its times and counts completion
+/// processing, while a rollout keeps one such Job per stage and node until its TTL.
+pub fn trim_recorded_success(job: &mut Job) {
+    use nodewright_schema::keys;
+    if !(crate::engine::jobs::is_complete(job) && crate::engine::jobs::is_processed(job)) {
+        return;
+    }
+    if let Some(annotations) = job.metadata.annotations.as_mut() {
+        annotations.retain(|key, _| {
+            key == keys::JOB_ANNOTATION_PACKAGE || key == keys::JOB_ANNOTATION_STATE_RECORDED
+        });
+    }
+    if let Some(status) = job.status.as_mut() {
+        let conditions = status.conditions.take().map(|conditions| {
+            conditions
+                .into_iter()
+                .map(|c| JobCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    reason: c.reason,
+                    ..JobCondition::default()
+                })
+                .collect()
+        });
+        *status = JobStatus {
+            conditions,
+            ..JobStatus::default()
         };
     }
 }

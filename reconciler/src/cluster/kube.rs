@@ -433,13 +433,16 @@ fn trim_node(node: &mut Node) {
 /// parts of its pod template a pass reads. Of a finished Job the lifecycle reads the labels,
 /// annotations and status (completion, failure evidence, parking, the rerun predicate,
 /// §8.8–§8.14), while a rollout keeps every finished Job until its TTL, four per node, and
-/// a Job's spec takes two kilobytes of memory however little of it is set.
+/// a Job's spec takes two kilobytes of memory however little of it is set. Of a succeeded
+/// Job whose outcome is recorded, only what the rerun predicate and the sweeps read stays
+/// ([`crate::snapshot::trim_recorded_success`]).
 fn trim_job(job: &mut Job) {
     trim_managed_fields(job);
     if crate::engine::jobs::is_unfinished(job) {
         crate::snapshot::trim_unfinished_job_template(job);
     } else {
         job.spec = None;
+        crate::snapshot::trim_recorded_success(job);
     }
 }
 
@@ -1693,9 +1696,9 @@ mod tests {
     use super::*;
 
     /// The stores' trims change no decision: through a rollout with a reboot, a config file,
-    /// stage attempts that fail and a service restart the interrupt budget ends, every pass
-    /// plans over trimmed nodes, Jobs and pods, without succeeded package pods, what it plans
-    /// over whole ones.
+    /// stage attempts that fail, a service restart the interrupt budget ends and an upgrade
+    /// that clears the recorded Jobs of the old version, every pass plans over trimmed nodes,
+    /// Jobs and pods, without succeeded package pods, what it plans over whole ones.
     #[test]
     fn the_stores_trims_change_no_decision() {
         use crate::cluster::Desired;
@@ -1755,7 +1758,21 @@ spec:
             |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
         let mut snap = sim.snapshot(Memory::default());
         let (mut succeeded, mut failed) = (0, 0);
-        for _ in 0..600 {
+        for pass in 0..600 {
+            if pass == 300 {
+                // An upgrade once the first rollout is done: the rerun predicate removes the
+                // recorded Jobs of the version the nodes no longer record (§8.14 rule 2).
+                let upgraded = (nodewright.replace("generation: 1", "generation: 2"))
+                    .replace("tuning: {version: 1.0.0", "tuning: {version: 1.1.0");
+                sim.apply_desired(&Desired {
+                    nodewrights: vec![
+                        serde_yaml::from_str(&upgraded).expect("valid NodeWright"),
+                        serde_yaml::from_str(restarting).expect("valid NodeWright"),
+                    ],
+                    commit: "c2".into(),
+                    ..Desired::default()
+                });
+            }
             sim.refresh_snapshot(&mut snap);
             let mut trimmed = snap.clone();
             trimmed.nodes = (snap.nodes.iter())
