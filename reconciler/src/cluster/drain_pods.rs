@@ -63,6 +63,8 @@ struct NodePods {
     /// While its list is in flight: which list counts (a list sent before the node last left
     /// the drain does not), and the changes delivered since the node was taken in.
     listing: Option<(u64, Vec<Change>)>,
+    /// Its last list failed: the next snapshot lists it again, not the one that saw it fail.
+    failed: bool,
 }
 
 impl NodePods {
@@ -125,31 +127,34 @@ impl DrainPods {
     }
 
     /// Follows the drain: forgets nodes that left it, takes in those that entered it, and
-    /// returns the lists to send (for nodes whose list has not landed). `None` while the watch
-    /// is not running.
-    fn follow(&self, under_drain: &BTreeSet<String>) -> Option<Vec<ListTicket>> {
+    /// returns the lists to send: theirs, and with `retry` those of nodes whose list failed.
+    /// `None` while the watch is not running.
+    fn follow(&self, under_drain: &BTreeSet<String>, retry: bool) -> Option<Vec<ListTicket>> {
         let mut state = self.state();
         if !state.watching {
             return None;
         }
-        state.nodes.retain(|node, _| under_drain.contains(node));
+        let State { nodes, lists, .. } = &mut *state;
+        nodes.retain(|node, _| under_drain.contains(node));
         let mut tickets = Vec::new();
         for node in under_drain {
-            if state.nodes.contains_key(node) {
+            let known = nodes.entry(node.clone()).or_insert_with(|| NodePods {
+                pods: BTreeMap::new(),
+                listing: Some((0, Vec::new())),
+                failed: false,
+            });
+            let Some((number, _)) = known.listing.as_mut() else {
+                continue;
+            };
+            if *number != 0 && !(retry && known.failed) {
                 continue;
             }
-            state.lists += 1;
-            let number = state.lists;
-            state.nodes.insert(
-                node.clone(),
-                NodePods {
-                    pods: BTreeMap::new(),
-                    listing: Some((number, Vec::new())),
-                },
-            );
+            *lists += 1;
+            *number = *lists;
+            known.failed = false;
             tickets.push(ListTicket {
                 node: node.clone(),
-                number,
+                number: *lists,
             });
         }
         Some(tickets)
@@ -177,14 +182,14 @@ impl DrainPods {
         self.progressed.notify_waiters();
     }
 
-    /// A list that failed: the node is taken in again (and listed) by the next snapshot.
+    /// A list that failed: the next snapshot lists the node again (the changes delivered
+    /// meanwhile are kept for the list that lands).
     fn list_failed(&self, ticket: &ListTicket) {
         let mut state = self.state();
-        let waits = (state.nodes.get(&ticket.node))
-            .and_then(|n| n.listing.as_ref())
-            .is_some_and(|(number, _)| *number == ticket.number);
-        if waits {
-            state.nodes.remove(&ticket.node);
+        if let Some(node) = state.nodes.get_mut(&ticket.node)
+            && node.listing.as_ref().map(|(number, _)| *number) == Some(ticket.number)
+        {
+            node.failed = true;
         }
         drop(state);
         self.progressed.notify_waiters();
@@ -251,11 +256,12 @@ impl DrainPods {
         F: std::future::Future<Output = Result<Vec<Arc<Pod>>, ClusterError>> + Send + 'static,
     {
         let deadline = tokio::time::Instant::now() + LIST_WAIT;
+        let mut retry = true;
         loop {
             let progressed = self.progressed.notified();
             tokio::pin!(progressed);
             progressed.as_mut().enable();
-            if let Some(tickets) = self.follow(under_drain)
+            if let Some(tickets) = self.follow(under_drain, std::mem::take(&mut retry))
                 && !tickets.is_empty()
             {
                 self.send_lists(tickets, list.clone());
@@ -287,19 +293,30 @@ impl DrainPods {
     {
         let this = self.clone();
         tokio::spawn(async move {
-            let list = &list;
-            let this = &this;
+            let (list, this) = (&list, &this);
+            let failures = Mutex::new((0usize, None::<String>));
+            let failures_ref = &failures;
             futures::stream::iter(tickets)
                 .for_each_concurrent(LISTS_IN_FLIGHT, |ticket| async move {
                     match list(ticket.node.clone()).await {
                         Ok(pods) => this.listed(&ticket, pods),
                         Err(e) => {
-                            tracing::warn!(node = %ticket.node, error = %e, "cannot list the pods of a node under drain; listing it again");
                             this.list_failed(&ticket);
+                            let mut failed = failures_ref
+                                .lock()
+                                .unwrap_or_else(|poisoned| poisoned.into_inner());
+                            failed.0 += 1;
+                            failed.1.get_or_insert_with(|| e.to_string());
                         }
                     }
                 })
                 .await;
+            let (count, first) = failures
+                .into_inner()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(error) = first {
+                tracing::warn!(nodes = count, %error, "cannot list the pods of nodes under drain; the next pass lists them again");
+            }
         });
     }
 }
@@ -474,15 +491,15 @@ mod tests {
     #[test]
     fn a_node_is_not_read_until_its_list_has_landed_nor_before_the_watch_runs() {
         let view = DrainPods::default();
-        assert!(view.follow(&drain(&["n1"])).is_none(), "no watch yet");
+        assert!(view.follow(&drain(&["n1"]), true).is_none(), "no watch yet");
         view.watch_started();
-        let tickets = view.follow(&drain(&["n1"])).unwrap();
+        let tickets = view.follow(&drain(&["n1"]), true).unwrap();
         assert_eq!(tickets.len(), 1);
         assert!(view.pods(&drain(&["n1"])).is_none(), "listed nodes only");
         view.listed(&tickets[0], vec![pod("train", "n1", "u1")]);
         assert_eq!(names(&view.pods(&drain(&["n1"])).unwrap()), ["train@u1"]);
         assert!(
-            view.follow(&drain(&["n1"])).unwrap().is_empty(),
+            view.follow(&drain(&["n1"]), true).unwrap().is_empty(),
             "listed once"
         );
     }
@@ -491,7 +508,7 @@ mod tests {
     fn a_pod_recreated_under_its_name_survives_the_deletion_of_its_predecessor() {
         let view = DrainPods::default();
         view.watch_started();
-        let tickets = view.follow(&drain(&["n1"])).unwrap();
+        let tickets = view.follow(&drain(&["n1"]), true).unwrap();
         // The watch lags the list: it delivers the old pod's deletion after the list showed
         // the new one.
         assert!(view.observe(Change::Deleted(pod("train", "n1", "old"))));
@@ -505,9 +522,9 @@ mod tests {
     fn a_list_sent_before_the_node_last_left_the_drain_is_not_believed() {
         let view = DrainPods::default();
         view.watch_started();
-        let first = view.follow(&drain(&["n1"])).unwrap();
-        view.follow(&drain(&[])).unwrap();
-        let second = view.follow(&drain(&["n1"])).unwrap();
+        let first = view.follow(&drain(&["n1"]), true).unwrap();
+        view.follow(&drain(&[]), true).unwrap();
+        let second = view.follow(&drain(&["n1"]), true).unwrap();
         view.listed(&first[0], vec![pod("gone", "n1", "u1")]);
         assert!(view.pods(&drain(&["n1"])).is_none());
         view.listed(&second[0], vec![pod("train", "n1", "u2")]);
@@ -515,28 +532,34 @@ mod tests {
     }
 
     #[test]
-    fn a_gap_in_the_watch_lists_every_node_again_and_a_failed_list_is_sent_again() {
+    fn a_gap_in_the_watch_lists_every_node_again_and_a_failed_list_waits_for_the_next_snapshot() {
         let view = DrainPods::default();
         view.watch_started();
-        let tickets = view.follow(&drain(&["n1", "n2"])).unwrap();
+        let tickets = view.follow(&drain(&["n1", "n2"]), true).unwrap();
         view.listed(&tickets[0], vec![pod("train", "n1", "u1")]);
         view.list_failed(&tickets[1]);
+        assert!(
+            view.follow(&drain(&["n1", "n2"]), false)
+                .unwrap()
+                .is_empty(),
+            "not again while the snapshot that saw it fail waits"
+        );
         assert_eq!(
-            view.follow(&drain(&["n1", "n2"])).unwrap().len(),
+            view.follow(&drain(&["n1", "n2"]), true).unwrap().len(),
             1,
             "n2 again"
         );
         view.watch_stopped();
         assert!(view.pods(&drain(&["n1"])).is_none());
         view.watch_started();
-        assert_eq!(view.follow(&drain(&["n1", "n2"])).unwrap().len(), 2);
+        assert_eq!(view.follow(&drain(&["n1", "n2"]), true).unwrap().len(), 2);
     }
 
     #[test]
     fn pods_of_nodes_outside_the_drain_are_not_kept() {
         let view = DrainPods::default();
         view.watch_started();
-        let tickets = view.follow(&drain(&["n1"])).unwrap();
+        let tickets = view.follow(&drain(&["n1"]), true).unwrap();
         view.listed(&tickets[0], vec![]);
         assert!(!view.observe(Change::Applied(pod("web", "n2", "u1"))));
         assert!(view.observe(Change::Applied(pod("train", "n1", "u2"))));
@@ -606,7 +629,7 @@ mod tests {
             for change in &history[..taken_in] {
                 view.observe(change.clone());
             }
-            let tickets = view.follow(&drain(&["n1"])).unwrap();
+            let tickets = view.follow(&drain(&["n1"]), true).unwrap();
             let listed: Vec<Arc<Pod>> = truth[list_at].iter().cloned().collect();
             for change in &history[taken_in..read_at] {
                 view.observe(change.clone());
