@@ -12,8 +12,9 @@
 //! (and replayed over it) or newer than it. A replayed event may be older than the list; a
 //! stale pod it brings back is removed again by the deletion that follows it in the watch.
 //! Pods are held by uid, so neither a stale incarnation nor its deletion displaces a pod
-//! recreated under the same name. A gap in the watch (an error, or a server that no longer has the version the
-//! watch reached) loses deletions, so every node is then listed again.
+//! recreated under the same name. A server that no longer has the version the watch reached
+//! (410) answers with nothing of what changed meanwhile, deletions included, so every node is
+//! then listed again; any other break resumes from the last version seen.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1226,9 +1226,9 @@ impl Cluster for KubeCluster {
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
         // The reflector replaces a node's `Arc` when it changes, so an unchanged node reaches the
         // engine as the same allocation as last pass, or after a relist as a copy of the same
-        // resourceVersion, which the engine's cache takes for the same (see `Snapshot::nodes`). Its store has no
-        // order: sorted by name, a node keeps its place from pass to pass, as in the simulator,
-        // so the engine's cross-pass caches find it where they left it.
+        // resourceVersion, which the engine's cache takes for the same (see `Snapshot::nodes`).
+        // Its store has no order: sorted by name, a node keeps its place from pass to pass, as
+        // in the simulator, so the engine's cross-pass caches find it where they left it.
         let mut nodes: Vec<Arc<Node>> = self.nodes.state();
         nodes.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         self.read_own_node_writes(&mut nodes);
