@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod plan;
 pub mod scenario;
 pub mod settings;
+pub mod shared;
 pub mod sim;
 pub mod snapshot;
 pub mod source;

@@ -223,7 +223,8 @@ const UNSUCCEEDED_PODS: &str = "status.phase!=Succeeded";
 pub struct KubeCluster {
     client: Client,
     options: KubeOptions,
-    nodewrights: Store<Shared<NodeWright>>,
+    /// Held by handle (see [`crate::shared`]), not as kube's store would clone them.
+    nodewrights: Store<crate::shared::Shared<NodeWright>>,
     policies: Store<DeploymentPolicy>,
     nodes: Store<Node>,
     jobs: Store<Job>,
@@ -397,7 +398,7 @@ pub(crate) fn client_error_text(e: &kube::Error) -> String {
     }
 }
 
-fn status_text(status: &kube::core::Status) -> String {
+pub(super) fn status_text(status: &kube::core::Status) -> String {
     match status.reason.as_str() {
         "" => format!("{} {}", status.code, status.message),
         reason => format!("{} {reason}: {}", status.code, status.message),
@@ -480,51 +481,6 @@ fn trim_field_sets<K: Resource>(object: &mut K) {
     }
 }
 
-/// An object a store holds by reference: kube's store keeps a clone of every object a watch
-/// delivers, and a NodeWright whose status mirrors thousands of nodes is tens of megabytes, so
-/// each status write would briefly hold it three times (the snapshot's, the delivered one, the
-/// store's clone). Cloning a `Shared` clones the reference.
-#[derive(Debug)]
-struct Shared<K>(Arc<K>);
-
-impl<K> Clone for Shared<K> {
-    fn clone(&self) -> Self {
-        Shared(self.0.clone())
-    }
-}
-
-impl<'de, K: serde::Deserialize<'de>> serde::Deserialize<'de> for Shared<K> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        K::deserialize(deserializer).map(|object| Shared(Arc::new(object)))
-    }
-}
-
-impl<K: Resource + Clone> Resource for Shared<K> {
-    type DynamicType = K::DynamicType;
-    type Scope = K::Scope;
-
-    fn kind(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::kind(dt)
-    }
-    fn group(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::version(dt)
-    }
-    fn plural(dt: &Self::DynamicType) -> std::borrow::Cow<'_, str> {
-        K::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        self.0.meta()
-    }
-    /// A store's trim runs on an object just delivered, held by nothing else, so this
-    /// clones nothing.
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        Arc::make_mut(&mut self.0).meta_mut()
-    }
-}
-
 impl KubeCluster {
     /// Connects with the ambient configuration (in-cluster, or `KUBECONFIG`/`~/.kube/config`)
     /// and starts every watch. Returns once the stores have synced.
@@ -533,7 +489,7 @@ impl KubeCluster {
         let ns = options.namespace.as_str();
         let labelled = watcher::Config::default().labels(keys::JOB_LABEL_NAME);
         let (nodewrights, t1) = reflect(
-            Api::<Shared<NodeWright>>::all(client.clone()),
+            Api::<crate::shared::Shared<NodeWright>>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
             trim_field_sets,
@@ -1236,7 +1192,7 @@ impl Cluster for KubeCluster {
         jobs.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         self.read_own_job_creations(&mut jobs);
         let mut nodewrights: Vec<Arc<NodeWright>> = (self.nodewrights.state().iter())
-            .map(|shared| shared.0.clone())
+            .map(|shared| shared.arc())
             .collect();
         nodewrights.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut policies = self.policies.state();
@@ -1516,7 +1472,7 @@ impl Cluster for KubeCluster {
                     let cached = (attempt == 0)
                         .then(|| self.nodewrights.get(&reflector::ObjectRef::new(name)))
                         .flatten()
-                        .map(|shared| shared.0.clone());
+                        .map(|shared| shared.arc());
                     let current = match cached {
                         Some(nw) => nw,
                         None => match nodewrights.get_status(name).await {
@@ -1819,22 +1775,6 @@ spec:
             Some(nodewright_schema::Status::Complete),
             "the rollout completes"
         );
-    }
-
-    #[test]
-    fn a_shared_object_is_cloned_by_reference_and_trimmed_in_place() {
-        let mut delivered: Shared<NodeWright> =
-            serde_json::from_value(json!({"metadata": {"name": "gpu"}, "spec": {}})).unwrap();
-        let before = Arc::as_ptr(&delivered.0);
-        delivered.meta_mut().managed_fields = None;
-        assert_eq!(
-            Arc::as_ptr(&delivered.0),
-            before,
-            "trimmed where it was delivered"
-        );
-        let stored = delivered.clone();
-        assert!(Arc::ptr_eq(&stored.0, &delivered.0));
-        assert_eq!(stored.name_any(), "gpu");
     }
 
     #[test]

@@ -21,7 +21,6 @@ pub mod logs;
 mod nodes;
 pub mod packages;
 pub mod pods;
-pub mod shared;
 mod tracked;
 pub mod util;
 mod workload;
@@ -42,12 +41,12 @@ use rustc_hash::FxHashMap;
 
 use crate::snapshot::{Memory, Snapshot};
 
+pub use crate::shared::Shared;
 pub use actions::FaultWindow;
 pub use history::History;
 pub use jobs::{has_condition as job_has_condition, is_finished as jobs_is_finished, job_address};
 pub use nodes::{NodeInput, is_ready as node_is_ready, node_boot_id, taints as node_taints};
 pub use packages::{ContainerRunner, ModelRunner, PackageModel, PackageModels};
-pub use shared::Shared;
 pub use workload::{EvictionError, OwnerKind, PdbInput, WorkloadPodInput};
 
 use tracked::Tracked;

@@ -1,17 +1,19 @@
-//! The world's handle on an object that snapshots share.
+//! A handle on an object that snapshots share.
 //!
-//! Nodes, pods and Jobs reach the engine as `Arc`s (`Snapshot::nodes`, `pods`, `jobs`), and a
-//! large rollout holds tens of thousands of package Jobs and pods. The world keeps each one in
-//! a [`Shared`] and a snapshot takes the very same `Arc`, so an object exists once however many
-//! snapshots (and the engine's cache) hold it. A write through the handle copies the object
-//! first when anyone else still holds it, so what a snapshot holds never changes under it, and
-//! a changed object is a new allocation, which the engine's cache tells from the old one
-//! without comparing versions.
+//! Nodes, pods, Jobs and NodeWrights reach the engine as `Arc`s (`Snapshot::nodes`, `pods`,
+//! `jobs`, `nodewrights`), and a large rollout holds tens of thousands of package Jobs and
+//! pods. The simulated world keeps each one in a [`Shared`] and a snapshot takes the very same
+//! `Arc`, so an object exists once however many snapshots (and the engine's cache) hold it. A
+//! write through the handle copies the object first when anyone else still holds it, so what a
+//! snapshot holds never changes under it, and a changed object is a new allocation, which the
+//! engine's cache tells from the old one without comparing versions. The kube adapter's
+//! NodeWright store holds the same handle: kube's store keeps a clone of every object a watch
+//! delivers, and a NodeWright whose status mirrors thousands of nodes is tens of megabytes.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A copy-on-write handle: reads go through; a write copies the object when it is shared.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -61,6 +63,12 @@ impl<T: Serialize> Serialize for Shared<T> {
     }
 }
 
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Shared<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(deserializer).map(Shared::new)
+    }
+}
+
 impl<T: kube::Resource + Clone> kube::Resource for Shared<T> {
     type DynamicType = T::DynamicType;
     type Scope = T::Scope;
@@ -88,6 +96,20 @@ impl<T: kube::Resource + Clone> kube::Resource for Shared<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_object_is_cloned_by_reference_and_trimmed_in_place() {
+        use kube::{Resource, ResourceExt};
+        let mut delivered: Shared<nodewright_schema::NodeWright> =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "gpu"}, "spec": {}}))
+                .unwrap();
+        let before = delivered.as_ptr();
+        delivered.meta_mut().managed_fields = None;
+        assert_eq!(delivered.as_ptr(), before, "trimmed where it was delivered");
+        let stored = delivered.clone();
+        assert!(Arc::ptr_eq(&stored.arc(), &delivered.arc()));
+        assert_eq!(stored.name_any(), "gpu");
+    }
 
     #[test]
     fn a_write_leaves_what_a_snapshot_holds_alone_and_makes_a_new_object() {
