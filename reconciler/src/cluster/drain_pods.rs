@@ -56,16 +56,25 @@ impl Change {
 }
 
 /// What is known of one node under drain.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct NodePods {
     /// Its pods by (namespace, name, uid): an incarnation a replayed event brought back
     /// stands beside the pod recreated under its name until its deletion arrives.
     pods: BTreeMap<PodKey, Arc<Pod>>,
-    /// While its list is in flight: which list counts (a list sent before the node last left
-    /// the drain does not), and the changes delivered since the node was taken in.
-    listing: Option<(u64, Vec<Change>)>,
-    /// Its last list failed: the next snapshot lists it again, not the one that saw it fail.
-    failed: bool,
+    listing: Listing,
+}
+
+/// Where a node's list stands. Until it lands, the changes delivered since the node was
+/// taken in wait to be replayed over its answer.
+#[derive(Debug)]
+enum Listing {
+    /// In flight as list `number` (a list sent before the node last left the drain does not
+    /// count).
+    Sent { number: u64, changes: Vec<Change> },
+    /// Failed: the next snapshot lists the node again, not the one that saw it fail.
+    Failed { changes: Vec<Change> },
+    /// Landed: the node's pods are current.
+    Landed,
 }
 
 impl NodePods {
@@ -139,23 +148,26 @@ impl DrainPods {
         nodes.retain(|node, _| under_drain.contains(node));
         let mut tickets = Vec::new();
         for node in under_drain {
-            let known = nodes.entry(node.clone()).or_insert_with(|| NodePods {
-                pods: BTreeMap::new(),
-                listing: Some((0, Vec::new())),
-                failed: false,
-            });
-            let Some((number, _)) = known.listing.as_mut() else {
-                continue;
+            let changes = match nodes.get_mut(node) {
+                None => Vec::new(),
+                Some(NodePods {
+                    listing: Listing::Failed { changes },
+                    ..
+                }) if retry => std::mem::take(changes),
+                Some(_) => continue,
             };
-            if *number != 0 && !(retry && known.failed) {
-                continue;
-            }
             *lists += 1;
-            *number = *lists;
-            known.failed = false;
+            let number = *lists;
+            nodes.insert(
+                node.clone(),
+                NodePods {
+                    pods: BTreeMap::new(),
+                    listing: Listing::Sent { number, changes },
+                },
+            );
             tickets.push(ListTicket {
                 node: node.clone(),
-                number: *lists,
+                number,
             });
         }
         Some(tickets)
@@ -168,13 +180,14 @@ impl DrainPods {
         let Some(node) = state.nodes.get_mut(&ticket.node) else {
             return;
         };
-        let Some((number, _)) = &node.listing else {
+        let Listing::Sent { number, changes } = &mut node.listing else {
             return;
         };
         if *number != ticket.number {
             return;
         }
-        let (_, changes) = node.listing.take().unwrap_or_default();
+        let changes = std::mem::take(changes);
+        node.listing = Listing::Landed;
         node.pods = pods.into_iter().map(|pod| (pod_key(&pod), pod)).collect();
         for change in changes {
             node.apply(change);
@@ -188,9 +201,12 @@ impl DrainPods {
     fn list_failed(&self, ticket: &ListTicket) {
         let mut state = self.state();
         if let Some(node) = state.nodes.get_mut(&ticket.node)
-            && node.listing.as_ref().map(|(number, _)| *number) == Some(ticket.number)
+            && let Listing::Sent { number, changes } = &mut node.listing
+            && *number == ticket.number
         {
-            node.failed = true;
+            node.listing = Listing::Failed {
+                changes: std::mem::take(changes),
+            };
         }
         drop(state);
         self.progressed.notify_waiters();
@@ -203,8 +219,8 @@ impl DrainPods {
             return false;
         };
         match &mut node.listing {
-            Some((_, pending)) => pending.push(change),
-            None => node.apply(change),
+            Listing::Sent { changes, .. } | Listing::Failed { changes } => changes.push(change),
+            Listing::Landed => node.apply(change),
         }
         true
     }
@@ -237,7 +253,7 @@ impl DrainPods {
         let mut pods = Vec::new();
         for node in under_drain {
             let node = state.nodes.get(node)?;
-            if node.listing.is_some() {
+            if !matches!(node.listing, Listing::Landed) {
                 return None;
             }
             pods.extend(node.pods.values().cloned());
@@ -295,28 +311,25 @@ impl DrainPods {
         let this = self.clone();
         tokio::spawn(async move {
             let (list, this) = (&list, &this);
-            let failures = Mutex::new((0usize, None::<String>));
-            let failures_ref = &failures;
-            futures::stream::iter(tickets)
-                .for_each_concurrent(LISTS_IN_FLIGHT, |ticket| async move {
+            let failures: Vec<ClusterError> = futures::stream::iter(tickets)
+                .map(|ticket| async move {
                     match list(ticket.node.clone()).await {
-                        Ok(pods) => this.listed(&ticket, pods),
+                        Ok(pods) => {
+                            this.listed(&ticket, pods);
+                            None
+                        }
                         Err(e) => {
                             this.list_failed(&ticket);
-                            let mut failed = failures_ref
-                                .lock()
-                                .unwrap_or_else(|poisoned| poisoned.into_inner());
-                            failed.0 += 1;
-                            failed.1.get_or_insert_with(|| e.to_string());
+                            Some(e)
                         }
                     }
                 })
+                .buffer_unordered(LISTS_IN_FLIGHT)
+                .filter_map(std::future::ready)
+                .collect()
                 .await;
-            let (count, first) = failures
-                .into_inner()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(error) = first {
-                tracing::warn!(nodes = count, %error, "cannot list the pods of nodes under drain; the next pass lists them again");
+            if let Some(error) = failures.first() {
+                tracing::warn!(nodes = failures.len(), %error, "cannot list the pods of nodes under drain; the next pass lists them again");
             }
         });
     }
@@ -383,6 +396,9 @@ pub(super) async fn watch(
     }
 }
 
+/// The version a watch can no longer resume from.
+const GONE: u16 = 410;
+
 /// Watches from `version` until the server can no longer resume it (410: the version is
 /// older than the server keeps); returns why. Other failures resume from the last version
 /// delivered after a backoff, since the server still holds every change since then.
@@ -394,56 +410,21 @@ async fn follow_from(
     version: &mut String,
     backoff: &mut Backoff,
 ) -> String {
-    const GONE: u16 = 410;
     let params = WatchParams::default().fields(BOUND);
     loop {
-        let mut delivered = false;
-        match api.watch(&params, version).await {
+        let delivered = match api.watch(&params, version).await {
             Err(e) if super::kube::status_code(&e) == Some(GONE) => {
                 return super::kube::client_error_text(&e);
             }
             Err(e) => {
                 tracing::debug!(error = %super::kube::client_error_text(&e), "cannot resume the watch of pods on nodes under drain; retrying");
+                false
             }
-            Ok(stream) => {
-                let mut stream = std::pin::pin!(stream);
-                while let Some(event) = stream.next().await {
-                    let (mut pod, change): (Pod, fn(Arc<Pod>) -> Change) = match event {
-                        Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
-                            (pod, Change::Applied)
-                        }
-                        Ok(WatchEvent::Deleted(pod)) => (pod, Change::Deleted),
-                        Ok(WatchEvent::Bookmark(bookmark)) => {
-                            *version = bookmark.metadata.resource_version;
-                            delivered = true;
-                            continue;
-                        }
-                        Ok(WatchEvent::Error(status)) if status.code == GONE => {
-                            return format!(
-                                "{} {}: {}",
-                                status.code, status.reason, status.message
-                            );
-                        }
-                        Ok(WatchEvent::Error(status)) => {
-                            tracing::debug!(code = status.code, message = %status.message, "the pod watch ended with an error; resuming");
-                            break;
-                        }
-                        Err(e) => {
-                            tracing::debug!(error = %super::kube::client_error_text(&e), "the pod watch broke; resuming");
-                            break;
-                        }
-                    };
-                    if let Some(v) = pod.resource_version() {
-                        *version = v;
-                    }
-                    trim(&mut pod);
-                    delivered = true;
-                    if pods.observe(change(Arc::new(pod))) {
-                        changed.notify_one();
-                    }
-                }
-            }
-        }
+            Ok(stream) => match deliver(stream, pods, changed, trim, version).await {
+                Ok(delivered) => delivered,
+                Err(gone) => return gone,
+            },
+        };
         // A watch that ends having delivered nothing is not restarted at once.
         if delivered {
             backoff.succeeded();
@@ -451,6 +432,50 @@ async fn follow_from(
             tokio::time::sleep(backoff.failed().retry_after).await;
         }
     }
+}
+
+/// Hands one watch stream's changes to `pods` until it ends, keeping `version` at the last
+/// one delivered. Whether it delivered anything, or why its version is gone.
+async fn deliver(
+    stream: impl futures::Stream<Item = kube::Result<WatchEvent<Pod>>>,
+    pods: &DrainPods,
+    changed: &Notify,
+    trim: &impl Fn(&mut Pod),
+    version: &mut String,
+) -> Result<bool, String> {
+    let mut stream = std::pin::pin!(stream);
+    let mut delivered = false;
+    while let Some(event) = stream.next().await {
+        let (mut pod, change): (Pod, fn(Arc<Pod>) -> Change) = match event {
+            Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => (pod, Change::Applied),
+            Ok(WatchEvent::Deleted(pod)) => (pod, Change::Deleted),
+            Ok(WatchEvent::Bookmark(bookmark)) => {
+                *version = bookmark.metadata.resource_version;
+                delivered = true;
+                continue;
+            }
+            Ok(WatchEvent::Error(status)) if status.code == GONE => {
+                return Err(super::kube::status_text(&status));
+            }
+            Ok(WatchEvent::Error(status)) => {
+                tracing::debug!(error = %super::kube::status_text(&status), "the pod watch ended with an error; resuming");
+                break;
+            }
+            Err(e) => {
+                tracing::debug!(error = %super::kube::client_error_text(&e), "the pod watch broke; resuming");
+                break;
+            }
+        };
+        if let Some(v) = pod.resource_version() {
+            *version = v;
+        }
+        trim(&mut pod);
+        delivered = true;
+        if pods.observe(change(Arc::new(pod))) {
+            changed.notify_one();
+        }
+    }
+    Ok(delivered)
 }
 
 #[cfg(test)]
