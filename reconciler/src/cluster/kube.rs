@@ -1842,10 +1842,9 @@ spec:
                 return NodeState::default();
             }
             let state = [State::InProgress, State::Complete, State::Erroring][state as usize % 3];
-            NodeState(BTreeMap::from([(
-                "a|1".to_string(),
-                PackageStatus::new("a", "1", "img", Stage::Apply, state),
-            )]))
+            let mut entries = NodeState::new();
+            entries.upsert(PackageStatus::new("a", "1", "img", Stage::Apply, state));
+            entries
         }
 
         /// Per node n0..n3: absent, or a value picked by a small number.

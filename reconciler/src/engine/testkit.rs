@@ -570,7 +570,7 @@ pub fn finish_jobs(snap: &mut Snapshot, nw: &str, fail: impl Fn(&str) -> bool) {
         };
         let failing = fail(&name);
         let mut any = false;
-        for e in s.0.values_mut() {
+        for (_, e) in s.0.iter_mut() {
             if e.state == Some(State::InProgress) {
                 e.state = Some(if failing {
                     State::Erroring

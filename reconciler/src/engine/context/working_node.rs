@@ -18,7 +18,7 @@ pub(in crate::engine) struct StateSlot {
     pub(super) changed: bool,
 }
 
-pub(super) static EMPTY_STATE: NodeState = NodeState(BTreeMap::new());
+pub(super) static EMPTY_STATE: NodeState = NodeState::new();
 
 /// A node's state slots, by the [`StateKey`] index of their NodeWright, ascending.
 pub(in crate::engine) type StateSlots = Vec<(u32, StateSlot)>;
