@@ -5,9 +5,9 @@
 //! - wall time, and the virtual time to converge against the in-process simulator's for the
 //!   same fleet;
 //! - the reconciler's requests per node, by verb and resource (its own summary);
-//! - its writes per node-state transition (each change of a package's stage or state in a
-//!   node's state annotation, counted by a watch of this process), and its node writes per
-//!   change of the node's recorded state (an entry, or the node's Status);
+//! - its node writes per node-state transition: each change of a package's stage or state in a
+//!   node's state annotation, of the node's Status, of its cordon or of the NodeWright's
+//!   conditions on it, counted by a watch of this process (and, apart, per entry change);
 //! - the writes `sim serve` accepted without a change (a write a controller could leave out),
 //!   and the least time the request budget (`--kube-qps`, `--kube-burst`) allows for the
 //!   requests the rollout made;
@@ -90,22 +90,76 @@ fn git(dir: &std::path::Path, args: &[&str]) {
     assert!(status.success(), "git {args:?}");
 }
 
-/// Counts changes of (stage, state) of every package in the nodes' state annotations, and
-/// changes of the nodes' Status (`status_<nw>`: waiting, in_progress, blocked, complete, …).
-async fn count_transitions(api: Api<Node>, transitions: Arc<AtomicU64>, statuses: Arc<AtomicU64>) {
+/// Changes of the nodes' recorded state for the bench's NodeWright, as a watch of the nodes
+/// sees them.
+#[derive(Default)]
+struct NodeChanges {
+    /// A package's (stage, state) in the node-state annotation.
+    entries: AtomicU64,
+    /// The node's Status (`status_<nw>`: waiting, in_progress, blocked, complete, …).
+    statuses: AtomicU64,
+    /// The node's cordon (`spec.unschedulable`), set or released.
+    cordons: AtomicU64,
+    /// The NodeWright's conditions on the node (`<nw>/NotReady`, `<nw>/Erroring`).
+    conditions: AtomicU64,
+}
+
+impl NodeChanges {
+    fn total(&self) -> u64 {
+        [
+            &self.entries,
+            &self.statuses,
+            &self.cordons,
+            &self.conditions,
+        ]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .sum()
+    }
+}
+
+/// What one node last showed: entries, Status, cordon, conditions.
+#[derive(Default)]
+struct Seen {
+    entries: BTreeMap<String, String>,
+    status: Option<String>,
+    cordoned: bool,
+    conditions: BTreeMap<String, String>,
+}
+
+/// Counts every change of the recorded state of every node (see [`NodeChanges`]).
+async fn count_transitions(api: Api<Node>, changes: Arc<NodeChanges>) {
     let key = keys::node_state("gpu");
     let status_key = keys::status("gpu");
-    let mut seen: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    let mut seen_status: BTreeMap<String, String> = BTreeMap::new();
+    let condition_prefix = keys::node_condition_prefix("gpu");
+    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+    let bump = |counter: &AtomicU64| counter.fetch_add(1, Ordering::Relaxed);
     while let Some(event) = events.next().await {
         let Ok(node) = event else { continue };
+        let known = seen
+            .entry(node.metadata.name.clone().unwrap_or_default())
+            .or_default();
         let annotations = node.metadata.annotations.as_ref();
-        if let Some(status) = annotations.and_then(|a| a.get(&status_key)) {
-            let name = node.metadata.name.clone().unwrap_or_default();
-            if seen_status.get(&name) != Some(status) {
-                statuses.fetch_add(1, Ordering::Relaxed);
-                seen_status.insert(name, status.clone());
+        let status = annotations.and_then(|a| a.get(&status_key)).cloned();
+        if status.is_some() && known.status != status {
+            bump(&changes.statuses);
+            known.status = status;
+        }
+        let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+        if cordoned != known.cordoned {
+            bump(&changes.cordons);
+            known.cordoned = cordoned;
+        }
+        let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+        for condition in conditions.into_iter().flatten() {
+            if condition.type_.starts_with(&condition_prefix)
+                && known.conditions.get(&condition.type_) != Some(&condition.status)
+            {
+                bump(&changes.conditions);
+                known
+                    .conditions
+                    .insert(condition.type_.clone(), condition.status.clone());
             }
         }
         let Some(value) = annotations.and_then(|a| a.get(&key)) else {
@@ -114,14 +168,11 @@ async fn count_transitions(api: Api<Node>, transitions: Arc<AtomicU64>, statuses
         let Ok(state) = NodeState::parse(value) else {
             continue;
         };
-        let known = seen
-            .entry(node.metadata.name.clone().unwrap_or_default())
-            .or_default();
-        for (package, entry) in &state.0 {
+        for (package, entry) in state.0.iter() {
             let now = format!("{:?}/{:?}", entry.stage, entry.state);
-            if known.get(package) != Some(&now) {
-                transitions.fetch_add(1, Ordering::Relaxed);
-                known.insert(package.clone(), now);
+            if known.entries.get(package) != Some(&now) {
+                bump(&changes.entries);
+                known.entries.insert(package.clone(), now);
             }
         }
     }
@@ -251,16 +302,11 @@ fn main() {
     server
         .write_kubeconfig(&kubeconfig)
         .expect("the kubeconfig is written");
-    let transitions = Arc::new(AtomicU64::new(0));
-    let statuses = Arc::new(AtomicU64::new(0));
+    let changes = Arc::new(NodeChanges::default());
     let client = runtime
         .block_on(server.client())
         .expect("a client of sim serve");
-    runtime.spawn(count_transitions(
-        Api::all(client.clone()),
-        transitions.clone(),
-        statuses.clone(),
-    ));
+    runtime.spawn(count_transitions(Api::all(client.clone()), changes.clone()));
 
     let node_api: Api<Node> = Api::all(client.clone());
     let map_api: Api<ConfigMap> = Api::namespaced(client, "default");
@@ -359,28 +405,29 @@ fn main() {
         floor * speed,
         floor * speed / reference_secs.max(1) as f64
     );
-    // Node writes: the reconciler's `patch nodes` line (node-state annotations, cordons).
-    let node_writes = count(
-        summary
-            .iter()
-            .copied()
-            .find(|l| l.trim_end().contains(" patch nodes (")),
-    );
-    let transitions = transitions.load(Ordering::Relaxed);
+    // Node writes: the reconciler's `patch nodes` (annotations, labels, cordons) and `patch
+    // nodes/status` (conditions) lines.
+    let line = |what: &str| summary.iter().copied().find(|l| l.contains(what));
+    let metadata_writes = count(line(" patch nodes ("));
+    let status_writes = count(line(" patch nodes/status ("));
+    let node_writes = metadata_writes + status_writes;
+    let transitions = changes.total();
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let entries = load(&changes.entries);
     println!(
-        "node-state transitions: {transitions} ({:.1} per node); node writes per transition: {:.2}; all writes per transition: {:.2}",
+        "node-state transitions: {transitions} ({:.1} per node: entries {entries}, Status {}, cordons {}, conditions {}); node writes {node_writes}, {:.2} per transition",
         transitions as f64 / nodes.max(1) as f64,
+        load(&changes.statuses),
+        load(&changes.cordons),
+        load(&changes.conditions),
         node_writes as f64 / transitions.max(1) as f64,
-        writes as f64 / transitions.max(1) as f64
     );
-    // A Status change (§5.8, §5.12, §10.1) is a change of the node's recorded state too, and
-    // the spec writes some alone: waiting, blocked during a reboot, complete after the last
-    // entry.
-    let statuses = statuses.load(Ordering::Relaxed);
+    // The spec writes some Status changes alone (waiting, blocked during a reboot, complete
+    // after the last entry), so the annotation writes outnumber the entry changes.
     println!(
-        "node Status changes: {statuses} ({:.1} per node); node writes per change of an entry or the Status: {:.2}",
-        statuses as f64 / nodes.max(1) as f64,
-        node_writes as f64 / (transitions + statuses).max(1) as f64
+        "entries alone: node metadata writes per change of an entry: {:.2}; all writes per change of an entry: {:.2}",
+        metadata_writes as f64 / entries.max(1) as f64,
+        writes as f64 / entries.max(1) as f64
     );
     if !output.status.success() {
         println!("the reconciler's last lines:");
