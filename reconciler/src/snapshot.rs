@@ -122,13 +122,15 @@ pub fn trim_succeeded_pod_status(pod: &mut Pod) {
 /// Leaves a succeeded Job whose outcome is recorded (§8.8) with what the passes read of it:
 /// its labels, its `package` annotation and marker (the rerun predicate and the sweeps,
 /// §8.14), and its conditions' types, statuses and reasons. Its digests and resource id
-/// serve parked, unfinished and unprocessed Jobs only, and its times and counts completion
-/// processing, while a rollout keeps one such Job per stage and node until its TTL.
+/// serve parked, unfinished and unprocessed Jobs only, its times and counts completion
+/// processing, and its owner the garbage collector, while a rollout keeps one such Job per
+/// stage and node until its TTL.
 pub fn trim_recorded_success(job: &mut Job) {
     use nodewright_schema::keys;
     if !(crate::engine::jobs::is_complete(job) && crate::engine::jobs::is_processed(job)) {
         return;
     }
+    job.metadata.owner_references = None;
     if let Some(annotations) = job.metadata.annotations.as_mut() {
         annotations.retain(|key, _| {
             key == keys::JOB_ANNOTATION_PACKAGE || key == keys::JOB_ANNOTATION_STATE_RECORDED
