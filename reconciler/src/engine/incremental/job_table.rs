@@ -98,6 +98,9 @@ pub struct CarriedJobs {
     at: FxHashMap<usize, u32>,
     /// That pass's pods by controller UID label.
     pods: Option<PodIndex>,
+    /// Parsed `package` annotations by their text, one per distinct value: a rollout's Jobs
+    /// carry a handful of values, and a parse held per Job is kept until the Job's TTL.
+    packages: FxHashMap<Box<str>, ParsedPackage>,
     /// The settings the sweep verdicts were found under.
     swept_under: Option<Settings>,
 }
@@ -519,14 +522,12 @@ impl<'a> JobTable<'a> {
                 e.swept = None;
             }
         };
+        let shared = std::cell::RefCell::new(std::mem::take(&mut last.packages));
         let read_now =
             |i: usize, job: &Arc<Job>, carried_verdict: Option<SweptVerdict>| CarriedJob {
                 job: Arc::clone(job),
                 facts: facts[i].unlabelled(),
-                package: packages[i]
-                    .get()
-                    .cloned()
-                    .unwrap_or_else(|| Arc::new(jobs::read_package_annotation(job))),
+                package: shared_package(&mut shared.borrow_mut(), job, packages[i].get()),
                 nodewright: labels[i].0,
                 node: labels[i].1,
                 uid_hash: uid_hash(job.metadata.uid.as_deref().unwrap_or_default()),
@@ -560,10 +561,16 @@ impl<'a> JobTable<'a> {
                 };
                 last.entries.push(entry);
             }
+            drop(before);
+            last.packages = shared.into_inner();
+            // A value no Job reads any more goes with its last Job.
+            last.packages
+                .retain(|_, package| Arc::strong_count(package) > 1);
             last.at = at;
             last.pods = Some(pod_index);
             return Some(last);
         }
+        last.packages = shared.into_inner();
         // At steady state each Job sits where it was, and its entry is refilled in place.
         for ((i, e), job) in last.entries.iter_mut().enumerate().zip(jobs) {
             refill(i, e, job);
@@ -572,6 +579,26 @@ impl<'a> JobTable<'a> {
         last.pods = Some(pod_index);
         Some(last)
     }
+}
+
+/// The parsed `package` annotation of a Job read now, the same `Arc` as every carried Job's
+/// whose annotation has the same text (`parsed`: this pass's parse, if it made one).
+fn shared_package(
+    shared: &mut FxHashMap<Box<str>, ParsedPackage>,
+    job: &Job,
+    parsed: Option<&ParsedPackage>,
+) -> ParsedPackage {
+    let Some(raw) = jobs::package_annotation_raw(job) else {
+        return parsed.cloned().unwrap_or_else(|| Arc::new(None));
+    };
+    if let Some(package) = shared.get(raw) {
+        return Arc::clone(package);
+    }
+    let package = parsed
+        .cloned()
+        .unwrap_or_else(|| Arc::new(jobs::parse_package_annotation(raw)));
+    shared.insert(raw.into(), Arc::clone(&package));
+    package
 }
 
 /// Where the two labels of a Job read now sit in the snapshot.
@@ -770,6 +797,46 @@ mod tests {
         snap.pods.insert(0, Arc::new(pod_of(&j4, "p7")));
         snap.pods.remove(2);
         check(&snap, "a pod joined in front as another left");
+    }
+
+    /// Jobs whose `package` annotations read the same hold one parse between passes, and the
+    /// parse goes with the last Job that holds it.
+    #[test]
+    fn jobs_whose_package_annotations_read_the_same_share_one_parse() {
+        let obj = nw("nw").package("tuning", "1.0.0").build();
+        let mut snap = world()
+            .node(node("n1"))
+            .node(node("n2"))
+            .nw(nw("nw").package("tuning", "1.0.0"))
+            .job(job(&obj, "n1", "u1"))
+            .job(job(&obj, "n2", "u2"))
+            .build();
+        let mut cache = StateCache::new();
+        let cold = read(&snap, None);
+        assert_eq!(read(&snap, Some(&mut cache)), cold);
+        let carried = cache.jobs_mut();
+        let [first, second] = &carried.entries[..] else {
+            panic!("two Jobs carried, not {}", carried.entries.len());
+        };
+        assert!(first.package.is_some(), "the annotation parses");
+        assert!(Arc::ptr_eq(&first.package, &second.package));
+        assert_eq!(carried.packages.len(), 1);
+        snap.jobs.remove(0);
+        assert_eq!(read(&snap, Some(&mut cache)), read(&snap, None));
+        assert_eq!(cache.jobs_mut().packages.len(), 1, "one Job still holds it");
+        let other = nw("other").package("tuning", "1.0.0").build();
+        snap.jobs[0] = Arc::new(job(&other, "n2", "u3"));
+        assert_eq!(read(&snap, Some(&mut cache)), read(&snap, None));
+        let carried = cache.jobs_mut();
+        assert_eq!(
+            carried.packages.len(),
+            1,
+            "only the other NodeWright's annotation is held"
+        );
+        assert!(Arc::ptr_eq(
+            &carried.entries[0].package,
+            carried.packages.values().next().expect("one parse held")
+        ));
     }
 
     /// The carried verdict that a Job has no failed pod to prune is what a pass reads: made
