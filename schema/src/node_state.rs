@@ -376,16 +376,21 @@ impl<'de> Deserialize<'de> for NodeState {
                 self,
                 mut map: A,
             ) -> Result<NodeState, A::Error> {
-                let mut entries = Entries::new();
-                while let Some((key, entry)) = map.next_entry::<String, PackageStatus>()? {
-                    // Written states are in key order and append; a repeated key keeps its
-                    // last entry, as a JSON object's reader does.
-                    if let Some((key, entry)) = entries.try_append(key, entry) {
-                        entries.insert(key, entry);
-                    }
+                let mut entries: Vec<(String, PackageStatus)> = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
                 }
+                // Written states are in key order already. The sort is stable, so of a
+                // repeated key the entry read last is kept, as a JSON object's reader does.
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                entries.dedup_by(|later, kept| {
+                    let repeated = later.0 == kept.0;
+                    if repeated {
+                        std::mem::swap(later, kept);
+                    }
+                    repeated
+                });
                 // A parsed state lives as long as its node: no spare slots.
-                let mut entries = entries.into_tuple_vec();
                 entries.shrink_to_fit();
                 Ok(NodeState(Entries::from_sorted_store_unchecked(entries)))
             }
@@ -424,7 +429,7 @@ impl NodeState {
     /// The entry for `<name>|<version>`.
     pub fn get(&self, name: &str, version: &str) -> Option<&PackageStatus> {
         // A node holds a handful of entries: comparing lengths first rules out almost every
-        // key, and beats a tree search that needs a built key or a range walk.
+        // key, and beats a binary search that needs a built key.
         if self.0.len() <= 32 {
             let len = name.len() + 1 + version.len();
             return self
