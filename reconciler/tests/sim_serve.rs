@@ -522,6 +522,40 @@ async fn every_action_kind_has_its_effect_through_the_api() {
         cms.get("tuning-p-1.0.0").await.unwrap().data.unwrap(),
         labels(&[("a", "3")])
     );
+    // A ConfigMap the watch already shows as wanted is not written again.
+    eventually(Duration::from_secs(10), "the ConfigMap watched", || async {
+        let snap = cluster.snapshot().await.unwrap();
+        snap.config_maps.iter().any(|c| {
+            c.metadata.name.as_deref() == Some("tuning-p-1.0.0")
+                && c.data.as_ref() == Some(&labels(&[("a", "3")]))
+        })
+    })
+    .await;
+    // The server's own count of ConfigMap writes (`apiserver_request_total`).
+    let configmap_writes = || async {
+        let metrics = reqwest::get(format!("{}/metrics", server.url()))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("apiserver_request_total{")
+                    && l.contains(r#"resource="configmaps""#)
+                    && l.contains(r#"verb="patch""#)
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>()
+    };
+    let before = configmap_writes().await;
+    assert!(before >= 2, "the two writes above are counted");
+    cluster
+        .execute(&Action::UpsertConfigMap(Box::new(cm(&[("a", "3")]))))
+        .await
+        .unwrap();
+    assert_eq!(configmap_writes().await, before);
     cluster
         .execute(&Action::DeleteConfigMap {
             name: "tuning-p-1.0.0".into(),

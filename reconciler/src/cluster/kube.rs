@@ -811,7 +811,9 @@ impl KubeCluster {
                 .flatten()
                 .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
         };
-        current.data.clone().unwrap_or_default() == desired.data.clone().unwrap_or_default()
+        // No data and empty data read the same on the server.
+        let no_data = BTreeMap::new();
+        current.data.as_ref().unwrap_or(&no_data) == desired.data.as_ref().unwrap_or(&no_data)
             && contains(&current.metadata.labels, &desired.metadata.labels)
             && contains(&current.metadata.annotations, &desired.metadata.annotations)
             && desired
