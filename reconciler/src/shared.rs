@@ -2,8 +2,8 @@
 //!
 //! Nodes, pods, Jobs and NodeWrights reach the engine as `Arc`s (`Snapshot::nodes`, `pods`,
 //! `jobs`, `nodewrights`), and a large rollout holds tens of thousands of package Jobs and
-//! pods. The simulated world keeps each one in a [`Shared`] and a snapshot takes the very same
-//! `Arc`, so an object exists once however many snapshots (and the engine's cache) hold it. A
+//! pods. The simulated world keeps each one in a [`Shared`] and a snapshot takes the same `Arc`,
+//! so an object exists once however many snapshots (and the engine's cache) hold it. A
 //! write through the handle copies the object first when anyone else still holds it, so what a
 //! snapshot holds never changes under it, and a changed object is a new allocation, which the
 //! engine's cache tells from the old one without comparing versions. The kube adapter's

@@ -223,7 +223,7 @@ const UNSUCCEEDED_PODS: &str = "status.phase!=Succeeded";
 pub struct KubeCluster {
     client: Client,
     options: KubeOptions,
-    /// Held by handle (see [`crate::shared`]), not as kube's store would clone them.
+    /// Held by handle (see [`crate::shared`]): a NodeWright's status mirrors every node.
     nodewrights: Store<crate::shared::Shared<NodeWright>>,
     policies: Store<DeploymentPolicy>,
     nodes: Store<Node>,
