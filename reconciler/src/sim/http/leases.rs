@@ -3,7 +3,8 @@
 //! while the node is up, 40 s lease duration), which `kubectl describe node` and the node
 //! lifecycle controller read.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -19,16 +20,17 @@ pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// The lease duration a kubelet sets.
 const LEASE_DURATION_SECONDS: i64 = 40;
-/// How often the simulated kubelets look at their leases. Each look walks every node, so it
-/// is rare; a lease renewed up to 5 s late is still well inside its 40 s duration.
-const CHECK_EVERY: Duration = Duration::from_secs(5);
+/// The renewals one write of the world makes at most: each kubelet renews on its own, so a
+/// fleet's renewals are many small writes, and a client's request waits for one batch at most.
+pub(super) const RENEWALS_PER_WRITE: usize = 64;
 
-/// When each node's lease was last renewed.
+/// When each node's lease was last renewed, and when each is due next.
 #[derive(Debug, Default)]
 pub struct NodeLeases {
-    renewed: BTreeMap<String, Timestamp>,
-    /// When the kubelets last looked at their leases.
-    checked: Option<Timestamp>,
+    renewed: HashMap<String, Timestamp>,
+    /// Renewals by the time they are due; a node may be listed twice (due on schedule, and
+    /// again when it comes back), and the later look finds its lease fresh.
+    due: BinaryHeap<Reverse<(Timestamp, String)>>,
 }
 
 /// A `MicroTime` as the apiserver writes it.
@@ -36,42 +38,60 @@ fn micro_time(at: Timestamp) -> String {
     at.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
+impl NodeLeases {
+    /// Whether `node`'s lease is older than a renewal period (or missing).
+    fn stale(&self, node: &str, now: Timestamp) -> bool {
+        self.renewed
+            .get(node)
+            .is_none_or(|at| util::since(*at, now) >= RENEW_EVERY)
+    }
+}
+
 impl Inner {
-    /// The simulated kubelets' lease renewals due by now: every Ready node's lease is
-    /// created or renewed every 10 s; a deleted node's lease is garbage-collected with it.
-    pub(super) fn renew_node_leases(&mut self) {
-        let now = self.sim.now();
-        if self
-            .node_leases
-            .checked
-            .is_some_and(|at| util::since(at, now) < CHECK_EVERY)
-        {
+    /// What the kubelets do when their node changes: a new or returning node renews its
+    /// lease now (a kubelet renews as it starts); a deleted node's lease is garbage-collected
+    /// with it.
+    pub(super) fn node_changed(&mut self, name: &str, deleted: bool) {
+        if deleted {
+            if self.node_leases.renewed.remove(name).is_some() {
+                let key = (NODE_LEASE_NAMESPACE.to_string(), name.to_string());
+                self.remove_generic(resources::LEASES, &key);
+            }
             return;
         }
-        self.node_leases.checked = Some(now);
-        let mut due = Vec::new();
-        for (name, node) in self.sim.nodes() {
-            let fresh = self
-                .node_leases
-                .renewed
-                .get(name)
-                .is_some_and(|at| util::since(*at, now) < RENEW_EVERY);
-            if !fresh && crate::sim::nodes::is_ready(node) {
-                due.push((name.clone(), node.metadata.uid.clone().unwrap_or_default()));
+        let now = self.sim.now();
+        if self.node_leases.stale(name, now) {
+            self.node_leases.due.push(Reverse((now, name.to_string())));
+        }
+    }
+
+    /// The simulated kubelets' lease renewals due by now, at most `limit` of them: every Ready
+    /// node's lease is created or renewed every 10 s. Whether renewals remain due.
+    pub(super) fn renew_node_leases(&mut self, limit: usize) -> bool {
+        let now = self.sim.now();
+        let mut renew_time: Option<Value> = None;
+        let mut renewed = 0;
+        while renewed < limit {
+            let Some(Reverse((at, _))) = self.node_leases.due.peek() else {
+                return false;
+            };
+            if *at > now {
+                return false;
             }
-        }
-        let gone: Vec<String> = self
-            .node_leases
-            .renewed
-            .keys()
-            .filter(|n| !self.sim.nodes().contains_key(*n))
-            .cloned()
-            .collect();
-        for name in gone {
-            self.node_leases.renewed.remove(&name);
-            self.remove_generic(resources::LEASES, &(NODE_LEASE_NAMESPACE.to_string(), name));
-        }
-        for (name, uid) in due {
+            let Some(Reverse((_, name))) = self.node_leases.due.pop() else {
+                return false;
+            };
+            let Some(node) = self.sim.nodes().get(&name) else {
+                continue;
+            };
+            // A node that is down renews nothing; its return renews (see `node_changed`).
+            if !crate::sim::nodes::is_ready(node) || !self.node_leases.stale(&name, now) {
+                continue;
+            }
+            let uid = node.metadata.uid.clone().unwrap_or_default();
+            let renew_time = renew_time
+                .get_or_insert_with(|| Value::String(micro_time(now)))
+                .clone();
             let key = (NODE_LEASE_NAMESPACE.to_string(), name.clone());
             let old = self.get(resources::LEASES, &key);
             let mut lease = old.as_deref().cloned().unwrap_or_else(|| {
@@ -83,9 +103,17 @@ impl Inner {
                     "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_SECONDS},
                 })
             });
-            lease["spec"]["renewTime"] = Value::String(micro_time(now));
+            lease["spec"]["renewTime"] = renew_time;
             self.put_generic(resources::LEASES, lease, old.as_deref());
-            self.node_leases.renewed.insert(name, now);
+            self.node_leases.renewed.insert(name.clone(), now);
+            self.node_leases
+                .due
+                .push(Reverse((util::add(now, RENEW_EVERY), name)));
+            renewed += 1;
         }
+        self.node_leases
+            .due
+            .peek()
+            .is_some_and(|Reverse((at, _))| *at <= now)
     }
 }

@@ -166,6 +166,9 @@ impl SimServer {
                 interval.tick().await;
                 let now = clock.now();
                 ticking.with_sim(|sim| sim.advance_to(now));
+                while ticking.renew_node_leases() {
+                    tokio::task::yield_now().await;
+                }
             }
         });
         Ok(SimServer {

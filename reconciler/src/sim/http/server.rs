@@ -884,7 +884,7 @@ fn list(
     let def = resources::def(rid);
     let request = super::paging::list_request(query, integer(query, "limit")?)?;
     let (page, now) = shared.world.read(|inner| {
-        let at = request.snapshot(inner.resource_version(), inner.floor())?;
+        let at = request.snapshot(inner.resource_version(), inner.floor(rid))?;
         let after = request.resume.as_ref().map(|(_, key)| key);
         let page = inner
             .list_page(rid, namespace, sel, at, after, request.limit)
@@ -1073,14 +1073,10 @@ fn watch(
             // them happen outside it, so a busy watch never stalls the writers.
             let mut fresh = Vec::new();
             let gone = st.world.read_log(|log| {
-                if st.cursor < log.floor() {
+                if st.cursor < log.floor(st.rid) {
                     return true;
                 }
-                fresh.extend(
-                    log.entries_after(st.cursor)
-                        .filter(|entry| entry.rid == st.rid)
-                        .cloned(),
-                );
+                fresh.extend(log.entries_after(st.rid, st.cursor).cloned());
                 st.cursor = st.cursor.max(log.published());
                 false
             });

@@ -41,7 +41,10 @@ use crate::sim::{EvictionError, Key, NodeInput, PdbInput, SimCluster, util};
 /// `(namespace or "", name)`.
 pub type ObjKey = (String, String);
 
-/// Watch log entries kept for resuming watches; older resourceVersions get 410 Gone.
+/// Changes kept per resource for resuming watches and listing as of an earlier
+/// resourceVersion; older ones get 410 Gone. Each resource keeps its own window, as the
+/// apiserver's watch cache does, so a kind that changes often (every kubelet's lease) never
+/// pushes another kind's history out.
 const LOG_CAPACITY: usize = 50_000;
 
 /// One change, as a watch reports it.
@@ -213,18 +216,29 @@ pub struct Inner {
 /// The changes watches report and lists at an older resourceVersion read, behind a lock of
 /// their own: a watch collecting what is new never waits for a write in progress.
 pub struct WatchLog {
-    entries: VecDeque<Arc<LogEntry>>,
-    /// The oldest resourceVersion a watch can resume from.
-    floor: u64,
+    /// Each resource's changes, in resourceVersion order.
+    by_rid: Vec<Retained>,
+    /// The resourceVersion the log was last compacted to: no resource reaches further back.
+    compacted: u64,
     /// The world's resourceVersion when its last write was published: entries above it
     /// belong to a write still in progress.
     published: u64,
 }
 
+/// One resource's window of changes.
+#[derive(Default)]
+struct Retained {
+    entries: VecDeque<Arc<LogEntry>>,
+    /// The oldest resourceVersion a watch of this resource can resume from.
+    floor: u64,
+}
+
 impl WatchLog {
-    /// The oldest resourceVersion a watch can resume from.
-    pub fn floor(&self) -> u64 {
-        self.floor
+    /// The oldest resourceVersion a watch of `rid` can resume from.
+    pub fn floor(&self, rid: Rid) -> u64 {
+        self.by_rid
+            .get(rid)
+            .map_or(self.compacted, |r| r.floor.max(self.compacted))
     }
 
     /// The resourceVersion every published change is at or below.
@@ -232,27 +246,36 @@ impl WatchLog {
         self.published
     }
 
-    /// Published entries after `rv`, in order.
-    pub fn entries_after(&self, rv: u64) -> impl Iterator<Item = &Arc<LogEntry>> {
-        let start = self.entries.partition_point(|e| e.rv <= rv);
-        self.entries
-            .range(start..)
+    /// Published changes of `rid` after `rv`, in order.
+    pub fn entries_after(&self, rid: Rid, rv: u64) -> impl Iterator<Item = &Arc<LogEntry>> {
+        self.retained_after(rid, rv)
             .take_while(|e| e.rv <= self.published)
     }
 
+    /// Changes of `rid` after `rv`, in order, those of a write in progress included.
+    fn retained_after(&self, rid: Rid, rv: u64) -> impl Iterator<Item = &Arc<LogEntry>> {
+        let entries = self.by_rid.get(rid).map(|r| &r.entries);
+        let start = entries.map_or(0, |e| e.partition_point(|e| e.rv <= rv));
+        entries.into_iter().flat_map(move |e| e.range(start..))
+    }
+
     fn append(&mut self, entry: LogEntry) {
-        self.entries.push_back(Arc::new(entry));
-        while self.entries.len() > LOG_CAPACITY {
-            if let Some(old) = self.entries.pop_front() {
-                self.floor = old.rv;
+        if self.by_rid.len() <= entry.rid {
+            self.by_rid.resize_with(entry.rid + 1, Retained::default);
+        }
+        let retained = &mut self.by_rid[entry.rid];
+        retained.entries.push_back(Arc::new(entry));
+        while retained.entries.len() > LOG_CAPACITY {
+            if let Some(old) = retained.entries.pop_front() {
+                retained.floor = old.rv;
             }
         }
     }
 
     /// Forgets every entry: watches and continue tokens from before `rv` get 410 Gone.
     fn compact_to(&mut self, rv: u64) {
-        self.entries.clear();
-        self.floor = rv;
+        self.by_rid.clear();
+        self.compacted = rv;
         self.published = rv;
     }
 }
@@ -809,8 +832,8 @@ impl World {
             node_leases: Default::default(),
             seen: Seen::default(),
             log: Arc::new(Mutex::new(WatchLog {
-                entries: VecDeque::new(),
-                floor: 0,
+                by_rid: Vec::new(),
+                compacted: 0,
                 published: 0,
             })),
             fail_updates: 0,
@@ -821,6 +844,7 @@ impl World {
         inner.sim.track_changes();
         inner.seed();
         inner.publish();
+        inner.renew_node_leases(usize::MAX);
         inner.compact();
         let (changed, _) = tokio::sync::watch::channel(inner.sim.resource_version);
         World {
@@ -857,6 +881,12 @@ impl World {
             moved
         });
         out
+    }
+
+    /// Lets the kubelets renew a batch of the leases due; whether more are due. Each batch is
+    /// a write of its own, so a request waits for one batch at most.
+    pub fn renew_node_leases(&self) -> bool {
+        self.with(|inner| inner.renew_node_leases(super::leases::RENEWALS_PER_WRITE))
     }
 
     /// Reads the world without changing it.
@@ -909,9 +939,9 @@ impl Inner {
         self.sim.resource_version
     }
 
-    /// The oldest resourceVersion a watch can resume from.
-    pub fn floor(&self) -> u64 {
-        lock_log(&self.log).floor
+    /// The oldest resourceVersion a watch of `rid` can resume from.
+    pub fn floor(&self, rid: Rid) -> u64 {
+        lock_log(&self.log).floor(rid)
     }
 
     /// One object.
@@ -949,12 +979,11 @@ impl Inner {
         let mut then: BTreeMap<ObjKey, Option<Arc<Value>>> = BTreeMap::new();
         {
             let log = lock_log(&self.log);
-            if at < log.floor {
+            if at < log.floor(rid) {
                 return None;
             }
             // Under the world's lock no write is in progress: every entry counts.
-            let start = log.entries.partition_point(|e| e.rv <= at);
-            for entry in log.entries.range(start..).filter(|e| e.rid == rid) {
+            for entry in log.retained_after(rid, at) {
                 let before = match entry.type_ {
                     "ADDED" => None,
                     _ => entry.prev.clone(),
@@ -1204,6 +1233,11 @@ impl Inner {
             &mut out,
         );
         out.sort_by_key(|e| e.rv);
+        let nodes: Vec<(String, bool)> = out
+            .iter()
+            .filter(|e| e.rid == resources::NODES)
+            .map(|e| (key_of(&e.object).1, e.type_ == "DELETED"))
+            .collect();
         let added_pods: Vec<Arc<Value>> = out
             .iter()
             .filter(|e| e.rid == resources::PODS && e.type_ == "ADDED")
@@ -1240,7 +1274,10 @@ impl Inner {
             });
             self.put_generic(resources::CORE_EVENTS, value, None);
         }
-        self.renew_node_leases();
+        for (node, deleted) in nodes {
+            self.node_changed(&node, deleted);
+        }
+        self.renew_node_leases(super::leases::RENEWALS_PER_WRITE);
         if !self.terminating.is_empty() {
             self.finish_namespaces();
         }
@@ -2044,6 +2081,61 @@ mod tests {
         }
     }
 
+    /// A kind that changes often (a fleet's leases) fills its own window of changes: a watch
+    /// of pods resumes from before all of them, and lists the pods as they were then.
+    #[test]
+    fn each_resource_keeps_its_own_window_of_changes() {
+        let sim = SimCluster::new(
+            "nodewright",
+            Box::new(ModelRunner::new(PackageModels::default())),
+            7,
+        );
+        let world = World::new(sim);
+        let before = world.read(|inner| inner.resource_version());
+        world.with(|inner| {
+            inner.put_generic(
+                resources::PODS,
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "early", "namespace": "apps"}, "spec": {}}),
+                None,
+            );
+            let mut old: Option<Arc<Value>> = None;
+            for renewal in 0..=LOG_CAPACITY {
+                let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": "n0", "namespace": "kube-node-lease"},
+                    "spec": {"renewTime": renewal.to_string()}});
+                old = Some(inner.put_generic(resources::LEASES, lease, old.as_deref()));
+            }
+        });
+        let (pods, pod_floor, lease_floor) = world.read_log(|log| {
+            let pods: Vec<String> = log
+                .entries_after(resources::PODS, before)
+                .map(|e| key_of(&e.object).1)
+                .collect();
+            (
+                pods,
+                log.floor(resources::PODS),
+                log.floor(resources::LEASES),
+            )
+        });
+        assert_eq!(pods, ["early"]);
+        assert!(pod_floor <= before, "pods resume from {before}");
+        assert!(lease_floor > before, "the oldest renewals are gone");
+        let then = world.read(|inner| {
+            inner
+                .list_page(
+                    resources::PODS,
+                    None,
+                    &Selectors::default(),
+                    Some(before),
+                    None,
+                    None,
+                )
+                .map(|page| page.items.len())
+        });
+        assert_eq!(then, Some(0), "no pod as of before the first");
+    }
+
     /// A watch collects the changes published so far while a write holds the world, and
     /// none of that write's until it is published.
     #[test]
@@ -2064,7 +2156,7 @@ mod tests {
         });
         let names = |world: &World| {
             world.read_log(|log| {
-                log.entries_after(start)
+                log.entries_after(resources::PODS, start)
                     .map(|e| key_of(&e.object).1)
                     .collect::<Vec<_>>()
             })
