@@ -45,7 +45,7 @@ fn purge_freed_memory_promptly() {
 
 fn main() -> std::process::ExitCode {
     nodewright_reconciler::cli::main(|command| {
-        if command.runs_until_stopped() {
+        if command.lives_under_a_memory_limit() {
             purge_freed_memory_promptly();
         }
     })

@@ -344,9 +344,20 @@ impl SimCluster {
 
     /// Lets the cluster run until `until`, processing every event due on the way.
     pub fn advance_to(&mut self, until: Timestamp) {
+        while self.advance_toward(until, usize::MAX) {}
+    }
+
+    /// Lets the cluster run toward `until`, reacting to `steps` of its timers at most (each
+    /// a kubelet's or a controller's own write); whether timers due by `until` remain. The
+    /// clock reaches `until` once none does.
+    pub fn advance_toward(&mut self, until: Timestamp, steps: usize) -> bool {
+        let mut fired = 0;
         while let Some(Reverse((t, _, _))) = self.timers.peek() {
             if *t > until {
                 break;
+            }
+            if fired == steps {
+                return true;
             }
             let Some(Reverse((t, _, timer))) = self.timers.pop() else {
                 break;
@@ -356,11 +367,13 @@ impl SimCluster {
             }
             self.fire(timer);
             self.settle();
+            fired += 1;
         }
         if until > self.now {
             self.now = until;
         }
         self.settle();
+        false
     }
 
     /// Lets the cluster run for `d`.

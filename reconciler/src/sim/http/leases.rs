@@ -22,7 +22,7 @@ const RENEW_EVERY: Duration = Duration::from_secs(10);
 const LEASE_DURATION_SECONDS: i64 = 40;
 /// The renewals one write of the world makes at most: each kubelet renews on its own, so a
 /// fleet's renewals are many small writes, and a client's request waits for one batch at most.
-pub(super) const RENEWALS_PER_WRITE: usize = 64;
+pub(super) const RENEWALS_PER_WRITE: usize = 32;
 
 /// When each node's lease was last renewed, and when each is due next.
 #[derive(Debug, Default)]
@@ -93,18 +93,28 @@ impl Inner {
                 .get_or_insert_with(|| Value::String(micro_time(now)))
                 .clone();
             let key = (NODE_LEASE_NAMESPACE.to_string(), name.clone());
-            let old = self.get(resources::LEASES, &key);
-            let mut lease = old.as_deref().cloned().unwrap_or_else(|| {
-                json!({
-                    "metadata": {
-                        "name": name, "namespace": NODE_LEASE_NAMESPACE,
-                        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}],
-                    },
-                    "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_SECONDS},
-                })
-            });
-            lease["spec"]["renewTime"] = renew_time;
-            self.put_generic(resources::LEASES, lease, old.as_deref());
+            match self.get(resources::LEASES, &key) {
+                // A renewal changes the renew time alone: the lease keeps its identity.
+                Some(old) => {
+                    let mut lease = (*old).clone();
+                    lease["spec"]["renewTime"] = renew_time;
+                    self.store(resources::LEASES, key, lease);
+                }
+                None => {
+                    let lease = json!({
+                        "metadata": {
+                            "name": name, "namespace": NODE_LEASE_NAMESPACE,
+                            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}],
+                        },
+                        "spec": {
+                            "holderIdentity": name,
+                            "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                            "renewTime": renew_time,
+                        },
+                    });
+                    self.put_generic(resources::LEASES, lease, None);
+                }
+            }
             self.node_leases.renewed.insert(name.clone(), now);
             self.node_leases
                 .due

@@ -48,6 +48,10 @@ use crate::cluster::kube::{Clock, SIM_CLOCK_EXTENSION};
 use crate::sim::SimCluster;
 pub use world::World;
 
+/// The timers (a container finishing, a Job's sync, a node coming back) the clock fires in
+/// one write of the world.
+const STEPS_PER_WRITE: usize = 16;
+
 /// How to serve.
 #[derive(Clone, Copy, Debug)]
 pub struct ServeOptions {
@@ -165,9 +169,19 @@ impl SimServer {
             loop {
                 interval.tick().await;
                 let now = clock.now();
-                ticking.with_sim(|sim| sim.advance_to(now));
-                while ticking.renew_node_leases() {
-                    tokio::task::yield_now().await;
+                let world = ticking.clone();
+                // Off the request workers, in steps: a request waits for one step at most.
+                let stepped = tokio::task::spawn_blocking(move || {
+                    while world.with_sim(|sim| sim.advance_toward(now, STEPS_PER_WRITE)) {
+                        std::thread::yield_now();
+                    }
+                    while world.renew_node_leases() {
+                        std::thread::yield_now();
+                    }
+                });
+                if stepped.await.is_err() {
+                    tracing::error!("the simulated cluster's clock stopped");
+                    return;
                 }
             }
         });

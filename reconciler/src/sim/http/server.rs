@@ -472,14 +472,15 @@ fn dispatch(
                     .read(|inner| {
                         let object = inner.get(rid, &key)?;
                         Some(if table {
-                            super::table::table(
+                            Arc::new(super::table::table(
                                 rid,
                                 &[&object],
                                 inner.resource_version(),
                                 inner.sim.now(),
-                            )
+                            ))
                         } else {
-                            (*object).clone()
+                            // Encoded once the world is free again.
+                            object
                         })
                     })
                     .map(|v| json_response(200, &v))

@@ -41,10 +41,15 @@ use crate::sim::{EvictionError, Key, NodeInput, PdbInput, SimCluster, util};
 /// `(namespace or "", name)`.
 pub type ObjKey = (String, String);
 
-/// Changes kept per resource for resuming watches and listing as of an earlier
-/// resourceVersion; older ones get 410 Gone. Each resource keeps its own window, as the
-/// apiserver's watch cache does, so a kind that changes often (every kubelet's lease) never
-/// pushes another kind's history out.
+/// How far back each resource's changes reach, for resuming watches and listing as of an
+/// earlier resourceVersion (older ones get 410 Gone). Each resource keeps its own window, as
+/// the apiserver's watch cache does, so a kind that changes often (every kubelet's lease)
+/// never pushes another kind's history out. The apiserver keeps 75 s of changes; at the
+/// simulator's usual 30× that is a few seconds of wall time, and memory stays bounded.
+const LOG_WINDOW: Duration = Duration::from_secs(5);
+/// The changes a resource keeps however old they are.
+const LOG_KEPT_AT_LEAST: usize = 1_000;
+/// The changes a resource keeps at most, however recent.
 const LOG_CAPACITY: usize = 50_000;
 
 /// One change, as a watch reports it.
@@ -264,11 +269,16 @@ impl WatchLog {
             self.by_rid.resize_with(entry.rid + 1, Retained::default);
         }
         let retained = &mut self.by_rid[entry.rid];
+        let now = entry.at;
         retained.entries.push_back(Arc::new(entry));
-        while retained.entries.len() > LOG_CAPACITY {
-            if let Some(old) = retained.entries.pop_front() {
-                retained.floor = old.rv;
+        while let Some(oldest) = retained.entries.front() {
+            let len = retained.entries.len();
+            let expired = now.duration_since(oldest.at) > LOG_WINDOW;
+            if len <= LOG_KEPT_AT_LEAST || (len <= LOG_CAPACITY && !expired) {
+                break;
             }
+            retained.floor = oldest.rv;
+            retained.entries.pop_front();
         }
     }
 
@@ -1128,13 +1138,21 @@ impl Inner {
         {
             return stored.clone();
         }
-        let rv = self.next_rv();
-        value["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let value = Arc::new(value);
-        if rid == resources::CRDS && value.pointer("/metadata/deletionTimestamp").is_none() {
-            self.crds.register(&value);
+        let key = key_of(&value);
+        let stored = self.store(rid, key, value);
+        if rid == resources::CRDS && stored.pointer("/metadata/deletionTimestamp").is_none() {
+            self.crds.register(&stored);
         }
-        let prev = self.objects.insert(rid, key_of(&value), value.clone());
+        stored
+    }
+
+    /// Stores `value`, stamped and admitted, under `key` at a fresh resourceVersion, and logs
+    /// the change for watches.
+    pub(super) fn store(&mut self, rid: Rid, key: ObjKey, mut value: Value) -> Arc<Value> {
+        let rv = self.next_rv();
+        value["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+        let value = Arc::new(value);
+        let prev = self.objects.insert(rid, key, value.clone());
         self.append(LogEntry::new(
             rv,
             rid,
