@@ -527,6 +527,18 @@ async fn every_node_has_a_lease_its_kubelet_renews_and_a_full_status() {
     let later = leases.get("n0").await.unwrap().spec.unwrap();
     assert!(later.renew_time.unwrap().0 > renewed);
 
+    // A node's lease comes with it and goes with it.
+    server.world().with_sim(|sim| {
+        sim.delete_node("n1");
+        sim.add_node(NodeInput {
+            name: "n9".into(),
+            ..Default::default()
+        });
+    });
+    let listed = leases.list(&ListParams::default()).await.unwrap();
+    let names: Vec<String> = listed.items.iter().map(|l| l.name_any()).collect();
+    assert_eq!(names, ["n0", "n2", "n9"]);
+
     let node = Api::<Node>::all(client).get("n0").await.unwrap();
     let status = node.status.unwrap();
     assert!(status.capacity.unwrap().contains_key("cpu"));
