@@ -65,21 +65,27 @@ impl Inner {
         }
     }
 
+    /// Whether a kubelet's lease renewal is due by now.
+    pub(super) fn leases_due(&self) -> bool {
+        let now = self.sim.now();
+        self.node_leases
+            .due
+            .peek()
+            .is_some_and(|Reverse((at, _))| *at <= now)
+    }
+
     /// The simulated kubelets' lease renewals due by now, at most `limit` of them: every Ready
-    /// node's lease is created or renewed every 10 s. Whether renewals remain due.
-    pub(super) fn renew_node_leases(&mut self, limit: usize) -> bool {
+    /// node's lease is created or renewed every 10 s.
+    pub(super) fn renew_node_leases(&mut self, limit: usize) {
         let now = self.sim.now();
         let mut renew_time: Option<Value> = None;
         let mut renewed = 0;
         while renewed < limit {
-            let Some(Reverse((at, _))) = self.node_leases.due.peek() else {
-                return false;
-            };
-            if *at > now {
-                return false;
+            if !self.leases_due() {
+                return;
             }
             let Some(Reverse((_, name))) = self.node_leases.due.pop() else {
-                return false;
+                return;
             };
             let Some(node) = self.sim.nodes().get(&name) else {
                 continue;
@@ -121,9 +127,5 @@ impl Inner {
                 .push(Reverse((util::add(now, RENEW_EVERY), name)));
             renewed += 1;
         }
-        self.node_leases
-            .due
-            .peek()
-            .is_some_and(|Reverse((at, _))| *at <= now)
     }
 }

@@ -894,10 +894,11 @@ impl World {
         out
     }
 
-    /// Lets the kubelets renew a batch of the leases due; whether more are due. Each batch is
-    /// a write of its own, so a request waits for one batch at most.
+    /// Lets the kubelets renew a batch of the leases due, as every write's publication does;
+    /// whether any was due. Each batch is a write of its own, so a request waits for one batch
+    /// at most.
     pub fn renew_node_leases(&self) -> bool {
-        self.with(|inner| inner.renew_node_leases(super::leases::RENEWALS_PER_WRITE))
+        self.with(|inner| inner.leases_due())
     }
 
     /// Reads the world without changing it.
@@ -2093,6 +2094,15 @@ mod tests {
     use super::*;
     use crate::sim::{ModelRunner, PackageModels};
 
+    /// A served world of no nodes.
+    fn empty_world() -> World {
+        World::new(SimCluster::new(
+            "nodewright",
+            Box::new(ModelRunner::new(PackageModels::default())),
+            7,
+        ))
+    }
+
     fn selecting(fields: &str) -> Selectors {
         Selectors {
             fields: super::super::select::FieldSelector::parse(fields).unwrap(),
@@ -2104,12 +2114,7 @@ mod tests {
     /// of pods resumes from before all of them, and lists the pods as they were then.
     #[test]
     fn each_resource_keeps_its_own_window_of_changes() {
-        let sim = SimCluster::new(
-            "nodewright",
-            Box::new(ModelRunner::new(PackageModels::default())),
-            7,
-        );
-        let world = World::new(sim);
+        let world = empty_world();
         let before = world.read(|inner| inner.resource_version());
         world.with(|inner| {
             inner.put_generic(
@@ -2159,12 +2164,7 @@ mod tests {
     /// none of that write's until it is published.
     #[test]
     fn a_watch_reads_the_log_while_a_write_is_in_progress() {
-        let sim = SimCluster::new(
-            "nodewright",
-            Box::new(ModelRunner::new(PackageModels::default())),
-            7,
-        );
-        let world = Arc::new(World::new(sim));
+        let world = Arc::new(empty_world());
         let start = world.read(|inner| inner.resource_version());
         let pod = |name: &str| {
             json!({"apiVersion": "v1", "kind": "Pod",
@@ -2205,12 +2205,7 @@ mod tests {
     /// it, as the field reads empty on the apiserver.
     #[test]
     fn a_pod_bound_to_no_node_is_listed_by_an_empty_node_name() {
-        let sim = SimCluster::new(
-            "nodewright",
-            Box::new(ModelRunner::new(PackageModels::default())),
-            7,
-        );
-        let world = World::new(sim);
+        let world = empty_world();
         world.with(|inner| {
             for (name, spec) in [("unbound", json!({})), ("bound", json!({"nodeName": "n1"}))] {
                 inner.put_generic(
