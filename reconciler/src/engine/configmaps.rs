@@ -85,6 +85,19 @@ pub fn node_metadata_configmap(
     annotations: &BTreeMap<String, String>,
     labels: &BTreeMap<String, String>,
 ) -> Option<ConfigMap> {
+    let name = names::node_metadata_configmap(nw.name(), node);
+    named_node_metadata_configmap(nw, settings, name, node, annotations, labels)
+}
+
+/// [`node_metadata_configmap`] under its `name`, as the pass remembers it for the node.
+fn named_node_metadata_configmap(
+    nw: &NodeWright,
+    settings: &Settings,
+    name: String,
+    node: &str,
+    annotations: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> Option<ConfigMap> {
     if annotations.is_empty() && labels.is_empty() {
         return None;
     }
@@ -101,7 +114,7 @@ pub fn node_metadata_configmap(
     ]);
     Some(ConfigMap {
         metadata: ObjectMeta {
-            name: Some(names::node_metadata_configmap(nw.name(), node)),
+            name: Some(name),
             namespace: Some(settings.namespace.clone()),
             labels: Some(BTreeMap::from([(
                 keys::CONFIGMAP_LABEL_NODE_META.to_string(),
@@ -176,15 +189,14 @@ pub fn upsert_node_metadata(ctx: &mut PassCtx<'_>, nw: usize, node: usize) {
     // One upsert per ConfigMap and pass: once it is written, building it again for every
     // further package dispatched on the node (its data holds the node's annotations, so the
     // whole node state) would cost packages × packages per pass and change nothing.
-    if already_upserted(
-        ctx,
-        &names::node_metadata_configmap(ctx.nws[nw].nw.name(), n.name()),
-    ) {
+    let name = ctx.metadata_configmap_name(nw, node);
+    if already_upserted(ctx, &name) {
         return;
     }
-    let Some(cm) = node_metadata_configmap(
+    let Some(cm) = named_node_metadata_configmap(
         ctx.nws[nw].nw,
         ctx.settings,
+        name,
         n.name(),
         n.annotations(),
         n.labels(),

@@ -298,11 +298,15 @@ fn configmap_volume(volume: String, config_map: String) -> Volume {
 
 /// Mounts of a package Job init container: host root, node metadata, one `subPath` per
 /// configMap key in key order (§8.4).
-fn package_mounts(package_name: &str, package: &Package, node: &str) -> Vec<VolumeMount> {
+fn package_mounts(
+    package_name: &str,
+    package: &Package,
+    metadata_volume: &str,
+) -> Vec<VolumeMount> {
     let mut mounts = vec![
         root_mount(),
         VolumeMount {
-            name: names::node_metadata_volume(node),
+            name: metadata_volume.to_string(),
             mount_path: format!("{PACKAGE_DIR}/node-metadata"),
             ..VolumeMount::default()
         },
@@ -493,17 +497,21 @@ pub struct PackageJobs {
     configs: String,
     tolerations: Vec<Toleration>,
     done: Container,
+    /// The package's ConfigMap, when it has configuration data.
+    configmap: Option<String>,
 }
 
 impl PackageJobs {
-    /// The parts of `package`'s Jobs for NodeWright `nw`.
-    pub fn of(nw: &NodeWright, settings: &Settings, package: &Package) -> PackageJobs {
+    /// The parts of the Jobs of `package`, named `name`, for NodeWright `nw`.
+    pub fn of(nw: &NodeWright, settings: &Settings, name: &str, package: &Package) -> PackageJobs {
         PackageJobs {
             package: package.clone(),
             digest: package_digest(package, settings),
             configs: config_record_json(package),
             tolerations: pod_tolerations(nw, settings),
             done: done_container(package),
+            configmap: (!package.config_map().is_empty())
+                .then(|| names::package_configmap(nw.name(), name, &package.version)),
         }
     }
 
@@ -515,7 +523,7 @@ impl PackageJobs {
 
 /// Builds the stage Job of a package on a node (§8.2–§8.5).
 pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInput<'_>) -> Job {
-    let shared = PackageJobs::of(nw, settings, input.package);
+    let shared = PackageJobs::of(nw, settings, input.package_name, input.package);
     build_stage_job_sharing(nw, settings, input, &shared)
 }
 
@@ -538,7 +546,8 @@ pub fn build_stage_job_sharing(
     let version = package.version.as_str();
     let copy_dir = copy_dir(settings, &owner, package_name, version);
     let short = truncated_name(package_name);
-    let mounts = package_mounts(package_name, package, node);
+    let metadata_volume = names::node_metadata_volume(node);
+    let mounts = package_mounts(package_name, package, &metadata_volume);
     let resources = package_resources(package);
     let agent = agent_image(package, settings).to_string();
 
@@ -584,14 +593,14 @@ pub fn build_stage_job_sharing(
     let mut volumes = vec![
         root_volume(),
         configmap_volume(
-            names::node_metadata_volume(node),
+            metadata_volume,
             names::node_metadata_configmap(&owner.name, node),
         ),
     ];
-    if !package.config_map().is_empty() {
+    if let Some(configmap) = &shared.configmap {
         volumes.push(configmap_volume(
             package_name.to_string(),
-            names::package_configmap(&owner.name, package_name, version),
+            configmap.clone(),
         ));
     }
 
@@ -707,7 +716,7 @@ pub fn build_interrupt_job(
     settings: &Settings,
     input: InterruptJobInput<'_>,
 ) -> Job {
-    let shared = PackageJobs::of(nw, settings, input.package);
+    let shared = PackageJobs::of(nw, settings, input.package_name, input.package);
     build_interrupt_job_sharing(nw, settings, input, &shared)
 }
 
@@ -1467,7 +1476,7 @@ mod tests {
     #[test]
     fn a_job_built_from_its_package_s_shared_parts_is_the_job_built_alone() {
         let (nw, package, settings) = (rich_nodewright(), rich_package(), Settings::default());
-        let shared = PackageJobs::of(&nw, &settings, &package);
+        let shared = PackageJobs::of(&nw, &settings, "tuning", &package);
         let stage = StageJobInput {
             package_name: "tuning",
             package: &package,

@@ -33,8 +33,9 @@ pub struct NodeMap<'a, V> {
     tree_lookups: Cell<u32>,
     /// The whole map was cleared this pass: `base` no longer counts.
     cleared: bool,
-    /// Node → new value (`None` = removed), overriding `base`.
-    changes: BTreeMap<String, Option<V>>,
+    /// Node → new value (`None` = removed), overriding `base`. Hashed: a rollout pass
+    /// changes thousands of entries, and only the status write wants them in name order.
+    changes: FxHashMap<String, Option<V>>,
 }
 
 impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
@@ -45,7 +46,7 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
             index: OnceCell::new(),
             tree_lookups: Cell::new(0),
             cleared: false,
-            changes: BTreeMap::new(),
+            changes: FxHashMap::default(),
         }
     }
 
@@ -88,8 +89,17 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
 
     /// Sets a node's value; returns whether it differed.
     pub fn set(&mut self, node: &str, value: &V) -> bool {
-        if self.get(node) == Some(value) {
-            return false;
+        // A node the pass has not changed yet is compared with the snapshot's value once.
+        match self.changes.get(node) {
+            None => {
+                if self.base_get(node) == Some(value) {
+                    return false;
+                }
+                self.changes.insert(node.to_string(), Some(value.clone()));
+                return true;
+            }
+            Some(change) if change.as_ref() == Some(value) => return false,
+            Some(_) => {}
         }
         if self.base_get(node) == Some(value) {
             self.changes.remove(node);
@@ -149,13 +159,13 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
             .flat_map(|m| m.keys())
             .filter(|k| !self.changes.contains_key(k.as_str()))
             .map(String::as_str);
-        let added = self
-            .changes
-            .iter()
+        let mut added: Vec<&str> = (self.changes.iter())
             .filter(|(_, v)| v.is_some())
-            .map(|(k, _)| k.as_str());
+            .map(|(k, _)| k.as_str())
+            .collect();
+        added.sort_unstable();
         // Both halves are sorted; merging keeps name order.
-        union_sorted(base, added)
+        union_sorted(base, added.into_iter())
     }
 
     /// Removes every node for which `keep` is false; returns how many went.
@@ -175,7 +185,7 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
     pub fn into_patch(self) -> MapPatch<V> {
         MapPatch {
             replace: self.cleared,
-            set: self.changes,
+            set: self.changes.into_iter().collect(),
         }
     }
 }

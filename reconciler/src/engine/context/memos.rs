@@ -44,6 +44,17 @@ impl PassCtx<'_> {
             None => derive() == name,
         }
     }
+    /// The name of node `id`'s metadata ConfigMap (§9.1) for NodeWright `nw`, remembered for
+    /// the node across passes.
+    pub fn metadata_configmap_name(&self, nw: usize, id: usize) -> String {
+        let view = &self.nws[nw];
+        let node = self.node(id);
+        let derive = || names::node_metadata_configmap(view.name, node.name());
+        match node.memo() {
+            Some(memo) => memo.metadata_configmap(view.memo_id, derive),
+            None => derive(),
+        }
+    }
     /// `job` as an expected Job of the sweep.
     pub fn expected_job(&self, job: Job) -> ExpectedJob {
         let target =
@@ -73,7 +84,7 @@ impl PassCtx<'_> {
         if let Some(known) = (view.package_jobs.borrow().get(name)).filter(|k| k.is_of(package)) {
             return Rc::clone(known);
         }
-        let parts = Rc::new(PackageJobs::of(view.nw, self.settings, package));
+        let parts = Rc::new(PackageJobs::of(view.nw, self.settings, name, package));
         (view.package_jobs.borrow_mut()).insert(name.to_string(), Rc::clone(&parts));
         parts
     }
