@@ -624,7 +624,7 @@ impl<'a> PassCtx<'a> {
                 .into_iter()
                 .zip(&snap.nodes)
                 .map(|(n, node)| n.into_entry(node));
-            cache.keep_nodes(entries, &snap.nodes, &names, node_moves.as_ref());
+            cache.keep_nodes(entries, &names, node_moves.as_ref());
             // A pass that did not hand its carries on (no [`PassCtx::carry_into`]) gives the
             // last pass's back as they were.
             if !carries.is_empty() {

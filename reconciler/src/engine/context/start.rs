@@ -2,6 +2,7 @@
 //! selections, from what the cache kept of the last pass where it still holds.
 
 use super::*;
+use crate::engine::incremental::same_version;
 
 /// Nodes that joined since the last pass, up to which each is put in its place in the last
 /// pass's node order; past it the order is sorted afresh.
@@ -107,17 +108,18 @@ impl NodesSinceLast {
         let mut carried = cache.take_nodes(names);
         for (i, (work, node)) in nodes.iter_mut().zip(&snap.nodes).enumerate() {
             match carried.take(i, node) {
-                Some(mut entry) if entry.node.same_version(node) => {
+                Some(entry) if same_version(&entry.node, node) => {
                     work.memo = Some(entry.memo);
                     work.states = entry.slots;
-                    entry.node.hold(node);
-                    work.held = Some(entry.node);
+                    // A relist's copy replaces the copy the entry held, which can then go.
+                    work.held = Arc::ptr_eq(&entry.node, node).then_some(entry.node);
                 }
                 found => {
                     since.renewed.push(i);
                     match &found {
                         Some(e) => {
-                            since.created_kept &= e.created == node.metadata.creation_timestamp;
+                            since.created_kept &= e.node.metadata.creation_timestamp
+                                == node.metadata.creation_timestamp;
                         }
                         None => since.joined.push(i),
                     }

@@ -2,7 +2,6 @@
 //! them, diffed against the snapshot into one patch (§5.15).
 
 use super::*;
-use crate::engine::incremental::Held;
 
 /// One NodeWright's node-state annotation on one node: as read, and as the pass leaves it.
 #[derive(Clone, Debug)]
@@ -112,8 +111,8 @@ pub struct NodeWork<'a> {
     /// Values derived from the snapshot's node object, shared with the caller's cache (absent
     /// without one).
     pub(super) memo: Option<Arc<NodeMemo>>,
-    /// This node object as the cache held it, handed back at the end.
-    pub(super) held: Option<Held<Node>>,
+    /// The snapshot's `Arc` of this node as the cache held it, handed back at the end.
+    pub(super) held: Option<Arc<Node>>,
 }
 
 impl<'a> NodeWork<'a> {
@@ -354,8 +353,7 @@ impl<'a> NodeWork<'a> {
             slot.reset();
         }
         Some(NodeEntry {
-            node: self.held.unwrap_or_else(|| Held::of(node)),
-            created: node.metadata.creation_timestamp.clone(),
+            node: self.held.unwrap_or_else(|| Arc::clone(node)),
             memo,
             slots,
         })

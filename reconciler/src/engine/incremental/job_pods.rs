@@ -3,7 +3,7 @@
 //!
 //! Finding a Job's pods means reading that label on every pod. On a 10,000-node fleet that is
 //! thousands of label maps the pass would not otherwise touch, and a pass where a single pod
-//! object is new had to read them all again. [`PodIndex`] knows the pods it was built from,
+//! object is new had to read them all again. [`PodIndex`] holds the pods it was built from,
 //! so it knows which positions hold a pod it has not seen, reads the label of those alone,
 //! and tells the Job table ([`super::job_table`]) which uids gained or lost a pod
 //! ([`PodChanges`]): every other Job has the same pods it had, at positions the index knows.
@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use nodewright_schema::keys;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use super::Held;
+use super::same_version;
 use crate::engine::context::Few;
 
 /// A position with no pod in this snapshot (the pod left).
@@ -35,17 +35,10 @@ pub(in crate::engine) fn uid_hash(uid: &str) -> u64 {
 }
 
 /// The hash of a pod's uid and resourceVersion, by which a relist's copy of a held pod is
-/// found; `None` without them. Equal hashes are confirmed with [`Held::same_version`].
+/// found; `None` without them. Equal hashes are confirmed with [`same_version`].
 fn version_key(pod: &Pod) -> Option<u64> {
     let meta = &pod.metadata;
-    Some(version_hash(
-        meta.uid.as_deref()?,
-        meta.resource_version.as_deref()?,
-    ))
-}
-
-fn version_hash(uid: &str, resource_version: &str) -> u64 {
-    FxBuildHasher.hash_one((uid, resource_version))
+    Some(FxBuildHasher.hash_one((meta.uid.as_deref()?, meta.resource_version.as_deref()?)))
 }
 
 /// The controller UID label of a pod (`batch.kubernetes.io/controller-uid`).
@@ -57,33 +50,12 @@ fn controller_uid(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// A pod the index was built from: which object it was, and the Job it belonged to, read
-/// once when the pod joined so that its leaving reads nothing.
-#[derive(Debug)]
-struct HeldPod {
-    pod: Held<Pod>,
-    controller: Option<Box<str>>,
-}
-
-impl HeldPod {
-    fn of(pod: &Arc<Pod>) -> HeldPod {
-        HeldPod {
-            pod: Held::of(pod),
-            controller: controller_uid(pod).map(Box::from),
-        }
-    }
-
-    fn version_key(&self) -> Option<u64> {
-        let (uid, resource_version) = self.pod.version()?;
-        Some(version_hash(uid, resource_version))
-    }
-}
-
-/// Pod positions by controller UID label, over the pods it was built from.
+/// Pod positions by controller UID label, over the pods it holds.
 #[derive(Debug, Default)]
 pub(in crate::engine) struct PodIndex {
-    /// The pods the positions are of.
-    pods: Vec<HeldPod>,
+    /// The pods the positions are of. Held, so that the address of a pod without a version
+    /// names one object alone.
+    pods: Vec<Arc<Pod>>,
     /// Positions of the pods with each label, in snapshot order.
     by_uid: FxHashMap<Box<str>, Few<u32>>,
     /// Per held pod: whether its §8.10 evidence was quiet, when judged.
@@ -189,7 +161,7 @@ impl PodIndex {
             }
         }
         PodIndex {
-            pods: pods.iter().map(HeldPod::of).collect(),
+            pods: pods.to_vec(),
             by_uid,
             quiet: vec![None; pods.len()],
             quiet_in: Box::default(),
@@ -236,16 +208,19 @@ impl PodIndex {
         // left before them.
         if same_count
             && (self.pods.iter().zip(pods))
-                .filter(|(held, pod)| !held.pod.same_version(pod))
+                .filter(|(held, pod)| !same_version(held, pod))
                 .nth(REWRITTEN_LIMIT)
                 .is_none()
         {
             for ((held, pod), at) in self.pods.iter_mut().zip(pods).zip(0..) {
-                if held.pod.same_version(pod) {
-                    held.pod.hold(pod);
+                if same_version(held, pod) {
+                    // A relist's copy replaces the copy held, which can then go.
+                    if !Arc::ptr_eq(held, pod) {
+                        *held = Arc::clone(pod);
+                    }
                     continue;
                 }
-                if let Some(uid) = &held.controller {
+                if let Some(uid) = controller_uid(held) {
                     remove(&mut self.by_uid, uid, at);
                     changes.touch(uid);
                 }
@@ -253,7 +228,7 @@ impl PodIndex {
                     add(&mut self.by_uid, uid, at);
                     changes.touch(uid);
                 }
-                *held = HeldPod::of(pod);
+                *held = Arc::clone(pod);
                 if let Some(quiet) = self.quiet.get_mut(at as usize) {
                     *quiet = None;
                 }
@@ -263,7 +238,7 @@ impl PodIndex {
         // Otherwise each pod is found by its address, which reads no pod; one that is not (a
         // pod that joined, or a relist's copy) by its version among the held pods left.
         let before: FxHashMap<usize, u32> = (self.pods.iter())
-            .map(|p| p.pod.address())
+            .map(|p| Arc::as_ptr(p) as usize)
             .zip(0..)
             .collect();
         let mut moved = vec![GONE; self.pods.len()];
@@ -284,40 +259,45 @@ impl PodIndex {
         if !missed.is_empty() {
             let by_version: FxHashMap<u64, u32> = (self.pods.iter().zip(0u32..))
                 .filter(|(_, q)| moved[*q as usize] == GONE)
-                .filter_map(|(p, q)| Some((p.version_key()?, q)))
+                .filter_map(|(p, q)| Some((version_key(p)?, q)))
                 .collect();
             for at in missed {
                 let pod = &pods[at as usize];
                 if let Some(&q) = version_key(pod).and_then(|key| by_version.get(&key))
                     && moved[q as usize] == GONE
-                    && self.pods[q as usize].pod.same_version(pod)
+                    && same_version(&self.pods[q as usize], pod)
                 {
                     moved[q as usize] = at;
                     source[at as usize] = q;
                 }
             }
         }
-        let mut held: Vec<Option<HeldPod>> = self.pods.drain(..).map(Some).collect();
+        let mut held: Vec<Option<Arc<Pod>>> = self.pods.drain(..).map(Some).collect();
         let mut quiet = Vec::with_capacity(pods.len());
         let mut joined = Vec::new();
         for ((pod, &q), at) in pods.iter().zip(&source).zip(0u32..) {
             match held.get_mut(q as usize).and_then(Option::take) {
-                // The same version moves to its new position.
-                Some(mut p) => {
-                    p.pod.hold(pod);
-                    self.pods.push(p);
+                // The held `Arc` of the same object moves to its new position rather than
+                // being cloned: a clone writes the count in every pod object. A relist's copy
+                // replaces the copy held, which can then go.
+                Some(p) => {
+                    self.pods.push(if Arc::ptr_eq(&p, pod) {
+                        p
+                    } else {
+                        Arc::clone(pod)
+                    });
                     quiet.push(self.quiet.get(q as usize).copied().flatten());
                 }
                 None => {
                     joined.push(at);
-                    self.pods.push(HeldPod::of(pod));
+                    self.pods.push(Arc::clone(pod));
                     quiet.push(None);
                 }
             }
         }
         self.quiet = quiet;
         for pod in held.iter().flatten() {
-            if let Some(uid) = &pod.controller {
+            if let Some(uid) = controller_uid(pod) {
                 changes.touch(uid);
             }
         }

@@ -9,7 +9,7 @@
 //!
 //! So the table is handed from pass to pass ([`CarriedJobs`], kept in the
 //! [`super::state_cache::StateCache`]):
-//! - a Job that is the same version the last pass had ([`Held::same_version`]: the same
+//! - a Job that is the same version the last pass had ([`super::same_version`]: the same
 //!   allocation, or the same uid and resourceVersion, as after a relist), at the same
 //!   position or found elsewhere by its address or uid, starts with everything in place;
 //! - another version of a Job keeps its pods while none joined or left, and is read afresh;
@@ -30,8 +30,8 @@ use k8s_openapi::api::core::v1::Pod;
 use nodewright_schema::keys;
 use rustc_hash::FxHashMap;
 
-use super::Held;
 use super::job_pods::{PodChanges, PodIndex, uid_hash};
+use super::same_version;
 use super::state_cache::{NodeMemo, NodeMoves, ParsedPackage};
 use crate::engine::complete::CompletionInputs;
 use crate::engine::context::{Few, NodeWork};
@@ -55,7 +55,7 @@ enum LabelAt {
 /// What one pass read from one snapshot Job, for the next pass (see the module docs).
 #[derive(Debug)]
 struct CarriedJob {
-    job: Held<Job>,
+    job: Arc<Job>,
     /// [`JobFacts::unlabelled`].
     facts: JobFacts<'static>,
     package: ParsedPackage,
@@ -251,20 +251,20 @@ impl<'a> JobTable<'a> {
             let mut same_uid = || {
                 let uid = job.metadata.uid.as_deref()?;
                 match entries.get(i) {
-                    Some(e) if e.job.uid() == Some(uid) => Some(i),
+                    Some(e) if e.job.metadata.uid.as_deref() == Some(uid) => Some(i),
                     _ => {
                         let by_hash = by_uid_hash.get_or_insert_with(|| {
                             entries.iter().map(|e| e.uid_hash).zip(0..).collect()
                         });
                         let k = *by_hash.get(&uid_hash(uid))?;
-                        (entries[k].job.uid() == Some(uid)).then_some(k)
+                        (entries[k].job.metadata.uid.as_deref() == Some(uid)).then_some(k)
                     }
                 }
             };
             // The same version of the Job the last pass had: the same allocation at the same
             // position or (a Job joined or left before it) found by its address, which reads
             // no Job; else, as after a relist, the same uid and resourceVersion.
-            let same_object = |k: usize| entries.get(k).is_some_and(|e| e.job.is(job));
+            let same_object = |k: usize| entries.get(k).is_some_and(|e| Arc::ptr_eq(&e.job, job));
             let mut uid_found = None;
             let here = Some(i)
                 .filter(|&i| same_object(i))
@@ -274,10 +274,10 @@ impl<'a> JobTable<'a> {
                 })
                 .or_else(|| {
                     uid_found = same_uid();
-                    uid_found.filter(|&k| entries[k].job.same_version(job))
+                    uid_found.filter(|&k| same_version(&entries[k].job, job))
                 });
             all_in_place &= here == Some(i);
-            same_objects &= all_in_place && entries[i].job.is(job);
+            same_objects &= all_in_place && Arc::ptr_eq(&entries[i].job, job);
             if let Some(k) = here {
                 let e = &last.entries[k];
                 source.push(Some(k as u32));
@@ -509,7 +509,10 @@ impl<'a> JobTable<'a> {
         let fresh = |i: usize| swept.get(i).cloned().flatten();
         let kept = |i: usize| swept_valid && swept_kept[i].get();
         let refill = |i: usize, e: &mut CarriedJob, job: &Arc<Job>| {
-            e.job.hold(job);
+            // A relist's copy replaces the copy the entry held, which can then go.
+            if !Arc::ptr_eq(&e.job, job) {
+                e.job = Arc::clone(job);
+            }
             e.no_prunable = no_prunable[i].get();
             (e.nodewright, e.node) = labels[i];
             e.pods = job_pods[i].clone();
@@ -522,7 +525,7 @@ impl<'a> JobTable<'a> {
         let shared = std::cell::RefCell::new(std::mem::take(&mut last.packages));
         let read_now =
             |i: usize, job: &Arc<Job>, carried_verdict: Option<SweptVerdict>| CarriedJob {
-                job: Held::of(job),
+                job: Arc::clone(job),
                 facts: facts[i].unlabelled(),
                 package: shared_package(&mut shared.borrow_mut(), job, packages[i].get()),
                 nodewright: labels[i].0,
@@ -533,7 +536,8 @@ impl<'a> JobTable<'a> {
                 swept: fresh(i).or(carried_verdict),
             };
         if !all_in_place {
-            // Jobs joined, left or moved: each entry moves to where its Job is now, and a Job
+            // Jobs joined, left or moved: each entry moves to where its Job is now (its `Arc`
+            // moved, not cloned: a clone writes the count in every Job object), and a Job
             // not carried is entered as read now.
             let mut before: Vec<Option<CarriedJob>> = std::mem::take(&mut last.entries)
                 .into_iter()
@@ -542,7 +546,8 @@ impl<'a> JobTable<'a> {
             last.entries.reserve_exact(jobs.len());
             for (i, job) in jobs.iter().enumerate() {
                 let k = source[i].map(|k| k as usize);
-                let very = k.and_then(|k| before.get_mut(k)?.take_if(|e| e.job.same_version(job)));
+                let very =
+                    k.and_then(|k| before.get_mut(k)?.take_if(|e| same_version(&e.job, job)));
                 let entry = match very {
                     Some(mut e) => {
                         refill(i, &mut e, job);
@@ -703,66 +708,6 @@ mod tests {
             .collect();
         drop(ctx.into_actions(Vec::new(), cache));
         seen
-    }
-
-    /// The cache remembers which objects it read without keeping any alive, so a replaced
-    /// object goes with its replacement and not a pass later; a relist's copies, the old
-    /// objects gone, still find what was carried.
-    #[test]
-    fn the_cache_keeps_no_object_alive_and_a_relist_still_finds_its_facts() {
-        let a = nw("a").package("tuning", "1.0.0").build();
-        let j1 = job(&a, "n1", "u1");
-        let mut p1 = pod_of(&j1, "p1");
-        p1.metadata.uid = Some("pod-uid".into());
-        p1.metadata.resource_version = Some("3".into());
-        let mut snap = world()
-            .node(node("n1"))
-            .nw(nw("a").package("tuning", "1.0.0"))
-            .job(j1)
-            .pod(p1)
-            .build();
-        let n1 = &mut Arc::make_mut(&mut snap.nodes[0]).metadata;
-        n1.uid = Some("node-uid".into());
-        n1.resource_version = Some("7".into());
-        let mut cache = StateCache::new();
-        let cold = read(&snap, None);
-        assert_eq!(read(&snap, Some(&mut cache)), cold);
-        let counts = |snap: &Snapshot| {
-            (snap.nodes.iter().map(Arc::strong_count))
-                .chain(snap.jobs.iter().map(Arc::strong_count))
-                .chain(snap.pods.iter().map(Arc::strong_count))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            counts(&snap),
-            [1, 1, 1],
-            "only the snapshot holds its objects"
-        );
-        fn copy<T: Clone>(objects: &mut [Arc<T>]) {
-            for o in objects.iter_mut() {
-                *o = Arc::new(T::clone(o));
-            }
-        }
-        let mut relisted = snap;
-        copy(&mut relisted.nodes);
-        copy(&mut relisted.jobs);
-        copy(&mut relisted.pods);
-        cache.jobs_mut().no_prunable_pods_anywhere();
-        let memo = cache
-            .node("n1")
-            .and_then(|c| c.memo_for(&relisted.nodes[0]));
-        assert!(
-            memo.is_some(),
-            "the node's memo holds for a copy of its version"
-        );
-        let s = settings();
-        let ctx = PassCtx::new_cached(&relisted, &s, Some(&mut cache));
-        assert!(
-            ctx.index.jobs_read.no_prunable_before(0),
-            "the Job's carried verdict holds for a copy of its version"
-        );
-        drop(ctx.into_actions(Vec::new(), Some(&mut cache)));
-        assert_eq!(counts(&relisted), [1, 1, 1]);
     }
 
     /// A warm pass reads every Job as a cold one does, whatever moved since the last pass:

@@ -27,14 +27,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use rustc_hash::FxHashMap;
 
 use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright, Status};
 
 use super::job_table::CarriedJobs;
-use super::{Held, ObjectVersion};
+use super::{ObjectVersion, same_version};
 use crate::engine::complete::{CompletionInputs, NodeDigest};
 use crate::engine::context::{StateSlot, StateSlots};
 use crate::engine::jobs::{MatchTarget, PackageAnnotation};
@@ -138,7 +138,7 @@ impl ParsedState {
 }
 
 /// Values derived from one node object alone, per NodeWright, kept from pass to pass while the
-/// snapshot hands over the same version of the node ([`Held::same_version`]; its
+/// snapshot hands over the same version of the node ([`super::same_version`]; its
 /// [`NodeEntry`] holds the object). Each value is remembered with what else it depends on (a
 /// selector id, a NodeWright), so a memo can never answer for inputs it was not computed from.
 #[derive(Debug, Default)]
@@ -226,15 +226,13 @@ impl NodeMemo {
     }
 }
 
-/// What a pass leaves of one node for the next ([`StateCache::take_nodes`]): which node object
+/// What a pass leaves of one node for the next ([`StateCache::take_nodes`]): the node object
 /// it read, the memo made for that object, and the node's state slots as read from it.
 #[derive(Debug)]
 pub struct NodeEntry {
-    /// The node object the pass read: what the next pass's node is compared with
-    /// ([`Held::same_version`]).
-    pub(in crate::engine) node: Held<Node>,
-    /// Its creationTimestamp, on which the node order depends.
-    pub(in crate::engine) created: Option<Time>,
+    /// The snapshot's `Arc` of the node: what the next pass's node is compared with
+    /// ([`super::same_version`]).
+    pub(in crate::engine) node: Arc<Node>,
     /// What the pass derived from the object.
     pub(in crate::engine) memo: Arc<NodeMemo>,
     /// The node-state annotations read from the object, by the last pass's NodeWright
@@ -276,10 +274,10 @@ impl CarriedNodes<'_> {
     /// The entry of the node at position `at` of the snapshot: the last pass's entry at the
     /// same position when it holds this very object, else the entry of the same name (another
     /// copy or version of the node, or a node that moved), else `None`. Whether the entry is
-    /// for this version is the caller's question ([`Held::same_version`]).
+    /// for this version is the caller's question ([`super::same_version`]).
     pub(in crate::engine) fn take(&mut self, at: usize, node: &Arc<Node>) -> Option<NodeEntry> {
         if let Some(entry) = self.entries.get_mut(at)
-            && entry.as_ref().is_some_and(|e| e.node.is(node))
+            && entry.as_ref().is_some_and(|e| Arc::ptr_eq(&e.node, node))
         {
             self.from.push(at as u32);
             return entry.take();
@@ -369,7 +367,7 @@ impl CachedStates<'_> {
 
     /// The last pass's memo, when it was made for this version of the node.
     pub fn memo_for(&self, node: &Arc<Node>) -> Option<Arc<NodeMemo>> {
-        (self.entry.node.same_version(node)).then(|| Arc::clone(&self.entry.memo))
+        same_version(&self.entry.node, node).then(|| Arc::clone(&self.entry.memo))
     }
 }
 
@@ -548,15 +546,13 @@ impl StateCache {
         }
     }
 
-    /// Keeps a pass's node entries, in the order of its snapshot's `nodes`, for the next pass;
-    /// `names` are its NodeWrights by position. The name index changes only when some node
-    /// moved: at steady state every node is where it was. Then `moves`
-    /// ([`CarriedNodes::into_moves`]) take each node to its new position, and only the names
-    /// of the nodes that joined are read.
+    /// Keeps a pass's node entries, in its snapshot order, for the next pass; `names` are its
+    /// NodeWrights by position. The name index changes only when some node moved: at steady
+    /// state every node is where it was. Then `moves` ([`CarriedNodes::into_moves`]) take
+    /// each node to its new position, and only the names of the nodes that joined are read.
     pub(in crate::engine) fn keep_nodes(
         &mut self,
         entries: impl Iterator<Item = Option<NodeEntry>>,
-        nodes: &[Arc<Node>],
         names: &[&str],
         moves: Option<&NodeMoves>,
     ) {
@@ -571,10 +567,9 @@ impl StateCache {
                 None => false,
             });
             for (at, &before) in moves.from.iter().enumerate() {
-                let kept = self.nodes.get(at).is_some_and(Option::is_some);
+                let name = self.nodes.get(at).and_then(Option::as_ref);
                 if before == NOWHERE
-                    && kept
-                    && let Some(name) = nodes.get(at).and_then(|n| n.metadata.name.as_deref())
+                    && let Some(name) = name.and_then(|e| e.node.metadata.name.as_deref())
                 {
                     self.node_index.insert(name.into(), at);
                 }
@@ -1067,31 +1062,6 @@ mod tests {
         memo.remember_selected(nw, 2, false);
         assert_eq!(memo.selected(nw, 2), Some(false));
         assert_eq!(memo.selected(nw, 1), None, "replaced");
-    }
-
-    /// The cache refers to a node without keeping it: once only the cache refers to it, a
-    /// write through `make_mut` moves the node to a new allocation, and the entry does not
-    /// answer for it.
-    #[test]
-    fn a_node_written_when_only_the_cache_refers_to_it_is_another_object() {
-        use crate::engine::testkit::{node, nw, settings, world};
-        let mut snap = world()
-            .node(node("n1"))
-            .nw(nw("nw").package("p", "1.0.0"))
-            .build();
-        let mut cache = StateCache::new();
-        let _ = reconcile_cached(&snap, &settings(), &mut cache);
-        let mut alone = snap.nodes.pop().expect("the snapshot's node");
-        assert_eq!(
-            Arc::strong_count(&alone),
-            1,
-            "the cache keeps no node alive"
-        );
-        let before = Arc::as_ptr(&alone);
-        Arc::make_mut(&mut alone).metadata.labels = Some([("k".into(), "v".into())].into());
-        assert_ne!(Arc::as_ptr(&alone), before);
-        let entry = cache.node("n1").expect("cached");
-        assert!(entry.memo_for(&alone).is_none());
     }
 
     #[test]
