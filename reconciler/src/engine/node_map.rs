@@ -89,19 +89,12 @@ impl<'a, V: Clone + PartialEq> NodeMap<'a, V> {
 
     /// Sets a node's value; returns whether it differed.
     pub fn set(&mut self, node: &str, value: &V) -> bool {
-        // A node the pass has not changed yet is compared with the snapshot's value once.
-        match self.changes.get(node) {
-            None => {
-                if self.base_get(node) == Some(value) {
-                    return false;
-                }
-                self.changes.insert(node.to_string(), Some(value.clone()));
-                return true;
-            }
-            Some(change) if change.as_ref() == Some(value) => return false,
-            Some(_) => {}
+        if self.get(node) == Some(value) {
+            return false;
         }
-        if self.base_get(node) == Some(value) {
+        // Set back to the snapshot's value, the node has no change left to write; a node not
+        // changed yet was just compared with the snapshot.
+        if self.changes.contains_key(node) && self.base_get(node) == Some(value) {
             self.changes.remove(node);
         } else {
             self.changes.insert(node.to_string(), Some(value.clone()));

@@ -160,7 +160,7 @@ impl NodeMemo {
         name: &str,
         derive: impl FnOnce() -> String,
     ) -> bool {
-        self.metadata_configmap(nodewright, derive) == name
+        self.read_metadata_configmap(nodewright, derive, |known| known == name)
     }
 
     /// The name of this node's metadata ConfigMap for a NodeWright (§9.1): `derive`d on first
@@ -170,16 +170,28 @@ impl NodeMemo {
         nodewright: NodeWrightId,
         derive: impl FnOnce() -> String,
     ) -> String {
+        self.read_metadata_configmap(nodewright, derive, str::to_string)
+    }
+
+    /// Lends `read` the name of this node's metadata ConfigMap for a NodeWright, `derive`d on
+    /// first use: comparing a name copies nothing.
+    fn read_metadata_configmap<R>(
+        &self,
+        nodewright: NodeWrightId,
+        derive: impl FnOnce() -> String,
+        read: impl FnOnce(&str) -> R,
+    ) -> R {
         let mut names = self
             .metadata_names
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some((_, known)) = names.iter().find(|(nw, _)| *nw == nodewright) {
-            return known.to_string();
+            return read(known);
         }
         let derived = derive();
-        names.push((nodewright, derived.clone().into_boxed_str()));
-        derived
+        let out = read(&derived);
+        names.push((nodewright, derived.into_boxed_str()));
+        out
     }
 
     /// Whether the node matched the selector of this id, as remembered for this NodeWright.
