@@ -524,10 +524,12 @@ async fn every_node_has_a_lease_its_kubelet_renews_and_a_full_status() {
     server
         .world()
         .with_sim(|sim| sim.advance(Duration::from_secs(30)));
+    // The kubelets renew on the server's clock, in batches of their own.
+    while server.world().renew_node_leases() {}
     let later = leases.get("n0").await.unwrap().spec.unwrap();
     assert!(later.renew_time.unwrap().0 > renewed);
 
-    // A node's lease comes with it and goes with it.
+    // A node's lease comes with it (at its kubelet's first renewal) and goes with it.
     server.world().with_sim(|sim| {
         sim.delete_node("n1");
         sim.add_node(NodeInput {
@@ -535,6 +537,7 @@ async fn every_node_has_a_lease_its_kubelet_renews_and_a_full_status() {
             ..Default::default()
         });
     });
+    while server.world().renew_node_leases() {}
     let listed = leases.list(&ListParams::default()).await.unwrap();
     let names: Vec<String> = listed.items.iter().map(|l| l.name_any()).collect();
     assert_eq!(names, ["n0", "n2", "n9"]);

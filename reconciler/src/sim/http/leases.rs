@@ -22,7 +22,7 @@ const RENEW_EVERY: Duration = Duration::from_secs(10);
 const LEASE_DURATION_SECONDS: i64 = 40;
 /// The renewals one write of the world makes at most: each kubelet renews on its own, so a
 /// fleet's renewals are many small writes, and a client's request waits for one batch at most.
-pub(super) const RENEWALS_PER_WRITE: usize = 32;
+pub(super) const RENEWALS_PER_WRITE: usize = 8;
 
 /// When each node's lease was last renewed, and when each is due next.
 #[derive(Debug, Default)]
@@ -48,9 +48,9 @@ impl NodeLeases {
 }
 
 impl Inner {
-    /// What the kubelets do when their node changes: a new or returning node renews its
-    /// lease now (a kubelet renews as it starts); a deleted node's lease is garbage-collected
-    /// with it.
+    /// What the kubelets do when their node changes: a new or returning node is due to renew
+    /// its lease now (a kubelet renews as it starts); a deleted node's lease is
+    /// garbage-collected with it.
     pub(super) fn node_changed(&mut self, name: &str, deleted: bool) {
         if deleted {
             if self.node_leases.renewed.remove(name).is_some() {

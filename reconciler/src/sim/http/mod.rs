@@ -50,7 +50,7 @@ pub use world::World;
 
 /// The timers (a container finishing, a Job's sync, a node coming back) the clock fires in
 /// one write of the world.
-const STEPS_PER_WRITE: usize = 16;
+const STEPS_PER_WRITE: usize = 4;
 
 /// How to serve.
 #[derive(Clone, Copy, Debug)]

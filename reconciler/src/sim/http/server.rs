@@ -467,24 +467,24 @@ fn dispatch(
                         list(shared, rid, scope, &sel, query, table)
                     }
                 }
-                (&Method::GET, Some(key), None | Some("status")) => shared
-                    .world
-                    .read(|inner| {
-                        let object = inner.get(rid, &key)?;
-                        Some(if table {
-                            Arc::new(super::table::table(
+                (&Method::GET, Some(key), None | Some("status")) => {
+                    let object = if table {
+                        shared.world.read(|inner| {
+                            let object = inner.get(rid, &key)?;
+                            Some(Arc::new(super::table::table(
                                 rid,
                                 &[&object],
                                 inner.resource_version(),
                                 inner.sim.now(),
-                            ))
-                        } else {
-                            // Encoded once the world is free again.
-                            object
+                            )))
                         })
-                    })
-                    .map(|v| json_response(200, &v))
-                    .ok_or_else(|| ApiError::not_found(rid, &key.1)),
+                    } else {
+                        shared.world.get(rid, &key)
+                    };
+                    object
+                        .map(|v| json_response(200, &v))
+                        .ok_or_else(|| ApiError::not_found(rid, &key.1))
+                }
                 (&Method::POST, None, None) => {
                     let dry_run = dry_run(query, None, "CreateOptions")?;
                     let value = parse_body(content_type, body)?;

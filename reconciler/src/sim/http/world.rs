@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -101,7 +101,7 @@ impl LogEntry {
 
 /// The published objects, one map per resource; custom resources' maps appear on first write.
 #[derive(Default)]
-struct Store {
+pub struct Store {
     by_rid: Vec<BTreeMap<ObjKey, Arc<Value>>>,
     /// Pods by `spec.nodeName`, as the apiserver's watch cache indexes them: a list of one
     /// node's pods (each reconciler's drain watch starts with one) reads that node's pods,
@@ -127,6 +127,11 @@ fn pod_node(pod: &Value) -> Option<&str> {
 }
 
 impl Store {
+    /// One object.
+    fn get(&self, rid: Rid, key: &ObjKey) -> Option<Arc<Value>> {
+        self[rid].get(key).cloned()
+    }
+
     /// Stores an object under its key; the object it replaces.
     fn insert(&mut self, rid: Rid, key: ObjKey, value: Arc<Value>) -> Option<Arc<Value>> {
         if self.by_rid.len() <= rid {
@@ -200,11 +205,25 @@ struct Seen {
     events: usize,
 }
 
+/// The published objects behind a lock of their own: a read of one object waits for the
+/// store of another, never for a whole write of the world (as kube-apiserver serves reads from
+/// its watch cache beside the writes to etcd). Only the world's writer changes them.
+type SharedStore = Arc<RwLock<Store>>;
+
+fn read_store(store: &RwLock<Store>) -> RwLockReadGuard<'_, Store> {
+    // Every change of the store completes under its lock, so a panic elsewhere leaves it whole.
+    store.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write_store(store: &RwLock<Store>) -> RwLockWriteGuard<'_, Store> {
+    store.write().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The state behind the lock.
 pub struct Inner {
     /// The simulated cluster.
     pub sim: SimCluster,
-    objects: Store,
+    objects: SharedStore,
     seen: Seen,
     /// The CustomResourceDefinitions served (see [`super::crds`]).
     pub crds: super::crds::CrdRegistry,
@@ -296,6 +315,8 @@ impl WatchLog {
 /// wakes watches after every change.
 pub struct World {
     inner: Mutex<Inner>,
+    /// The objects `inner` publishes, for reads of one object.
+    objects: SharedStore,
     /// The log `inner` appends to, for watches.
     log: Arc<Mutex<WatchLog>>,
     /// The CRDs served as of the last write: what routes a request, read without the world.
@@ -383,14 +404,17 @@ fn sync_kind<K: Ord + Clone, T>(
     current: &mut Tracked<K, T>,
     served: &mut BTreeMap<K, ObjKey>,
     counter: &mut u64,
-    objects: &mut Store,
+    objects: &RwLock<Store>,
     out: &mut Vec<LogEntry>,
 ) where
     T: Resource + Serialize,
 {
     for k in current.take_changed() {
         let Some(obj) = current.get_mut_unrecorded(&k) else {
-            if let Some(prev) = served.remove(&k).and_then(|key| objects.remove(rid, &key)) {
+            let removed = served
+                .remove(&k)
+                .and_then(|key| write_store(objects).remove(rid, &key));
+            if let Some(prev) = removed {
                 *counter += 1;
                 let mut value = (*prev).clone();
                 value["metadata"]["resourceVersion"] = json!(counter.to_string());
@@ -407,9 +431,9 @@ fn sync_kind<K: Ord + Clone, T>(
         let mut value = to_value(obj);
         // The served key comes from the object: a simulator key may leave out its namespace.
         let key = key_of(&value);
-        let prev = objects[rid].get(&key);
-        let type_ = match prev {
-            Some(p) if **p == value => continue,
+        let prev = read_store(objects).get(rid, &key);
+        let type_ = match prev.as_deref() {
+            Some(p) if *p == value => continue,
             Some(p) => {
                 if rv_of(p) == rv_of(&value) {
                     *counter += 1;
@@ -429,7 +453,7 @@ fn sync_kind<K: Ord + Clone, T>(
         };
         let value = Arc::new(value);
         served.insert(k, key.clone());
-        let prev = objects.insert(rid, key, value.clone());
+        let prev = write_store(objects).insert(rid, key, value.clone());
         out.push(LogEntry::new(rv_of(&value), rid, type_, value, prev));
     }
 }
@@ -838,7 +862,7 @@ impl World {
     pub fn new(sim: SimCluster) -> Self {
         let mut inner = Inner {
             sim,
-            objects: Store::default(),
+            objects: SharedStore::default(),
             crds: Default::default(),
             node_leases: Default::default(),
             seen: Seen::default(),
@@ -859,6 +883,7 @@ impl World {
         inner.compact();
         let (changed, _) = tokio::sync::watch::channel(inner.sim.resource_version);
         World {
+            objects: inner.objects.clone(),
             log: inner.log.clone(),
             crds: Mutex::new(Arc::new(inner.crds.clone())),
             inner: Mutex::new(inner),
@@ -894,11 +919,19 @@ impl World {
         out
     }
 
-    /// Lets the kubelets renew a batch of the leases due, as every write's publication does;
-    /// whether any was due. Each batch is a write of its own, so a request waits for one batch
-    /// at most.
+    /// Lets the kubelets renew a batch of the leases due; whether more are due. Renewals are
+    /// writes of their own, never part of a client's: a request waits for one batch at most
+    /// and pays for none.
     pub fn renew_node_leases(&self) -> bool {
-        self.with(|inner| inner.leases_due())
+        self.with(|inner| {
+            inner.renew_node_leases(super::leases::RENEWALS_PER_WRITE);
+            inner.leases_due()
+        })
+    }
+
+    /// One object as published, without waiting for a write in progress.
+    pub fn get(&self, rid: Rid, key: &ObjKey) -> Option<Arc<Value>> {
+        read_store(&self.objects).get(rid, key)
     }
 
     /// Reads the world without changing it.
@@ -958,12 +991,12 @@ impl Inner {
 
     /// One object.
     pub fn get(&self, rid: Rid, key: &ObjKey) -> Option<Arc<Value>> {
-        self.objects[rid].get(key).cloned()
+        read_store(&self.objects).get(rid, key)
     }
 
     /// Objects of a resource in a namespace (or all), selected.
     pub fn list(&self, rid: Rid, namespace: Option<&str>, sel: &Selectors) -> Vec<Arc<Value>> {
-        self.objects[rid]
+        read_store(&self.objects)[rid]
             .iter()
             .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
             .filter(|(_, v)| sel.matches(v))
@@ -1013,7 +1046,8 @@ impl Inner {
             .fields
             .required("spec.nodeName")
             .filter(|node| !node.is_empty());
-        let mut now = self.objects.range(rid, start.clone(), node).peekable();
+        let objects = read_store(&self.objects);
+        let mut now = objects.range(rid, start.clone(), node).peekable();
         let mut past = then.range((start, Bound::Unbounded)).peekable();
         let mut items = Vec::new();
         let mut last: Option<ObjKey> = None;
@@ -1136,9 +1170,9 @@ impl Inner {
         // resourceVersion, no watch event.
         if let Some(old) = old
             && same_but_version(old, &value)
-            && let Some(stored) = self.objects[rid].get(&key_of(&value))
+            && let Some(stored) = self.get(rid, &key_of(&value))
         {
-            return stored.clone();
+            return stored;
         }
         let key = key_of(&value);
         let stored = self.store(rid, key, value);
@@ -1154,7 +1188,7 @@ impl Inner {
         let rv = self.next_rv();
         value["metadata"]["resourceVersion"] = Value::String(rv.to_string());
         let value = Arc::new(value);
-        let prev = self.objects.insert(rid, key, value.clone());
+        let prev = write_store(&self.objects).insert(rid, key, value.clone());
         self.append(LogEntry::new(
             rv,
             rid,
@@ -1170,12 +1204,13 @@ impl Inner {
             && let Some(served) = self.crds.unregister(&key.1)
         {
             // The CRD's custom resources go with it, as the apiextensions finalizer does.
-            let keys: Vec<ObjKey> = self.objects[served].keys().cloned().collect();
+            let keys: Vec<ObjKey> = read_store(&self.objects)[served].keys().cloned().collect();
             for key in keys {
                 self.remove_generic(served, &key);
             }
         }
-        if let Some(old) = self.objects.remove(rid, key) {
+        let removed = write_store(&self.objects).remove(rid, key);
+        if let Some(old) = removed {
             let rv = self.next_rv();
             let mut value = (*old).clone();
             value["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -1297,7 +1332,6 @@ impl Inner {
         for (node, deleted) in nodes {
             self.node_changed(&node, deleted);
         }
-        self.renew_node_leases(super::leases::RENEWALS_PER_WRITE);
         if !self.terminating.is_empty() {
             self.finish_namespaces();
         }
@@ -1421,7 +1455,7 @@ impl Inner {
 
     /// The keys of `rid`'s objects in `namespace`.
     fn keys_in(&self, rid: Rid, namespace: &str) -> Vec<ObjKey> {
-        self.objects[rid]
+        read_store(&self.objects)[rid]
             .range((namespace.to_string(), String::new())..)
             .map(|(key, _)| key)
             .take_while(|(ns, _)| ns == namespace)
