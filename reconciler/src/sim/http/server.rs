@@ -1027,7 +1027,7 @@ fn watch(
         })
         .transpose()?;
     let mut queue = VecDeque::new();
-    let mut rx = shared.world.subscribe();
+    let mut rx = shared.world.subscribe_kind(rid);
     rx.borrow_and_update();
     let cursor = shared.world.read(|inner| {
         if from.is_none() || send_initial {

@@ -248,6 +248,11 @@ pub struct WatchLog {
     /// The world's resourceVersion when its last write was published: entries above it
     /// belong to a write still in progress.
     published: u64,
+    /// The resources the write in progress changed: only their watches wake.
+    touched: Vec<Rid>,
+    /// Entries the window let go during the write in progress, freed once the world's lock is
+    /// released: a request does not wait while a fleet's old lease renewals are freed.
+    forgotten: Vec<Arc<LogEntry>>,
 }
 
 /// One resource's window of changes.
@@ -288,6 +293,9 @@ impl WatchLog {
         if self.by_rid.len() <= entry.rid {
             self.by_rid.resize_with(entry.rid + 1, Retained::default);
         }
+        if !self.touched.contains(&entry.rid) {
+            self.touched.push(entry.rid);
+        }
         let retained = &mut self.by_rid[entry.rid];
         let now = entry.at;
         retained.entries.push_back(Arc::new(entry));
@@ -298,7 +306,7 @@ impl WatchLog {
                 break;
             }
             retained.floor = oldest.rv;
-            retained.entries.pop_front();
+            self.forgotten.extend(retained.entries.pop_front());
         }
     }
 
@@ -311,8 +319,8 @@ impl WatchLog {
 }
 
 /// The served world: its objects behind one lock, the watch log and the CRDs that route
-/// requests behind their own (taken after the world's, never before), plus a channel that
-/// wakes watches after every change.
+/// requests behind their own (taken after the world's, never before), plus channels that
+/// wake what waits for the world's changes or for one resource's.
 pub struct World {
     inner: Mutex<Inner>,
     /// The objects `inner` publishes, for reads of one object.
@@ -322,6 +330,9 @@ pub struct World {
     /// The CRDs served as of the last write: what routes a request, read without the world.
     crds: Mutex<Arc<super::crds::CrdRegistry>>,
     changed: tokio::sync::watch::Sender<u64>,
+    /// Per resource, the resourceVersion of its last change: a watch wakes for its own
+    /// resource, not for every lease a kubelet renews.
+    kinds: Mutex<Vec<tokio::sync::watch::Sender<u64>>>,
 }
 
 fn lock_log(log: &Mutex<WatchLog>) -> MutexGuard<'_, WatchLog> {
@@ -870,6 +881,8 @@ impl World {
                 by_rid: Vec::new(),
                 compacted: 0,
                 published: 0,
+                touched: Vec::new(),
+                forgotten: Vec::new(),
             })),
             fail_updates: 0,
             conflicts: 0,
@@ -888,6 +901,7 @@ impl World {
             crds: Mutex::new(Arc::new(inner.crds.clone())),
             inner: Mutex::new(inner),
             changed,
+            kinds: Mutex::default(),
         }
     }
 
@@ -903,7 +917,14 @@ impl World {
         let out = f(&mut inner);
         inner.publish();
         let rv = inner.sim.resource_version;
-        lock_log(&self.log).published = rv;
+        let (touched, forgotten) = {
+            let mut log = lock_log(&self.log);
+            log.published = rv;
+            (
+                std::mem::take(&mut log.touched),
+                std::mem::take(&mut log.forgotten),
+            )
+        };
         {
             let mut crds = self.crds.lock().unwrap_or_else(|e| e.into_inner());
             if crds.changes() != inner.crds.changes() {
@@ -911,11 +932,18 @@ impl World {
             }
         }
         drop(inner);
+        drop(forgotten);
         self.changed.send_if_modified(|seen| {
             let moved = *seen != rv;
             *seen = rv;
             moved
         });
+        let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        for rid in touched {
+            if let Some(kind) = kinds.get(rid) {
+                kind.send_replace(rv);
+            }
+        }
         out
     }
 
@@ -975,6 +1003,15 @@ impl World {
     /// A receiver that changes whenever the world does.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// A receiver that changes whenever a change of `rid` is published.
+    pub fn subscribe_kind(&self, rid: Rid) -> tokio::sync::watch::Receiver<u64> {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        if kinds.len() <= rid {
+            kinds.resize_with(rid + 1, || tokio::sync::watch::channel(0).0);
+        }
+        kinds[rid].subscribe()
     }
 }
 
