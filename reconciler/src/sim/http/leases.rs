@@ -3,8 +3,7 @@
 //! while the node is up, 40 s lease duration), which `kubectl describe node` and the node
 //! lifecycle controller read.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -29,8 +28,9 @@ pub(super) const RENEWALS_PER_WRITE: usize = 8;
 pub struct NodeLeases {
     renewed: HashMap<String, Timestamp>,
     /// Renewals by the time they are due; a node may be listed twice (due on schedule, and
-    /// again when it comes back), and the later look finds its lease fresh.
-    due: BinaryHeap<Reverse<(Timestamp, String)>>,
+    /// again when it comes back), and the later look finds its lease fresh. The kubelets
+    /// renewed in one batch are due together.
+    due: BTreeMap<Timestamp, Vec<String>>,
 }
 
 /// A `MicroTime` as the apiserver writes it.
@@ -39,6 +39,20 @@ fn micro_time(at: Timestamp) -> String {
 }
 
 impl NodeLeases {
+    fn due_at(&mut self, at: Timestamp, node: String) {
+        self.due.entry(at).or_default().push(node);
+    }
+
+    /// A node whose renewal is due by `now`, taken from the queue.
+    fn next_due(&mut self, now: Timestamp) -> Option<String> {
+        let mut first = self.due.first_entry().filter(|due| *due.key() <= now)?;
+        let node = first.get_mut().pop();
+        if first.get().is_empty() {
+            first.remove();
+        }
+        node
+    }
+
     /// Whether `node`'s lease is older than a renewal period (or missing).
     fn stale(&self, node: &str, now: Timestamp) -> bool {
         self.renewed
@@ -61,7 +75,7 @@ impl Inner {
         }
         let now = self.sim.now();
         if self.node_leases.stale(name, now) {
-            self.node_leases.due.push(Reverse((now, name.to_string())));
+            self.node_leases.due_at(now, name.to_string());
         }
     }
 
@@ -70,8 +84,8 @@ impl Inner {
         let now = self.sim.now();
         self.node_leases
             .due
-            .peek()
-            .is_some_and(|Reverse((at, _))| *at <= now)
+            .first_key_value()
+            .is_some_and(|(at, _)| *at <= now)
     }
 
     /// The simulated kubelets' lease renewals due by now, at most `limit` of them: every Ready
@@ -81,10 +95,7 @@ impl Inner {
         let mut renew_time: Option<Value> = None;
         let mut renewed = 0;
         while renewed < limit {
-            if !self.leases_due() {
-                return;
-            }
-            let Some(Reverse((_, name))) = self.node_leases.due.pop() else {
+            let Some(name) = self.node_leases.next_due(now) else {
                 return;
             };
             let Some(node) = self.sim.nodes().get(&name) else {
@@ -122,9 +133,7 @@ impl Inner {
                 }
             }
             self.node_leases.renewed.insert(name.clone(), now);
-            self.node_leases
-                .due
-                .push(Reverse((util::add(now, RENEW_EVERY), name)));
+            self.node_leases.due_at(util::add(now, RENEW_EVERY), name);
             renewed += 1;
         }
     }
