@@ -101,7 +101,7 @@ impl LogEntry {
 
 /// The published objects, one map per resource; custom resources' maps appear on first write.
 #[derive(Default)]
-pub struct Store {
+struct Store {
     by_rid: Vec<BTreeMap<ObjKey, Arc<Value>>>,
     /// Pods by `spec.nodeName`, as the apiserver's watch cache indexes them: a list of one
     /// node's pods (each reconciler's drain watch starts with one) reads that node's pods,
@@ -205,9 +205,9 @@ struct Seen {
     events: usize,
 }
 
-/// The published objects behind a lock of their own: a read of one object waits for the
-/// store of another, never for a whole write of the world (as kube-apiserver serves reads from
-/// its watch cache beside the writes to etcd). Only the world's writer changes them.
+/// The published objects behind a lock of their own: a read of one object waits at most for
+/// one object to be stored, never for a whole write of the world (as kube-apiserver serves
+/// reads from its watch cache beside the writes to etcd). Only the world's writer changes them.
 type SharedStore = Arc<RwLock<Store>>;
 
 fn read_store(store: &RwLock<Store>) -> RwLockReadGuard<'_, Store> {
