@@ -2272,6 +2272,77 @@ mod tests {
         assert_eq!(names(&world), ["published", "in-progress"]);
     }
 
+    /// A read of one object is answered while a write holds the world, as kube-apiserver
+    /// answers reads from its watch cache while etcd writes.
+    #[test]
+    fn a_read_of_one_object_does_not_wait_for_a_write_in_progress() {
+        let world = Arc::new(empty_world());
+        let pod = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "apps"}, "spec": {}})
+        };
+        world.with(|inner| {
+            inner.put_generic(resources::PODS, pod("published"), None);
+        });
+        let (holding, release) = (
+            Arc::new(std::sync::Barrier::new(2)),
+            Arc::new(std::sync::Barrier::new(2)),
+        );
+        let writer = {
+            let (world, holding, release) = (world.clone(), holding.clone(), release.clone());
+            std::thread::spawn(move || {
+                world.with(|inner| {
+                    inner.put_generic(resources::PODS, pod("in-progress"), None);
+                    holding.wait();
+                    release.wait();
+                })
+            })
+        };
+        holding.wait();
+        let (sent, read) = std::sync::mpsc::channel();
+        let reader = {
+            let world = world.clone();
+            std::thread::spawn(move || {
+                let key = ("apps".to_string(), "published".to_string());
+                let _ = sent.send(world.get(resources::PODS, &key));
+            })
+        };
+        // A read that waits for the world would wait for the release below: it never comes.
+        let answer = read.recv_timeout(Duration::from_secs(30));
+        release.wait();
+        writer.join().unwrap();
+        reader.join().unwrap();
+        let object = answer.expect("the read was answered while the write held the world");
+        assert_eq!(
+            object.and_then(|o| o.pointer("/metadata/name").cloned()),
+            Some(json!("published"))
+        );
+    }
+
+    /// A watch wakes for changes of its own resource, not for every write of the world (a
+    /// fleet's lease renewals are thousands a second).
+    #[test]
+    fn a_watch_wakes_for_its_own_resource_only() {
+        let world = empty_world();
+        let mut pods = world.subscribe_kind(resources::PODS);
+        pods.borrow_and_update();
+        world.with(|inner| {
+            let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "n0", "namespace": "kube-node-lease"}, "spec": {}});
+            inner.put_generic(resources::LEASES, lease, None);
+        });
+        assert!(
+            !pods.has_changed().unwrap(),
+            "a lease write woke a pod watch"
+        );
+        world.with(|inner| {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "apps"}, "spec": {}});
+            inner.put_generic(resources::PODS, pod, None);
+        });
+        assert!(pods.has_changed().unwrap(), "a pod write wakes a pod watch");
+    }
+
     /// A pod without `spec.nodeName` is in no node's index, yet `spec.nodeName=` selects
     /// it, as the field reads empty on the apiserver.
     #[test]
