@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use nodewright_schema::keys;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use super::same_version;
+use super::{hold, same_version};
 use crate::engine::context::Few;
 
 /// A position with no pod in this snapshot (the pod left).
@@ -214,10 +214,7 @@ impl PodIndex {
         {
             for ((held, pod), at) in self.pods.iter_mut().zip(pods).zip(0..) {
                 if same_version(held, pod) {
-                    // A relist's copy replaces the copy held, which can then go.
-                    if !Arc::ptr_eq(held, pod) {
-                        *held = Arc::clone(pod);
-                    }
+                    hold(held, pod);
                     continue;
                 }
                 if let Some(uid) = controller_uid(held) {
@@ -277,15 +274,10 @@ impl PodIndex {
         let mut joined = Vec::new();
         for ((pod, &q), at) in pods.iter().zip(&source).zip(0u32..) {
             match held.get_mut(q as usize).and_then(Option::take) {
-                // The held `Arc` of the same object moves to its new position rather than
-                // being cloned: a clone writes the count in every pod object. A relist's copy
-                // replaces the copy held, which can then go.
-                Some(p) => {
-                    self.pods.push(if Arc::ptr_eq(&p, pod) {
-                        p
-                    } else {
-                        Arc::clone(pod)
-                    });
+                // The same version moves to its new position.
+                Some(mut p) => {
+                    hold(&mut p, pod);
+                    self.pods.push(p);
                     quiet.push(self.quiet.get(q as usize).copied().flatten());
                 }
                 None => {

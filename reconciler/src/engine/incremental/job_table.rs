@@ -31,8 +31,8 @@ use nodewright_schema::keys;
 use rustc_hash::FxHashMap;
 
 use super::job_pods::{PodChanges, PodIndex, uid_hash};
-use super::same_version;
 use super::state_cache::{NodeMemo, NodeMoves, ParsedPackage};
+use super::{hold, same_version};
 use crate::engine::complete::CompletionInputs;
 use crate::engine::context::{Few, NodeWork};
 use crate::engine::jobs::{self, JobFacts};
@@ -509,10 +509,7 @@ impl<'a> JobTable<'a> {
         let fresh = |i: usize| swept.get(i).cloned().flatten();
         let kept = |i: usize| swept_valid && swept_kept[i].get();
         let refill = |i: usize, e: &mut CarriedJob, job: &Arc<Job>| {
-            // A relist's copy replaces the copy the entry held, which can then go.
-            if !Arc::ptr_eq(&e.job, job) {
-                e.job = Arc::clone(job);
-            }
+            hold(&mut e.job, job);
             e.no_prunable = no_prunable[i].get();
             (e.nodewright, e.node) = labels[i];
             e.pods = job_pods[i].clone();
@@ -536,8 +533,7 @@ impl<'a> JobTable<'a> {
                 swept: fresh(i).or(carried_verdict),
             };
         if !all_in_place {
-            // Jobs joined, left or moved: each entry moves to where its Job is now (its `Arc`
-            // moved, not cloned: a clone writes the count in every Job object), and a Job
+            // Jobs joined, left or moved: each entry moves to where its Job is now, and a Job
             // not carried is entered as read now.
             let mut before: Vec<Option<CarriedJob>> = std::mem::take(&mut last.entries)
                 .into_iter()

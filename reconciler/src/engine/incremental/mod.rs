@@ -69,3 +69,12 @@ pub(in crate::engine) fn same_version<K: Metadata<Ty = ObjectMeta>>(
 ) -> bool {
     Arc::ptr_eq(held, now) || ObjectVersion::same(held.metadata(), now.metadata())
 }
+
+/// Holds `now`, the [`same_version`] of `held`, from now on: a relist's copy replaces the
+/// copy held, which can then go. The object held itself is left untouched, as every object of
+/// a large snapshot would be written to otherwise.
+pub(in crate::engine) fn hold<K>(held: &mut Arc<K>, now: &Arc<K>) {
+    if !Arc::ptr_eq(held, now) {
+        *held = Arc::clone(now);
+    }
+}
