@@ -2231,59 +2231,15 @@ mod tests {
         assert_eq!(then, Some(0), "no pod as of before the first");
     }
 
-    /// A watch collects the changes published so far while a write holds the world, and
-    /// none of that write's until it is published.
-    #[test]
-    fn a_watch_reads_the_log_while_a_write_is_in_progress() {
-        let world = Arc::new(empty_world());
-        let start = world.read(|inner| inner.resource_version());
-        let pod = |name: &str| {
-            json!({"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": name, "namespace": "apps"}, "spec": {}})
-        };
-        world.with(|inner| {
-            inner.put_generic(resources::PODS, pod("published"), None);
-        });
-        let names = |world: &World| {
-            world.read_log(|log| {
-                log.entries_after(resources::PODS, start)
-                    .map(|e| key_of(&e.object).1)
-                    .collect::<Vec<_>>()
-            })
-        };
-        let (appended, release) = (
-            Arc::new(std::sync::Barrier::new(2)),
-            Arc::new(std::sync::Barrier::new(2)),
-        );
-        let writer = {
-            let (world, appended, release) = (world.clone(), appended.clone(), release.clone());
-            std::thread::spawn(move || {
-                world.with(|inner| {
-                    inner.put_generic(resources::PODS, pod("in-progress"), None);
-                    appended.wait();
-                    release.wait();
-                })
-            })
-        };
-        appended.wait();
-        assert_eq!(names(&world), ["published"]);
-        release.wait();
-        writer.join().unwrap();
-        assert_eq!(names(&world), ["published", "in-progress"]);
+    /// A pod in `apps` named `name`.
+    fn pod(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "apps"}, "spec": {}})
     }
 
-    /// A read of one object is answered while a write holds the world, as kube-apiserver
-    /// answers reads from its watch cache while etcd writes.
-    #[test]
-    fn a_read_of_one_object_does_not_wait_for_a_write_in_progress() {
-        let world = Arc::new(empty_world());
-        let pod = |name: &str| {
-            json!({"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": name, "namespace": "apps"}, "spec": {}})
-        };
-        world.with(|inner| {
-            inner.put_generic(resources::PODS, pod("published"), None);
-        });
+    /// What `during` returns when run while another thread's write holds the world, having
+    /// stored the pod `in-progress` and not yet published it.
+    fn while_a_write_holds_the_world<R>(world: &Arc<World>, during: impl FnOnce() -> R) -> R {
         let (holding, release) = (
             Arc::new(std::sync::Barrier::new(2)),
             Arc::new(std::sync::Barrier::new(2)),
@@ -2299,18 +2255,55 @@ mod tests {
             })
         };
         holding.wait();
+        let out = during();
+        release.wait();
+        writer.join().unwrap();
+        out
+    }
+
+    /// A watch collects the changes published so far while a write holds the world, and
+    /// none of that write's until it is published.
+    #[test]
+    fn a_watch_reads_the_log_while_a_write_is_in_progress() {
+        let world = Arc::new(empty_world());
+        let start = world.read(|inner| inner.resource_version());
+        world.with(|inner| {
+            inner.put_generic(resources::PODS, pod("published"), None);
+        });
+        let names = |world: &World| {
+            world.read_log(|log| {
+                log.entries_after(resources::PODS, start)
+                    .map(|e| key_of(&e.object).1)
+                    .collect::<Vec<_>>()
+            })
+        };
+        let during = while_a_write_holds_the_world(&world, || names(&world));
+        assert_eq!(during, ["published"]);
+        assert_eq!(names(&world), ["published", "in-progress"]);
+    }
+
+    /// A read of one object is answered while a write holds the world, as kube-apiserver
+    /// answers reads from its watch cache while etcd writes.
+    #[test]
+    fn a_read_of_one_object_does_not_wait_for_a_write_in_progress() {
+        let world = Arc::new(empty_world());
+        world.with(|inner| {
+            inner.put_generic(resources::PODS, pod("published"), None);
+        });
         let (sent, read) = std::sync::mpsc::channel();
         let reader = {
             let world = world.clone();
-            std::thread::spawn(move || {
+            move || {
                 let key = ("apps".to_string(), "published".to_string());
                 let _ = sent.send(world.get(resources::PODS, &key));
-            })
+            }
         };
-        // A read that waits for the world would wait for the release below: it never comes.
-        let answer = read.recv_timeout(Duration::from_secs(30));
-        release.wait();
-        writer.join().unwrap();
+        // A read that waits for the world would wait for the write's end: it never comes
+        // while the read is awaited.
+        let (answer, reader) = while_a_write_holds_the_world(&world, || {
+            let reader = std::thread::spawn(reader);
+            (read.recv_timeout(Duration::from_secs(30)), reader)
+        });
         reader.join().unwrap();
         let object = answer.expect("the read was answered while the write held the world");
         assert_eq!(
@@ -2336,9 +2329,7 @@ mod tests {
             "a lease write woke a pod watch"
         );
         world.with(|inner| {
-            let pod = json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "p", "namespace": "apps"}, "spec": {}});
-            inner.put_generic(resources::PODS, pod, None);
+            inner.put_generic(resources::PODS, pod("p"), None);
         });
         assert!(pods.has_changed().unwrap(), "a pod write wakes a pod watch");
     }
