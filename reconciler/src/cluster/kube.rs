@@ -1,6 +1,6 @@
 //! The [`Cluster`] port over a real API server with kube-rs (issue 8).
 //!
-//! Reads come from reflector stores kept current by watches, never from a LIST per pass:
+//! Reads come from stores kept current by watches (`watched`), never from a LIST per pass:
 //! NodeWrights, DeploymentPolicies and Nodes cluster-wide; the reconciler's Jobs, package pods
 //! and ConfigMaps in its namespace by label; and workload pods only on nodes under drain
 //! (cordoned, or carrying a cordon annotation): each such node is listed once when it enters
@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::job::Job;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Node, NodeStatus, NodeSystemInfo, ObjectReference, Pod,
 };
@@ -25,14 +24,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{
     DeleteParams, EvictParams, ListParams, LogParams, Patch, PatchParams, PostParams, Preconditions,
 };
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use nodewright_schema::{DeploymentPolicy, NodeWright, NodeWrightStatus, keys};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::watched::{Watched, watch};
 use super::{Cluster, ClusterError, Desired, LogRequest};
 use crate::plan::{
     Action, EventObject, EventType, MapPatch, NodePatch, Outcome, StatusPatch, apply_node_patch,
@@ -224,13 +223,13 @@ pub struct KubeCluster {
     client: Client,
     options: KubeOptions,
     /// Held by handle (see [`crate::shared`]): a NodeWright's status mirrors every node.
-    nodewrights: Store<crate::shared::Shared<NodeWright>>,
-    policies: Store<DeploymentPolicy>,
-    nodes: Store<Node>,
-    jobs: Store<Job>,
-    package_pods: Store<Pod>,
-    package_config_maps: Store<ConfigMap>,
-    metadata_config_maps: Store<ConfigMap>,
+    nodewrights: Watched<crate::shared::Shared<NodeWright>>,
+    policies: Watched<DeploymentPolicy>,
+    nodes: Watched<Node>,
+    jobs: Watched<Job>,
+    package_pods: Watched<Pod>,
+    package_config_maps: Watched<ConfigMap>,
+    metadata_config_maps: Watched<ConfigMap>,
     drain_pods: Arc<super::drain_pods::DrainPods>,
     changed: Arc<Notify>,
     event_correlator: Mutex<EventCorrelator>,
@@ -345,38 +344,9 @@ pub(super) fn status_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-/// Starts a reflector for `api` with `config`, notifying `changed` on every event.
-fn reflect<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    changed: Arc<Notify>,
-    trim: impl FnMut(&mut K) + Send + 'static,
-) -> (Store<K>, JoinHandle<()>)
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).modify(trim))
-        .default_backoff()
-        .applied_objects();
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(_) => changed.notify_one(),
-                Err(e) => {
-                    tracing::warn!(error = %watch_error_text(&e), "watch error; retrying with backoff")
-                }
-            }
-        }
-    });
-    (store, task)
-}
-
 /// A watch error as an operator reads it: the server's code, reason and message rather than
 /// the client's rendering of the whole status object.
-fn watch_error_text(e: &watcher::Error) -> String {
+pub(super) fn watch_error_text(e: &watcher::Error) -> String {
     let (what, source) = match e {
         watcher::Error::InitialListFailed(source) => ("listing failed", source),
         watcher::Error::WatchStartFailed(source) => ("starting the watch failed", source),
@@ -488,43 +458,43 @@ impl KubeCluster {
         let changed = Arc::new(Notify::new());
         let ns = options.namespace.as_str();
         let labelled = watcher::Config::default().labels(keys::JOB_LABEL_NAME);
-        let (nodewrights, t1) = reflect(
+        let (nodewrights, t1) = watch(
             Api::<crate::shared::Shared<NodeWright>>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
             trim_field_sets,
         );
-        let (policies, t2) = reflect(
+        let (policies, t2) = watch(
             Api::<DeploymentPolicy>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
             trim_field_sets,
         );
-        let (nodes, t3) = reflect(
+        let (nodes, t3) = watch(
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
             changed.clone(),
             trim_node,
         );
-        let (jobs, t4) = reflect(
+        let (jobs, t4) = watch(
             Api::<Job>::namespaced(client.clone(), ns),
             labelled.clone(),
             changed.clone(),
             trim_job,
         );
-        let (package_pods, t5) = reflect(
+        let (package_pods, t5) = watch(
             Api::<Pod>::namespaced(client.clone(), ns),
             options.package_pod_watch(),
             changed.clone(),
             options.package_pod_trim(),
         );
-        let (package_config_maps, t6) = reflect(
+        let (package_config_maps, t6) = watch(
             Api::<ConfigMap>::namespaced(client.clone(), ns),
             labelled,
             changed.clone(),
             trim_managed_fields,
         );
-        let (metadata_config_maps, t7) = reflect(
+        let (metadata_config_maps, t7) = watch(
             Api::<ConfigMap>::namespaced(client.clone(), ns),
             watcher::Config::default().labels(keys::CONFIGMAP_LABEL_NODE_META),
             changed.clone(),
@@ -556,13 +526,13 @@ impl KubeCluster {
             writes_allowed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         };
         for ready in [
-            cluster.nodewrights.wait_until_ready().await,
-            cluster.policies.wait_until_ready().await,
-            cluster.nodes.wait_until_ready().await,
-            cluster.jobs.wait_until_ready().await,
-            cluster.package_pods.wait_until_ready().await,
-            cluster.package_config_maps.wait_until_ready().await,
-            cluster.metadata_config_maps.wait_until_ready().await,
+            cluster.nodewrights.synced().await,
+            cluster.policies.synced().await,
+            cluster.nodes.synced().await,
+            cluster.jobs.synced().await,
+            cluster.package_pods.synced().await,
+            cluster.package_config_maps.synced().await,
+            cluster.metadata_config_maps.synced().await,
         ] {
             ready
                 .map_err(|e| ClusterError::Transport(format!("watch ended before syncing: {e}")))?;
@@ -593,7 +563,7 @@ impl KubeCluster {
     /// The newest copy of a node this process knows without a read: the server's answer to
     /// its own last write while the watch has not delivered it yet, else the watched copy.
     fn cached_node(&self, name: &str) -> Option<Node> {
-        let watched = self.nodes.get(&reflector::ObjectRef::new(name))?;
+        let watched = self.nodes.get(name)?;
         let mut written = self.written_nodes.lock().unwrap_or_else(|e| e.into_inner());
         match written.get(name) {
             Some(written) if written.supersedes(&watched) => Some((*written.answer).clone()),
@@ -664,7 +634,7 @@ impl KubeCluster {
         created.retain(|name, job| {
             let delivered = self
                 .jobs
-                .get(&reflector::ObjectRef::new(name).within(&self.options.namespace))
+                .get(name)
                 .is_some_and(|watched| watched.metadata.uid == job.answer.metadata.uid);
             !delivered && job.at.elapsed() < CREATED_JOB_KEPT
         });
@@ -796,8 +766,7 @@ impl KubeCluster {
     /// Whether the watched copy of a ConfigMap already holds what `desired` declares: its
     /// data, and its labels, annotations and owners (other writers' metadata may be there too).
     fn config_map_holds(&self, desired: &ConfigMap) -> bool {
-        let reference =
-            reflector::ObjectRef::new(&desired.name_any()).within(&self.options.namespace);
+        let reference = desired.name_any();
         let Some(current) = self
             .package_config_maps
             .get(&reference)
@@ -1182,23 +1151,18 @@ fn disruption_budget_message(e: &kube::Error) -> Option<String> {
 
 impl Cluster for KubeCluster {
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
-        // The reflector replaces a node's `Arc` when it changes, so an unchanged node reaches the
-        // engine as the same allocation as last pass, or after a relist as a copy of the same
-        // resourceVersion, which the engine's cache takes for the same (see `Snapshot::nodes`).
-        // Its store has no order: sorted by name, a node keeps its place from pass to pass, as
-        // in the simulator, so the engine's cross-pass caches find it where they left it.
-        let mut nodes: Vec<Arc<Node>> = self.nodes.state();
-        nodes.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        // A store replaces a node's `Arc` when it changes, so an unchanged node reaches the
+        // engine as the same allocation as last pass (a relist keeps it too), and in name
+        // order, as in the simulator, so the engine's cross-pass caches find it where they
+        // left it.
+        let mut nodes: Vec<Arc<Node>> = self.nodes.all();
         self.read_own_node_writes(&mut nodes);
-        let mut jobs = self.jobs.state();
-        jobs.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut jobs = self.jobs.all();
         self.read_own_job_creations(&mut jobs);
-        let mut nodewrights: Vec<Arc<NodeWright>> = (self.nodewrights.state().iter())
+        let nodewrights: Vec<Arc<NodeWright>> = (self.nodewrights.all().iter())
             .map(|shared| shared.arc())
             .collect();
-        nodewrights.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let mut policies = self.policies.state();
-        policies.sort_unstable_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let policies = self.policies.all();
         let under_drain: BTreeSet<String> = nodes
             .iter()
             .filter(|n| {
@@ -1221,10 +1185,7 @@ impl Cluster for KubeCluster {
         // which the engine's cache recognises. A package pod on a node under drain is in both;
         // an incarnation the drain view still holds stands beside its successor.
         let mut pods: BTreeMap<(String, String, String), Arc<Pod>> = BTreeMap::new();
-        for pod in under_drain_pods
-            .into_iter()
-            .chain(self.package_pods.state())
-        {
+        for pod in under_drain_pods.into_iter().chain(self.package_pods.all()) {
             let key = (
                 pod.namespace().unwrap_or_default(),
                 pod.name_any(),
@@ -1235,7 +1196,7 @@ impl Cluster for KubeCluster {
         // The stores' own `Arc`s: a thousand node-metadata ConfigMaps are not copied per pass.
         let mut config_maps: BTreeMap<String, Arc<ConfigMap>> = BTreeMap::new();
         for store in [&self.package_config_maps, &self.metadata_config_maps] {
-            for cm in store.state() {
+            for cm in store.all() {
                 config_maps.insert(cm.name_any(), cm);
             }
         }
@@ -1472,7 +1433,7 @@ impl Cluster for KubeCluster {
             Action::PatchNodeWrightStatus { name, patch } => {
                 for attempt in 0..CONFLICT_RETRIES {
                     let cached = (attempt == 0)
-                        .then(|| self.nodewrights.get(&reflector::ObjectRef::new(name)))
+                        .then(|| self.nodewrights.get(name))
                         .flatten()
                         .map(|shared| shared.arc());
                     let current = match cached {

@@ -9,6 +9,7 @@ mod drain_pods;
 pub mod kube;
 pub mod lease;
 pub mod sim;
+mod watched;
 
 use std::collections::BTreeMap;
 use std::future::Future;
