@@ -16,7 +16,7 @@ use crate::snapshot::Snapshot;
 pub struct SimAdapter {
     world: Mutex<SimCluster>,
     /// The last snapshot handed out, refreshed for the next one: an unchanged node keeps its
-    /// `Arc`, as the kube adapter's reflector does, so the engine's cache recognises it.
+    /// `Arc`, as the kube adapter's stores do, so the engine's cache recognises it.
     last: Mutex<Snapshot>,
 }
 

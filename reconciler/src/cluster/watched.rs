@@ -66,7 +66,7 @@ struct Keeper<K> {
     relisting: Option<BTreeMap<String, Arc<K>>>,
 }
 
-impl<K: Resource> Keeper<K> {
+impl<K: Resource + Clone> Keeper<K> {
     fn write(&self) -> RwLockWriteGuard<'_, BTreeMap<String, Arc<K>>> {
         self.objects.write().unwrap_or_else(|e| e.into_inner())
     }
@@ -76,7 +76,7 @@ impl<K: Resource> Keeper<K> {
         match event {
             watcher::Event::Apply(object) => {
                 if let Some(name) = object.meta().name.clone() {
-                    self.write().insert(name, Arc::new(object));
+                    self.write().insert(name, kept(&object));
                 }
                 true
             }
@@ -97,7 +97,7 @@ impl<K: Resource> Keeper<K> {
                 let held = self.objects.read().unwrap_or_else(|e| e.into_inner());
                 let object = match held.get(&name) {
                     Some(same) if same_version(same.meta(), object.meta()) => same.clone(),
-                    _ => Arc::new(object),
+                    _ => kept(&object),
                 };
                 drop(held);
                 self.relisting
@@ -115,6 +115,14 @@ impl<K: Resource> Keeper<K> {
             }
         }
     }
+}
+
+/// The copy of a delivered object a store keeps. A decoded object's blocks lie among the
+/// blocks its decoding used and the trim freed; held for an hour among them, they keep
+/// whole pages of the heap resident (at 10,000 nodes the reconciler's peak grew from about
+/// 520 to 570 MiB), while a copy made once decoding is done fills the gaps they leave.
+fn kept<K: Clone>(object: &K) -> Arc<K> {
+    Arc::new(object.clone())
 }
 
 /// Whether two copies of an object are the same version of the same object.
