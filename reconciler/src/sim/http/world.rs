@@ -48,8 +48,14 @@ pub type ObjKey = (String, String);
 /// simulator's usual 30× that is about 2 s of wall time, and each second kept costs about
 /// half a gigabyte at 10,000 nodes during a rollout.
 const LOG_WINDOW: Duration = Duration::from_secs(2);
-/// The changes a resource keeps however old they are.
+/// The changes a resource keeps however old they are, while they hold less than
+/// [`LOG_KEPT_BYTES`] of JSON.
 const LOG_KEPT_AT_LEAST: usize = 1_000;
+/// The JSON a resource's changes past the window hold at most: a NodeWright whose status
+/// mirrors a fleet is megabytes per version, and a rollout writes it every pass, so a
+/// thousand versions of it held a large share of `sim serve`'s memory (about 4 GB of 12 at
+/// 10,000 nodes).
+const LOG_KEPT_BYTES: usize = 16 << 20;
 /// The changes a resource keeps at most, however recent.
 const LOG_CAPACITY: usize = 50_000;
 
@@ -69,6 +75,8 @@ pub struct LogEntry {
     pub prev: Option<Arc<Value>>,
     /// When the change was made (wall time), for watches that lag on purpose.
     pub at: std::time::Instant,
+    /// About the size of `object` as JSON, in bytes.
+    size: usize,
     /// `object` as JSON, encoded once for every watch that reports the change.
     json: OnceLock<Bytes>,
 }
@@ -85,6 +93,7 @@ impl LogEntry {
             rv,
             rid,
             type_,
+            size: json_size(&object),
             object,
             prev,
             at: std::time::Instant::now(),
@@ -96,6 +105,20 @@ impl LogEntry {
     pub fn object_json(&self) -> &Bytes {
         self.json
             .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
+    }
+}
+
+/// About the size of `value` as JSON, in bytes, without encoding it.
+fn json_size(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => 2 + items.iter().map(|v| json_size(v) + 1).sum::<usize>(),
+        Value::Object(map) => {
+            2 + (map.iter())
+                .map(|(k, v)| k.len() + 4 + json_size(v))
+                .sum::<usize>()
+        }
     }
 }
 
@@ -259,6 +282,8 @@ pub struct WatchLog {
 #[derive(Default)]
 struct Retained {
     entries: VecDeque<Arc<LogEntry>>,
+    /// The JSON size of `entries`.
+    bytes: usize,
     /// The oldest resourceVersion a watch of this resource can resume from.
     floor: u64,
 }
@@ -298,14 +323,17 @@ impl WatchLog {
         }
         let retained = &mut self.by_rid[entry.rid];
         let now = entry.at;
+        retained.bytes += entry.size;
         retained.entries.push_back(Arc::new(entry));
         while let Some(oldest) = retained.entries.front() {
             let len = retained.entries.len();
             let expired = now.duration_since(oldest.at) > LOG_WINDOW;
-            if len <= LOG_KEPT_AT_LEAST || (len <= LOG_CAPACITY && !expired) {
+            let kept_anyway = len <= LOG_KEPT_AT_LEAST && retained.bytes <= LOG_KEPT_BYTES;
+            if kept_anyway || (len <= LOG_CAPACITY && !expired) {
                 break;
             }
             retained.floor = oldest.rv;
+            retained.bytes -= oldest.size;
             self.forgotten.extend(retained.entries.pop_front());
         }
     }
@@ -2229,6 +2257,49 @@ mod tests {
                 .map(|page| page.items.len())
         });
         assert_eq!(then, Some(0), "no pod as of before the first");
+    }
+
+    /// Past the window, a resource keeps at least a thousand changes, but not megabytes of
+    /// them: a watch of a fleet-sized object cannot resume from long ago, one of pods can.
+    #[test]
+    fn changes_past_the_window_are_kept_by_number_and_size() {
+        let world = empty_world();
+        let before = world.read(|inner| inner.resource_version());
+        let big = "x".repeat(1 << 20);
+        let lease = |renewal: usize| {
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "n0", "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": big, "renewTime": renewal.to_string()}})
+        };
+        let renew = |old: Option<Arc<Value>>, renewals: std::ops::Range<usize>| {
+            world.with(|inner| {
+                let mut old = old;
+                for renewal in renewals {
+                    old =
+                        Some(inner.put_generic(resources::LEASES, lease(renewal), old.as_deref()));
+                }
+                old
+            })
+        };
+        world.with(|inner| inner.put_generic(resources::PODS, pod("early"), None));
+        let old = renew(None, 0..24);
+        std::thread::sleep(LOG_WINDOW + Duration::from_millis(100));
+        renew(old, 24..25);
+        world.with(|inner| inner.put_generic(resources::PODS, pod("late"), None));
+
+        let (pods, pod_floor, leases_kept) = world.read_log(|log| {
+            let pods: Vec<String> = (log.entries_after(resources::PODS, before))
+                .map(|e| key_of(&e.object).1)
+                .collect();
+            let leases = log.entries_after(resources::LEASES, before).count();
+            (pods, log.floor(resources::PODS), leases)
+        });
+        assert_eq!(pods, ["early", "late"]);
+        assert!(pod_floor <= before, "pods resume from {before}");
+        assert!(
+            (1..=17).contains(&leases_kept),
+            "16 MiB of a 1 MiB lease's versions past the window, and the new one: {leases_kept}"
+        );
     }
 
     /// A pod in `apps` named `name`.
