@@ -534,8 +534,7 @@ impl KubeCluster {
             cluster.package_config_maps.synced().await,
             cluster.metadata_config_maps.synced().await,
         ] {
-            ready
-                .map_err(|e| ClusterError::Transport(format!("watch ended before syncing: {e}")))?;
+            ready.map_err(|e| ClusterError::Transport(e.to_string()))?;
         }
         Ok(cluster)
     }

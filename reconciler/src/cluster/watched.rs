@@ -47,14 +47,26 @@ impl<K> Watched<K> {
 
     /// Waits until the watch has listed every object once; an error when the watch ended
     /// before that.
-    pub(super) async fn synced(&self) -> Result<(), String> {
+    pub(super) async fn synced(&self) -> Result<(), WatchEnded>
+    where
+        K: Resource,
+        K::DynamicType: Default,
+    {
         let mut synced = self.synced.clone();
-        synced
-            .wait_for(|synced| *synced)
-            .await
-            .map(|_| ())
-            .map_err(|_| "the watch ended".to_string())
+        match synced.wait_for(|synced| *synced).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(WatchEnded {
+                kind: K::kind(&K::DynamicType::default()).into_owned(),
+            }),
+        }
     }
+}
+
+/// A watch that ended before it listed its objects once.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("the watch of {kind} objects ended before it listed them")]
+pub(super) struct WatchEnded {
+    kind: String,
 }
 
 /// The watch's side of a store: applies what the API server reports.
@@ -272,5 +284,17 @@ mod tests {
         assert_eq!(store.synced().await, Ok(()));
         drop(keeper);
         assert_eq!(store.synced().await, Ok(()), "synced stays true");
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_ends_before_its_list_names_its_kind() {
+        let (mut keeper, store) = keeper();
+        keeper.apply(watcher::Event::Init);
+        drop(keeper);
+        let ended = store.synced().await.map_err(|e| e.to_string());
+        assert_eq!(
+            ended,
+            Err("the watch of ConfigMap objects ended before it listed them".to_string())
+        );
     }
 }
