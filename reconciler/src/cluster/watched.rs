@@ -14,6 +14,8 @@ use kube::Resource;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
 
+use crate::engine::incremental::ObjectVersion;
+
 /// One watched kind's objects, shared between its watch and the passes.
 pub(super) struct Watched<K> {
     objects: Arc<RwLock<BTreeMap<String, Arc<K>>>>,
@@ -69,6 +71,18 @@ pub(super) struct WatchEnded {
     kind: String,
 }
 
+/// An empty store, not yet synced: the watch's side and the passes' side.
+fn store<K>() -> (Keeper<K>, Watched<K>) {
+    let objects = Arc::new(RwLock::new(BTreeMap::new()));
+    let (synced_tx, synced) = tokio::sync::watch::channel(false);
+    let keeper = Keeper {
+        objects: objects.clone(),
+        synced: synced_tx,
+        relisting: None,
+    };
+    (keeper, Watched { objects, synced })
+}
+
 /// The watch's side of a store: applies what the API server reports.
 struct Keeper<K> {
     objects: Arc<RwLock<BTreeMap<String, Arc<K>>>>,
@@ -108,7 +122,7 @@ impl<K: Resource + Clone> Keeper<K> {
                 };
                 let held = self.objects.read().unwrap_or_else(|e| e.into_inner());
                 let object = match held.get(&name) {
-                    Some(same) if same_version(same.meta(), object.meta()) => same.clone(),
+                    Some(same) if ObjectVersion::same(same.meta(), object.meta()) => same.clone(),
                     _ => kept(&object),
                 };
                 drop(held);
@@ -119,7 +133,7 @@ impl<K: Resource + Clone> Keeper<K> {
             }
             watcher::Event::InitDone => {
                 let listed = self.relisting.take().unwrap_or_default();
-                // The replaced map is freed after the lock is released.
+                // The old view is freed after the lock: a pass does not wait on it.
                 let replaced = std::mem::replace(&mut *self.write(), listed);
                 drop(replaced);
                 self.synced.send_replace(true);
@@ -137,17 +151,6 @@ fn kept<K: Clone>(object: &K) -> Arc<K> {
     Arc::new(object.clone())
 }
 
-/// Whether two copies of an object are the same version of the same object.
-fn same_version(
-    a: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    b: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> bool {
-    a.uid.is_some()
-        && a.uid == b.uid
-        && a.resource_version.is_some()
-        && a.resource_version == b.resource_version
-}
-
 /// Starts the watch of `api` with `config` into a new store, each object passed through
 /// `trim` before it is kept, notifying `changed` whenever a pass has something new to see.
 pub(super) fn watch<K>(
@@ -159,13 +162,7 @@ pub(super) fn watch<K>(
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
-    let objects = Arc::new(RwLock::new(BTreeMap::new()));
-    let (synced_tx, synced) = tokio::sync::watch::channel(false);
-    let mut keeper = Keeper {
-        objects: objects.clone(),
-        synced: synced_tx,
-        relisting: None,
-    };
+    let (mut keeper, store) = store();
     let stream = watcher(api, config).modify(trim).default_backoff();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -183,7 +180,7 @@ where
             }
         }
     });
-    (Watched { objects, synced }, task)
+    (store, task)
 }
 
 #[cfg(test)]
@@ -204,17 +201,6 @@ mod tests {
         }
     }
 
-    fn keeper() -> (Keeper<ConfigMap>, Watched<ConfigMap>) {
-        let objects = Arc::new(RwLock::new(BTreeMap::new()));
-        let (synced_tx, synced) = tokio::sync::watch::channel(false);
-        let keeper = Keeper {
-            objects: objects.clone(),
-            synced: synced_tx,
-            relisting: None,
-        };
-        (keeper, Watched { objects, synced })
-    }
-
     fn names(store: &Watched<ConfigMap>) -> Vec<String> {
         store
             .all()
@@ -225,7 +211,7 @@ mod tests {
 
     #[test]
     fn a_store_hands_its_objects_over_in_name_order_and_forgets_deleted_ones() {
-        let (mut keeper, store) = keeper();
+        let (mut keeper, store) = store::<ConfigMap>();
         keeper.apply(watcher::Event::Init);
         for name in ["n10", "n2", "n1"] {
             keeper.apply(watcher::Event::InitApply(cm(name, name, "1")));
@@ -247,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_relist_keeps_the_objects_it_finds_unchanged_and_drops_the_vanished() {
-        let (mut keeper, store) = keeper();
+        let (mut keeper, store) = store::<ConfigMap>();
         keeper.apply(watcher::Event::Init);
         keeper.apply(watcher::Event::InitApply(cm("a", "ua", "1")));
         keeper.apply(watcher::Event::InitApply(cm("b", "ub", "1")));
@@ -273,7 +259,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_store_is_synced_after_its_first_list_and_not_before() {
-        let (mut keeper, store) = keeper();
+        let (mut keeper, store) = store::<ConfigMap>();
         keeper.apply(watcher::Event::Init);
         let waiting = tokio::time::timeout(std::time::Duration::from_millis(20), store.synced());
         assert!(
@@ -288,7 +274,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_that_ends_before_its_list_names_its_kind() {
-        let (mut keeper, store) = keeper();
+        let (mut keeper, store) = store::<ConfigMap>();
         keeper.apply(watcher::Event::Init);
         drop(keeper);
         let ended = store.synced().await.map_err(|e| e.to_string());

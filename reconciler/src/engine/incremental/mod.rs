@@ -51,7 +51,7 @@ impl ObjectVersion {
 
     /// Whether two objects' metadata name one version (both have uid and resourceVersion, and
     /// they are equal).
-    fn same(a: &ObjectMeta, b: &ObjectMeta) -> bool {
+    pub fn same(a: &ObjectMeta, b: &ObjectMeta) -> bool {
         a.uid.is_some()
             && a.resource_version.is_some()
             && a.uid == b.uid
