@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use nodewright_reconciler::engine::StateCache;
 use nodewright_reconciler::job::Job;
-use nodewright_reconciler::plan::{Action, NodePatch, Plan};
+use nodewright_reconciler::plan::{Action, NewJob, NodePatch, Plan};
 use nodewright_reconciler::scenario::runner::{Hooks, Run};
 use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::sim::{job_has_condition, jobs_is_finished};
@@ -151,7 +151,7 @@ fn stand_in(snapshot: &Snapshot, _: &Settings, _: &mut StateCache) -> Plan {
             }
             Some("cordoned") => {
                 plan.actions
-                    .push(Action::CreateJob(Box::new(job(&apply, &name, "apply"))));
+                    .push(Action::CreateJob(NewJob::from(job(&apply, &name, "apply"))));
                 plan.actions
                     .push(Action::PatchNode(set_phase(&name, "applying")));
             }
@@ -160,7 +160,7 @@ fn stand_in(snapshot: &Snapshot, _: &Settings, _: &mut StateCache) -> Plan {
                     .get(apply.as_str())
                     .is_some_and(|j| job_has_condition(j, "Complete")) =>
             {
-                plan.actions.push(Action::CreateJob(Box::new(job(
+                plan.actions.push(Action::CreateJob(NewJob::from(job(
                     &interrupt,
                     &name,
                     "interrupt",

@@ -5,12 +5,14 @@
 //! optimistic concurrency (spec/operator.md §5.15): a pass never re-asserts a field it did not
 //! change, and node-state entries it did not touch keep whatever another writer put there.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::engine::jobs::{self, PackageJob};
 use crate::job::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, NodeCondition, Taint};
-use nodewright_schema::{NodeState, NodeWrightStatus, PackageStatus, Status};
+use nodewright_schema::{NodeState, NodeWrightStatus, PackageStatus, Status, keys, names};
 
 /// Everything one pass decided.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -80,7 +82,7 @@ fn object_of(action: &Action) -> (u8, &str, &str) {
     match action {
         Action::PatchNode(p) => (0, &p.node, ""),
         Action::PatchNodeConditions { node, .. } => (0, node, ""),
-        Action::CreateJob(job) => (1, job.metadata.name.as_deref().unwrap_or(""), ""),
+        Action::CreateJob(job) => (1, job.name(), ""),
         Action::DeleteJob { name, .. }
         | Action::SuspendJob { name, .. }
         | Action::AnnotateJob { name, .. }
@@ -202,6 +204,82 @@ pub enum Requeue {
     After(Duration),
 }
 
+/// A Job a plan creates.
+#[derive(Clone, Debug)]
+pub enum NewJob {
+    /// A package's stage or interrupt Job, built when it is sent.
+    Package(Box<PackageJob>),
+    /// A Job as given (a client's create, a fixture).
+    Given(Box<Job>),
+}
+
+impl NewJob {
+    /// The Job's name, its claim.
+    pub fn name(&self) -> &str {
+        match self {
+            NewJob::Package(job) => job.name(),
+            NewJob::Given(job) => job.metadata.name.as_deref().unwrap_or(""),
+        }
+    }
+
+    /// The Job to send.
+    pub fn job(&self) -> Cow<'_, Job> {
+        match self {
+            NewJob::Package(job) => Cow::Owned(job.build()),
+            NewJob::Given(job) => Cow::Borrowed(job),
+        }
+    }
+
+    /// Whether this is an interrupt Job (§8.16).
+    pub fn is_interrupt(&self) -> bool {
+        match self {
+            NewJob::Package(job) => job.is_interrupt(),
+            NewJob::Given(job) => jobs::is_interrupt_job(job),
+        }
+    }
+
+    /// The Job's `node` label (§4.7).
+    pub fn node_label(&self) -> Option<Cow<'_, str>> {
+        match self {
+            NewJob::Package(job) => Some(Cow::Owned(names::node_label_value(job.node()))),
+            NewJob::Given(job) => jobs::label(job, keys::JOB_LABEL_NODE).map(Cow::Borrowed),
+        }
+    }
+
+    /// The ConfigMaps the Job's pod mounts.
+    pub fn config_maps(&self) -> Vec<String> {
+        match self {
+            NewJob::Package(job) => job.config_maps(),
+            NewJob::Given(job) => (job.spec.as_ref())
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|s| s.volumes.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
+                .collect(),
+        }
+    }
+}
+
+impl From<Job> for NewJob {
+    fn from(job: Job) -> NewJob {
+        NewJob::Given(Box::new(job))
+    }
+}
+
+impl From<PackageJob> for NewJob {
+    fn from(job: PackageJob) -> NewJob {
+        NewJob::Package(Box::new(job))
+    }
+}
+
+/// Two creates are the same when they would send the same Job.
+impl PartialEq for NewJob {
+    fn eq(&self, other: &NewJob) -> bool {
+        self.job() == other.job()
+    }
+}
+
 /// One write to the cluster.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
@@ -218,7 +296,7 @@ pub enum Action {
         remove: Vec<String>,
     },
     /// Create a Job (the name is the claim; `AlreadyExists` is reported, not an error).
-    CreateJob(Box<Job>),
+    CreateJob(NewJob),
     /// Foreground-delete a Job.
     DeleteJob {
         /// Job name (operator namespace).

@@ -21,7 +21,8 @@ use nodewright_reconciler::cluster::{Cluster, Desired};
 use nodewright_reconciler::controller::Controller;
 use nodewright_reconciler::job::Job;
 use nodewright_reconciler::plan::{
-    Action, Event, EventObject, EventType, NodePatch, NodeStateDelta, Outcome, PodRef, StatusPatch,
+    Action, Event, EventObject, EventType, NewJob, NodePatch, NodeStateDelta, Outcome, PodRef,
+    StatusPatch,
 };
 use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::sim::http::{ServeOptions, SimServer};
@@ -410,7 +411,7 @@ async fn every_action_kind_has_its_effect_through_the_api() {
 
     // Jobs: create (then AlreadyExists), suspend, annotate with a UID precondition, fail,
     // foreground delete.
-    let create = Action::CreateJob(Box::new(job("j1", "n1")));
+    let create = Action::CreateJob(NewJob::from(job("j1", "n1")));
     assert_eq!(cluster.execute(&create).await.unwrap(), Outcome::Done);
     assert_eq!(
         cluster.execute(&create).await.unwrap(),
@@ -917,7 +918,10 @@ async fn a_snapshot_shows_the_adapters_writes_before_the_lagging_watch_does() {
     // A Job created and not yet delivered is not created again by the next pass.
     assert_eq!(
         cluster
-            .execute(&Action::CreateJob(Box::new(job("tuning-p-apply-n1", "n1"))))
+            .execute(&Action::CreateJob(NewJob::from(job(
+                "tuning-p-apply-n1",
+                "n1"
+            ))))
             .await
             .unwrap(),
         Outcome::Done
@@ -1251,7 +1255,7 @@ async fn kubectl_reads_and_cordons_through_sim_serve() {
         .await
         .unwrap();
     cluster
-        .execute(&Action::CreateJob(Box::new(job("j1", "n1"))))
+        .execute(&Action::CreateJob(NewJob::from(job("j1", "n1"))))
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -1519,7 +1523,7 @@ async fn container_logs_are_read_followed_and_snapshotted_over_http() {
         .await
         .unwrap();
     cluster
-        .execute(&Action::CreateJob(Box::new(step_job("j1", "n1"))))
+        .execute(&Action::CreateJob(NewJob::from(step_job("j1", "n1"))))
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);

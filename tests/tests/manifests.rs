@@ -420,7 +420,7 @@ fn one_of_each_action() -> Vec<Action> {
             set: vec![],
             remove: vec![],
         },
-        Action::CreateJob(Box::default()),
+        Action::CreateJob(nodewright_reconciler::job::Job::default().into()),
         Action::DeleteJob {
             name: "j".into(),
             uid: None,

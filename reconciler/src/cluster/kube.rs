@@ -1267,7 +1267,7 @@ impl Cluster for KubeCluster {
             Action::PatchNodeConditions { node, set, remove } => {
                 self.patch_node_conditions(node, set, remove).await
             }
-            Action::CreateJob(job) => match jobs.create(&PostParams::default(), job).await {
+            Action::CreateJob(job) => match jobs.create(&PostParams::default(), &job.job()).await {
                 Ok(mut answer) => {
                     trim_job(&mut answer);
                     self.created_jobs

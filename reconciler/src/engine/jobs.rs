@@ -491,6 +491,10 @@ fn job_annotations(
 /// [`PassCtx::package_jobs`]: super::context::PassCtx::package_jobs
 #[derive(Debug)]
 pub struct PackageJobs {
+    /// The NodeWright the Jobs belong to.
+    owner: Owner,
+    /// The package's name (its key in the spec).
+    name: String,
     /// The package (its version as the Jobs run it) these parts were derived from.
     package: Package,
     digest: String,
@@ -505,6 +509,8 @@ impl PackageJobs {
     /// The parts of the Jobs of `package`, named `name`, for NodeWright `nw`.
     pub fn of(nw: &NodeWright, settings: &Settings, name: &str, package: &Package) -> PackageJobs {
         PackageJobs {
+            owner: Owner::of(nw),
+            name: name.to_string(),
             package: package.clone(),
             digest: package_digest(package, settings),
             configs: config_record_json(package),
@@ -521,30 +527,178 @@ impl PackageJobs {
     }
 }
 
-/// Builds the stage Job of a package on a node (§8.2–§8.5).
-pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInput<'_>) -> Job {
-    let shared = PackageJobs::of(nw, settings, input.package_name, input.package);
-    build_stage_job_sharing(nw, settings, input, &shared)
+/// A package's stage or interrupt Job on one node as a plan carries it until the executor
+/// sends it: what sets it apart, and the parts every Job of the package shares. A pass that
+/// starts a batch creates a Job on each of its nodes, and that many built Jobs (about 40 KB
+/// each) would all stay alive until the last of them is written.
+#[derive(Clone, Debug)]
+pub struct PackageJob {
+    settings: Arc<Settings>,
+    parts: Arc<PackageJobs>,
+    runs: Runs,
+    node: String,
+    node_order: i64,
+    /// The Job's name, its claim (§8.14).
+    name: String,
 }
 
-/// [`build_stage_job`] with the parts every Job of the package shares, derived already
-/// (`shared` must be those of `input.package`).
-pub fn build_stage_job_sharing(
-    nw: &NodeWright,
-    settings: &Settings,
-    input: StageJobInput<'_>,
-    shared: &PackageJobs,
-) -> Job {
-    let owner = Owner::of(nw);
-    let StageJobInput {
-        package_name,
-        package,
-        stage,
+/// What a package Job runs.
+#[derive(Clone, Debug)]
+enum Runs {
+    /// A stage of the package (never an interrupt stage).
+    Stage(Stage),
+    /// The node's merged interrupt, owned by the package (§8.16).
+    Interrupt {
+        /// `interrupt` or `uninstall-interrupt`.
+        stage: Stage,
+        /// The merged interrupt.
+        interrupt: Interrupt,
+    },
+}
+
+impl PackageJob {
+    /// The stage Job of the package `parts` describe, on `node` (§8.2–§8.5).
+    pub fn stage(
+        settings: Arc<Settings>,
+        parts: Arc<PackageJobs>,
+        stage: Stage,
+        node: &str,
+        node_order: i64,
+    ) -> PackageJob {
+        PackageJob {
+            name: stage_job_name(&parts, stage, node),
+            settings,
+            parts,
+            runs: Runs::Stage(stage),
+            node: node.to_string(),
+            node_order,
+        }
+    }
+
+    /// The interrupt Job of `node`, owned by the package `parts` describe (§8.16).
+    pub fn interrupt(
+        settings: Arc<Settings>,
+        parts: Arc<PackageJobs>,
+        stage: Stage,
+        interrupt: &Interrupt,
+        node: &str,
+        node_order: i64,
+    ) -> PackageJob {
+        PackageJob {
+            name: interrupt_job_name(&parts, stage, interrupt, node),
+            settings,
+            parts,
+            runs: Runs::Interrupt {
+                stage,
+                interrupt: interrupt.clone(),
+            },
+            node: node.to_string(),
+            node_order,
+        }
+    }
+
+    /// The Job's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The node the Job runs on.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Whether this is an interrupt Job.
+    pub fn is_interrupt(&self) -> bool {
+        matches!(self.runs, Runs::Interrupt { .. })
+    }
+
+    /// The ConfigMaps the Job's pod mounts: the node's metadata, and for a stage the
+    /// package's configuration when it has some.
+    pub fn config_maps(&self) -> Vec<String> {
+        let mut names = vec![names::node_metadata_configmap(
+            &self.parts.owner.name,
+            &self.node,
+        )];
+        if let (Runs::Stage(_), Some(configmap)) = (&self.runs, &self.parts.configmap) {
+            names.push(configmap.clone());
+        }
+        names
+    }
+
+    /// The Job itself.
+    pub fn build(&self) -> Job {
+        match &self.runs {
+            Runs::Stage(stage) => stage_job(
+                &self.settings,
+                &self.parts,
+                self.name.clone(),
+                *stage,
+                &self.node,
+                self.node_order,
+            ),
+            Runs::Interrupt { stage, interrupt } => interrupt_job(
+                &self.settings,
+                &self.parts,
+                self.name.clone(),
+                (*stage, interrupt),
+                &self.node,
+                self.node_order,
+            ),
+        }
+    }
+}
+
+fn stage_job_name(parts: &PackageJobs, stage: Stage, node: &str) -> String {
+    names::stage_job_name(
+        &parts.owner.name,
+        &parts.name,
+        &parts.package.version,
+        stage.as_str(),
         node,
-        node_order,
-    } = input;
+    )
+}
+
+fn interrupt_job_name(
+    parts: &PackageJobs,
+    stage: Stage,
+    interrupt: &Interrupt,
+    node: &str,
+) -> String {
+    names::interrupt_job_name(
+        &parts.owner.name,
+        stage.as_str(),
+        interrupt.kind.as_str(),
+        node,
+    )
+}
+
+/// Builds the stage Job of a package on a node (§8.2–§8.5).
+pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInput<'_>) -> Job {
+    let parts = PackageJobs::of(nw, settings, input.package_name, input.package);
+    let name = stage_job_name(&parts, input.stage, input.node);
+    stage_job(
+        settings,
+        &parts,
+        name,
+        input.stage,
+        input.node,
+        input.node_order,
+    )
+}
+
+fn stage_job(
+    settings: &Settings,
+    shared: &PackageJobs,
+    name: String,
+    stage: Stage,
+    node: &str,
+    node_order: i64,
+) -> Job {
+    let owner = &shared.owner;
+    let package_name = shared.name.as_str();
+    let package = &shared.package;
     let version = package.version.as_str();
-    let copy_dir = copy_dir(settings, &owner, package_name, version);
+    let copy_dir = copy_dir(settings, owner, package_name, version);
     let short = truncated_name(package_name);
     let metadata_volume = names::node_metadata_volume(node);
     let mounts = package_mounts(package_name, package, &metadata_volume);
@@ -554,7 +708,7 @@ pub fn build_stage_job_sharing(
     let mut work_env: Vec<EnvVar> = package.env.clone().unwrap_or_default();
     work_env.extend(operator_env(
         settings,
-        &owner,
+        owner,
         package_name,
         version,
         node_order,
@@ -604,8 +758,8 @@ pub fn build_stage_job_sharing(
         ));
     }
 
-    let annotation = package_annotation(&owner, package_name, package, stage);
-    let labels = labels(&owner, package_name, version, stage, node, false);
+    let annotation = package_annotation(owner, package_name, package, stage);
+    let labels = labels(owner, package_name, version, stage, node, false);
     let grace = package
         .graceful_shutdown
         .as_ref()
@@ -629,17 +783,11 @@ pub fn build_stage_job_sharing(
 
     Job {
         metadata: ObjectMeta {
-            name: Some(names::stage_job_name(
-                &owner.name,
-                package_name,
-                version,
-                stage.as_str(),
-                node,
-            )),
+            name: Some(name),
             namespace: Some(settings.namespace.clone()),
             labels: Some(labels.clone()),
             annotations: Some(job_annotations(
-                &owner,
+                owner,
                 &annotation,
                 shared.digest.clone(),
                 shared.configs.clone(),
@@ -716,29 +864,31 @@ pub fn build_interrupt_job(
     settings: &Settings,
     input: InterruptJobInput<'_>,
 ) -> Job {
-    let shared = PackageJobs::of(nw, settings, input.package_name, input.package);
-    build_interrupt_job_sharing(nw, settings, input, &shared)
+    let parts = PackageJobs::of(nw, settings, input.package_name, input.package);
+    let name = interrupt_job_name(&parts, input.stage, input.interrupt, input.node);
+    interrupt_job(
+        settings,
+        &parts,
+        name,
+        (input.stage, input.interrupt),
+        input.node,
+        input.node_order,
+    )
 }
 
-/// [`build_interrupt_job`] with the parts every Job of the owner package shares, derived
-/// already (`shared` must be those of `input.package`).
-pub fn build_interrupt_job_sharing(
-    nw: &NodeWright,
+fn interrupt_job(
     settings: &Settings,
-    input: InterruptJobInput<'_>,
     shared: &PackageJobs,
+    name: String,
+    (stage, interrupt): (Stage, &Interrupt),
+    node: &str,
+    node_order: i64,
 ) -> Job {
-    let owner = Owner::of(nw);
-    let InterruptJobInput {
-        package_name,
-        package,
-        stage,
-        interrupt,
-        node,
-        node_order,
-    } = input;
+    let owner = &shared.owner;
+    let package_name = shared.name.as_str();
+    let package = &shared.package;
     let version = package.version.as_str();
-    let copy_dir = copy_dir(settings, &owner, package_name, version);
+    let copy_dir = copy_dir(settings, owner, package_name, version);
     let container = Container {
         name: "interrupt".to_string(),
         image: Some(agent_image(package, settings).to_string()),
@@ -751,7 +901,7 @@ pub fn build_interrupt_job_sharing(
         ]),
         env: Some(operator_env(
             settings,
-            &owner,
+            owner,
             package_name,
             version,
             node_order,
@@ -761,8 +911,8 @@ pub fn build_interrupt_job_sharing(
         security_context: privileged(),
         ..Container::default()
     };
-    let annotation = package_annotation(&owner, package_name, package, stage);
-    let labels = labels(&owner, package_name, version, stage, node, true);
+    let annotation = package_annotation(owner, package_name, package, stage);
+    let labels = labels(owner, package_name, version, stage, node, true);
     let pod_spec = PodSpec {
         node_name: Some(node.to_string()),
         host_pid: Some(true),
@@ -783,16 +933,11 @@ pub fn build_interrupt_job_sharing(
     };
     Job {
         metadata: ObjectMeta {
-            name: Some(names::interrupt_job_name(
-                &owner.name,
-                stage.as_str(),
-                interrupt.kind.as_str(),
-                node,
-            )),
+            name: Some(name),
             namespace: Some(settings.namespace.clone()),
             labels: Some(labels.clone()),
             annotations: Some(job_annotations(
-                &owner,
+                owner,
                 &annotation,
                 shared.digest.clone(),
                 shared.configs.clone(),
@@ -1474,36 +1619,69 @@ mod tests {
     }
 
     #[test]
-    fn a_job_built_from_its_package_s_shared_parts_is_the_job_built_alone() {
+    fn a_package_job_as_a_plan_carries_it_is_the_job_built_alone() {
+        use crate::plan::NewJob;
         let (nw, package, settings) = (rich_nodewright(), rich_package(), Settings::default());
-        let shared = PackageJobs::of(&nw, &settings, "tuning", &package);
-        let stage = StageJobInput {
-            package_name: "tuning",
-            package: &package,
-            stage: Stage::Config,
-            node: "node-a",
-            node_order: 2,
-        };
-        assert_eq!(
-            build_stage_job_sharing(&nw, &settings, stage, &shared),
-            build_stage_job(&nw, &settings, stage)
+        assert!(
+            !package.config_map().is_empty(),
+            "the stage Job mounts the package's data"
         );
+        let shared = Arc::new(PackageJobs::of(&nw, &settings, "tuning", &package));
+        let carried_settings = Arc::new(settings.clone());
         let interrupt = Interrupt {
             kind: InterruptType::Reboot,
-            services: Vec::new(),
+            services: vec!["kubelet".into()],
         };
-        let input = InterruptJobInput {
-            package_name: "tuning",
-            package: &package,
-            stage: Stage::Interrupt,
-            interrupt: &interrupt,
-            node: "node-a",
-            node_order: 2,
-        };
-        assert_eq!(
-            build_interrupt_job_sharing(&nw, &settings, input, &shared),
-            build_interrupt_job(&nw, &settings, input)
-        );
+        let long_node = "n".repeat(70);
+        // One set of shared parts serves every node of the package.
+        for node in ["node-a", "node-b", long_node.as_str()] {
+            let stage = StageJobInput {
+                package_name: "tuning",
+                package: &package,
+                stage: Stage::Config,
+                node,
+                node_order: 2,
+            };
+            let interrupt_input = InterruptJobInput {
+                package_name: "tuning",
+                package: &package,
+                stage: Stage::Interrupt,
+                interrupt: &interrupt,
+                node,
+                node_order: 2,
+            };
+            let pairs = [
+                (
+                    PackageJob::stage(
+                        Arc::clone(&carried_settings),
+                        Arc::clone(&shared),
+                        Stage::Config,
+                        node,
+                        2,
+                    ),
+                    build_stage_job(&nw, &settings, stage),
+                ),
+                (
+                    PackageJob::interrupt(
+                        Arc::clone(&carried_settings),
+                        Arc::clone(&shared),
+                        Stage::Interrupt,
+                        &interrupt,
+                        node,
+                        2,
+                    ),
+                    build_interrupt_job(&nw, &settings, interrupt_input),
+                ),
+            ];
+            for (carried, alone) in pairs {
+                let (carried, alone) = (NewJob::from(carried), NewJob::from(alone));
+                assert_eq!(carried.job(), alone.job());
+                assert_eq!(carried.name(), alone.name());
+                assert_eq!(carried.is_interrupt(), alone.is_interrupt());
+                assert_eq!(carried.node_label(), alone.node_label());
+                assert_eq!(carried.config_maps(), alone.config_maps());
+            }
+        }
         let mut other_version = package.clone();
         other_version.version = "9.9.9".into();
         assert!(shared.is_of(&package));

@@ -13,7 +13,7 @@ use super::complete;
 use super::context::{NodeWorkResult, PassCtx};
 use super::drain::{self, DrainGate};
 use super::interrupts::{self, Merged};
-use super::jobs::{self, InterruptJobInput, StageJobInput};
+use super::jobs::{self, PackageJob};
 use super::packages::{self, UninstallStep};
 use crate::plan::{Action, EventObject, EventType};
 
@@ -442,19 +442,13 @@ fn start_interrupt(
     }
     super::configmaps::upsert_node_metadata(ctx, nw, node);
     let order = super::order::node_order(ctx, nw, node);
-    let shared = ctx.package_jobs(nw, name, package);
-    let job = jobs::build_interrupt_job_sharing(
-        ctx.nws[nw].nw,
-        ctx.settings,
-        InterruptJobInput {
-            package_name: name,
-            package,
-            stage,
-            interrupt,
-            node: &node_name,
-            node_order: order,
-        },
-        &shared,
+    let job = PackageJob::interrupt(
+        ctx.job_settings(),
+        ctx.package_jobs(nw, name, package),
+        stage,
+        interrupt,
+        &node_name,
+        order,
     );
     ctx.create_job(node, job);
     let state = package_state(ctx, nw, node, name);
@@ -609,18 +603,12 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
     package.version = entry_version.clone();
     super::configmaps::upsert_node_metadata(ctx, nw, node);
     let order = super::order::node_order(ctx, nw, node);
-    let shared = ctx.package_jobs(nw, name, &package);
-    let job = jobs::build_stage_job_sharing(
-        nw_obj,
-        ctx.settings,
-        StageJobInput {
-            package_name: name,
-            package: &package,
-            stage,
-            node: &node_name,
-            node_order: order,
-        },
-        &shared,
+    let job = PackageJob::stage(
+        ctx.job_settings(),
+        ctx.package_jobs(nw, name, &package),
+        stage,
+        &node_name,
+        order,
     );
     ctx.create_job(node, job);
     ctx.record_and_publish_entry(

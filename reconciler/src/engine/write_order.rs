@@ -198,13 +198,13 @@ fn require(requires: &mut Vec<Requirement>, at: usize, needs: impl Iterator<Item
 mod tests {
     use super::*;
     use crate::job::Job;
-    use crate::plan::{EventType, MapPatch, NodePatch, StatusPatch};
+    use crate::plan::{EventType, MapPatch, NewJob, NodePatch, StatusPatch};
     use nodewright_schema::NodeWrightStatus;
 
     fn job(name: &str) -> Action {
         let mut job = Job::default();
         job.metadata.name = Some(name.into());
-        Action::CreateJob(Box::new(job))
+        Action::CreateJob(NewJob::from(job))
     }
 
     fn patch(node: &str) -> Action {
@@ -235,7 +235,7 @@ mod tests {
         let (actions, requires) = order(writes);
         let create = index_of(
             &actions,
-            |a| matches!(a, Action::CreateJob(j) if j.metadata.name.as_deref() == Some("apply-n1")),
+            |a| matches!(a, Action::CreateJob(j) if j.name() == "apply-n1"),
         );
         let node = index_of(
             &actions,
@@ -249,7 +249,7 @@ mod tests {
         // A node the pass does not change has no write to wait for.
         let other = index_of(
             &actions,
-            |a| matches!(a, Action::CreateJob(j) if j.metadata.name.as_deref() == Some("apply-n3")),
+            |a| matches!(a, Action::CreateJob(j) if j.name() == "apply-n3"),
         );
         assert!(requires.iter().all(|r| r.action != other));
         // Independent writes keep their place in front.

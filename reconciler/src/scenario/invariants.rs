@@ -594,7 +594,7 @@ spec:
         let mut ledger = InterruptLedger::default();
         write(
             &mut world,
-            crate::plan::Action::CreateJob(Box::new(job.clone())),
+            crate::plan::Action::CreateJob(crate::plan::NewJob::from(job.clone())),
         );
         assert_eq!(ledger.observe(&world), Vec::<String>::new());
         write(&mut world, annotate("unrelated".into(), "x"));
@@ -609,7 +609,9 @@ spec:
         );
         // Deleted in the foreground: the name is free once its pod is gone.
         world.advance(std::time::Duration::from_secs(60));
-        let again = world.execute(&crate::plan::Action::CreateJob(Box::new(job)));
+        let again = world.execute(&crate::plan::Action::CreateJob(crate::plan::NewJob::from(
+            job,
+        )));
         assert!(matches!(again, Ok(crate::plan::Outcome::Done)), "{again:?}");
         let found = ledger.observe(&world);
         assert_eq!(found.len(), 1, "{found:?}");

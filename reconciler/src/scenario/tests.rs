@@ -12,7 +12,7 @@ use nodewright_schema::keys;
 use super::runner::{Hooks, VerbResult, run_scenario};
 use super::*;
 use crate::engine::StateCache;
-use crate::plan::{Action, NodePatch, Plan, PodRef};
+use crate::plan::{Action, NewJob, NodePatch, Plan, PodRef};
 use crate::settings::Settings;
 use crate::sim::SimCluster;
 use crate::snapshot::Snapshot;
@@ -107,7 +107,7 @@ fn toy(snapshot: &Snapshot, _settings: &Settings, _: &mut StateCache) -> Plan {
                 ]
                 .into();
                 let image = format!("{}:{}", p.image, p.version);
-                plan.actions.push(Action::CreateJob(Box::new(Job {
+                plan.actions.push(Action::CreateJob(NewJob::from(Job {
                     metadata: ObjectMeta {
                         name: Some(job_name),
                         labels: Some(labels.clone()),

@@ -114,8 +114,9 @@ impl SimCluster {
                 Outcome::Done
             }
             Action::CreateJob(job) => {
-                self.check_interrupt_after_drain(job);
-                self.create_job((**job).clone())
+                let job = job.job().into_owned();
+                self.check_interrupt_after_drain(&job);
+                self.create_job(job)
             }
             Action::DeleteJob { name, uid, .. } => self.delete_job(name, uid.as_deref()),
             Action::SuspendJob { name, suspend } => self.suspend_job(name, *suspend),

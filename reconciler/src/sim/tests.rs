@@ -17,7 +17,7 @@ use super::jobs::{has_condition, is_finished};
 use super::nodes::{is_ready, node_boot_id, taints};
 use super::workload::phase;
 use super::*;
-use crate::plan::{Action, NodePatch, NodeStateDelta, Outcome, PodRef};
+use crate::plan::{Action, NewJob, NodePatch, NodeStateDelta, Outcome, PodRef};
 
 const NS: &str = "nodewright";
 
@@ -902,7 +902,7 @@ fn creating_an_existing_job_reports_already_exists() {
         Outcome::Done
     );
     assert_eq!(
-        sim.execute(&Action::CreateJob(Box::new(stage_job(
+        sim.execute(&Action::CreateJob(NewJob::from(stage_job(
             "j", "n1", "apply", "Never", 3
         ))))
         .unwrap(),
@@ -1008,7 +1008,7 @@ fn an_interrupt_job_on_an_undrained_node_is_a_violation() {
     sim.update_node("n1", |n| {
         n.spec.as_mut().unwrap().unschedulable = Some(true)
     });
-    sim.execute(&Action::CreateJob(Box::new(stage_job(
+    sim.execute(&Action::CreateJob(NewJob::from(stage_job(
         "int",
         "n1",
         "interrupt",

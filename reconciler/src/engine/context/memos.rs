@@ -2,7 +2,6 @@
 //! for a fact and never see how it is kept: within a pass, until the node is next written;
 //! across passes, for the same node object (what `start.rs` carries in).
 
-use std::rc::Rc;
 use std::sync::Arc;
 
 use super::PassCtx;
@@ -79,13 +78,13 @@ impl PassCtx<'_> {
     }
     /// The parts every Job of `package` (named `name`) shares for NodeWright `nw`, derived
     /// once per pass and package version.
-    pub fn package_jobs(&self, nw: usize, name: &str, package: &Package) -> Rc<PackageJobs> {
+    pub fn package_jobs(&self, nw: usize, name: &str, package: &Package) -> Arc<PackageJobs> {
         let view = &self.nws[nw];
         if let Some(known) = (view.package_jobs.borrow().get(name)).filter(|k| k.is_of(package)) {
-            return Rc::clone(known);
+            return Arc::clone(known);
         }
-        let parts = Rc::new(PackageJobs::of(view.nw, self.settings, name, package));
-        (view.package_jobs.borrow_mut()).insert(name.to_string(), Rc::clone(&parts));
+        let parts = Arc::new(PackageJobs::of(view.nw, self.settings, name, package));
+        (view.package_jobs.borrow_mut()).insert(name.to_string(), Arc::clone(&parts));
         parts
     }
 

@@ -48,7 +48,7 @@ use super::incremental::state_cache::{
     CarriedFacts, CarriedNode, JobMatchMemo, NodeEntry, NodeMemo, NodeMoves, NodeWrightId,
     ParsedState, SelectionCarry, StateCache, VersionId,
 };
-use super::jobs::{self, JobFacts, PackageAnnotation};
+use super::jobs::{self, JobFacts, PackageAnnotation, PackageJob};
 use super::node_map::NodeMap;
 use super::write_order::{self, After, Writes};
 
@@ -98,13 +98,11 @@ impl EmittedIndex {
     fn record(&mut self, action: &Action, at: usize) {
         match action {
             Action::CreateJob(job) => {
-                if let Some(name) = job.metadata.name.as_deref() {
-                    self.created_jobs.insert(name.to_string());
-                }
-                if !super::jobs::is_interrupt_job(job)
-                    && let Some(node) = super::jobs::label(job, keys::JOB_LABEL_NODE)
+                self.created_jobs.insert(job.name().to_string());
+                if !job.is_interrupt()
+                    && let Some(node) = job.node_label()
                 {
-                    self.stage_jobs_on.insert(node.to_string());
+                    self.stage_jobs_on.insert(node.into_owned());
                 }
             }
             Action::DeleteJob { name, .. } => {
@@ -164,6 +162,8 @@ pub struct PassCtx<'a> {
     /// What emitted actions rely on (engine/write_order.rs).
     after: Vec<(usize, After)>,
     emitted_index: EmittedIndex,
+    /// The settings as the pass's package Jobs carry them to the executor.
+    job_settings: OnceCell<Arc<Settings>>,
     events: Vec<Event>,
     requeue_active: bool,
     requeue_after: Option<Duration>,
@@ -493,22 +493,22 @@ impl<'a> PassCtx<'a> {
 
     /// Queues the start of a Job on a node: after the node's entry that records it, and after
     /// the ConfigMaps it mounts when this pass writes them (§6.3, §6.12).
-    pub fn create_job(&mut self, node: usize, job: Job) -> usize {
+    pub fn create_job(&mut self, node: usize, job: PackageJob) -> usize {
         let mut after = vec![After::Node(self.nodes[node].name.to_string())];
-        let mounted = job
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|s| s.volumes.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.config_map.as_ref().map(|c| c.name.as_str()));
-        for name in mounted {
-            if let Some(&at) = self.emitted_index.upserted_config_maps.get(name) {
+        for name in job.config_maps() {
+            if let Some(&at) = self.emitted_index.upserted_config_maps.get(&name) {
                 after.push(After::Emitted(at));
             }
         }
-        self.emit_after(Action::CreateJob(Box::new(job)), after)
+        self.emit_after(Action::CreateJob(job.into()), after)
+    }
+
+    /// The settings a package Job of this pass is built with when it is sent.
+    pub fn job_settings(&self) -> Arc<Settings> {
+        Arc::clone(
+            self.job_settings
+                .get_or_init(|| Arc::new(self.settings.clone())),
+        )
     }
 
     /// The emission index of this pass's `UpsertConfigMap` of that name.

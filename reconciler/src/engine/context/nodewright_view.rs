@@ -104,7 +104,7 @@ pub struct NwView<'a> {
     pub(super) digests: RefCell<Vec<Option<CountedDigest>>>,
     /// The parts every Job of a package shares, by package name, for this pass
     /// ([`PassCtx::package_jobs`]).
-    pub(super) package_jobs: RefCell<FxHashMap<String, std::rc::Rc<jobs::PackageJobs>>>,
+    pub(super) package_jobs: RefCell<FxHashMap<String, std::sync::Arc<jobs::PackageJobs>>>,
     /// The version of the NodeWright as the snapshot holds it (what the `nodeState` mirror
     /// comparisons remembered in node parses are keyed by); only with a cache.
     pub(super) status_version: Option<VersionId>,

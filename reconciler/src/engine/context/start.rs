@@ -465,6 +465,7 @@ impl<'a> PassCtx<'a> {
             actions: Vec::new(),
             after: Vec::new(),
             emitted_index: EmittedIndex::default(),
+            job_settings: OnceCell::new(),
             events: Vec::new(),
             requeue_active: false,
             requeue_after: None,

@@ -1622,7 +1622,7 @@ impl Inner {
                 let job: Job = decode(&value, rid)?;
                 let outcome = self
                     .sim
-                    .execute(&Action::CreateJob(Box::new(job)))
+                    .execute(&Action::CreateJob(job.into()))
                     .map_err(sim_error)?;
                 outcome_error(outcome, rid, &name)?;
             }
