@@ -16,6 +16,9 @@ pub(in crate::engine) struct StateSlot {
     pub(super) deleted: bool,
     /// Some writer touched the working value (a cheap filter for the final diff).
     pub(super) changed: bool,
+    /// What the last pass wrote, with its parse: the node's next value unless someone else
+    /// writes the node first, so the next pass reads it without parsing it.
+    pub(super) written: Option<Arc<ParsedState>>,
 }
 
 pub(super) static EMPTY_STATE: NodeState = NodeState::new();
@@ -39,6 +42,7 @@ impl StateSlot {
             current: None,
             deleted: false,
             changed: false,
+            written: None,
         }
     }
 
@@ -53,6 +57,15 @@ impl StateSlot {
         self.current = None;
         self.deleted = false;
         self.changed = false;
+        self.written = None;
+    }
+
+    /// The parse this slot holds of exactly `raw`: the snapshot value's, or what the last
+    /// pass wrote.
+    pub(in crate::engine) fn parse_of(&self, raw: &str) -> Option<&Arc<ParsedState>> {
+        (self.original.iter())
+            .chain(&self.written)
+            .find(|parsed| parsed.is_of(raw))
     }
 
     /// The parsed snapshot value when it parses.
@@ -327,7 +340,7 @@ impl<'a> NodeWork<'a> {
                 earlier
                     .iter()
                     .filter(|(k, _)| *k == nw.index)
-                    .find_map(|(_, slot)| slot.original.as_ref().filter(|p| p.is_of(raw)))
+                    .find_map(|(_, slot)| slot.parse_of(raw))
                     .map_or_else(|| Arc::new(ParsedState::parse(raw)), Arc::clone)
             });
         self.states.insert(i, (nw.index, StateSlot::new(original)));
@@ -350,7 +363,10 @@ impl<'a> NodeWork<'a> {
         let memo = self.memo?;
         let mut slots = self.states;
         for (_, slot) in &mut slots {
+            let wrote = slot.changed && !slot.deleted && slot.malformed().is_none();
+            let written = slot.current.take().filter(|_| wrote);
             slot.reset();
+            slot.written = written.map(|state| Arc::new(ParsedState::written(state)));
         }
         Some(NodeEntry {
             node: self.held.unwrap_or_else(|| Arc::clone(node)),

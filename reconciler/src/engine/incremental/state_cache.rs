@@ -87,6 +87,17 @@ impl ParsedState {
         }
     }
 
+    /// A state as a node-state patch writes it (`apply_node_patch`), with that text as its raw
+    /// value: its parse is the state itself, since the stored form reads back as it was.
+    pub fn written(state: NodeState) -> ParsedState {
+        ParsedState {
+            raw: state.to_annotation(),
+            parsed: Ok(state),
+            digest: Mutex::new(None),
+            mirrored: Mutex::new(None),
+        }
+    }
+
     /// The digest remembered for exactly these inputs and `configApplied` value.
     pub fn digest(
         &self,
@@ -354,8 +365,7 @@ impl CachedStates<'_> {
     /// The parse of `raw` for this NodeWright, when cached from exactly this value.
     pub fn get(&self, nodewright: &str, raw: &str) -> Option<Arc<ParsedState>> {
         self.slots_of(nodewright)
-            .filter_map(StateSlot::original)
-            .find(|p| p.is_of(raw))
+            .find_map(|slot| slot.parse_of(raw))
             .cloned()
     }
 
@@ -1133,6 +1143,57 @@ mod tests {
         }
         snap.nodes.swap(0, 1);
         assert_warm_is_cold(&snap, &settings, &mut cache);
+    }
+
+    #[test]
+    fn the_state_a_pass_wrote_is_served_once_the_node_shows_it_and_not_before() {
+        use crate::engine::testkit::{apply, node, nw, settings, world};
+        use crate::plan::Action;
+        use nodewright_schema::keys;
+        let key = keys::node_state("nw");
+        let mut snap = world()
+            .node(node("n1"))
+            .nw(nw("nw").package("p", "1.0.0"))
+            .build();
+        let settings = settings();
+        let mut cache = StateCache::new();
+        let writes_state = |plan: &Plan| {
+            (plan.actions.iter())
+                .any(|a| matches!(a, Action::PatchNode(p) if !p.node_state.is_empty()))
+        };
+        let mut plan = reconcile_cached(&snap, &settings, &mut cache);
+        for _ in 0..10 {
+            if writes_state(&plan) {
+                break;
+            }
+            apply(&mut snap, &plan);
+            plan = reconcile_cached(&snap, &settings, &mut cache);
+        }
+        assert!(
+            writes_state(&plan),
+            "the rollout records the package on the node"
+        );
+        // The write did not land: the next pass reads the node as it is.
+        assert_warm_is_cold(&snap, &settings, &mut cache);
+        assert_eq!(reconcile_cached(&snap, &settings, &mut cache), plan);
+        apply(&mut snap, &plan);
+        let raw = (snap.nodes[0].metadata.annotations.as_ref())
+            .and_then(|a| a.get(&key))
+            .expect("the node shows the state")
+            .clone();
+        let served = cache.get("n1", "nw", &raw).expect("the written state");
+        assert_eq!(served.raw(), raw);
+        assert_eq!(served.parsed().ok(), NodeState::parse(&raw).ok().as_ref());
+        assert_warm_is_cold(&snap, &settings, &mut cache);
+    }
+
+    #[test]
+    fn a_written_state_reads_back_as_itself() {
+        let raw = r#"{"a|1":{"name":"a","version":"1","image":"i","stage":"apply","state":"complete","zz":{"k":1}},"b|2":{"name":"b","version":"2","image":"j","stage":"config","state":"in_progress","restarts":3}}"#;
+        let state = NodeState::parse(raw).expect("a valid state");
+        let written = ParsedState::written(state.clone());
+        assert_eq!(written.raw(), state.to_annotation());
+        assert_eq!(NodeState::parse(written.raw()).ok(), Some(state));
     }
 
     #[test]
