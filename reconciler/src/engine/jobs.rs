@@ -538,8 +538,7 @@ pub struct PackageJob {
     runs: Runs,
     node: String,
     node_order: i64,
-    /// The Job's name, its claim (§8.14).
-    name: String,
+    names: JobNames,
 }
 
 /// What a package Job runs.
@@ -556,22 +555,35 @@ enum Runs {
     },
 }
 
+/// The hashed names a Job on a node carries (§8.1, §9.1), which the pass has derived already
+/// for its own checks by the time it creates the Job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobNames {
+    /// The Job's name, its claim (§8.14): [`names::stage_job_name`] or
+    /// [`names::interrupt_job_name`].
+    pub job: String,
+    /// The node's metadata ConfigMap, which the Job's pod mounts
+    /// ([`names::node_metadata_configmap`]).
+    pub metadata_configmap: String,
+}
+
 impl PackageJob {
     /// The stage Job of the package `parts` describe, on `node` (§8.2–§8.5).
     pub fn stage(
         settings: Arc<Settings>,
         parts: Arc<PackageJobs>,
         stage: Stage,
-        node: &str,
-        node_order: i64,
+        (node, node_order): (&str, i64),
+        names: JobNames,
     ) -> PackageJob {
+        debug_assert_eq!(names, stage_job_names(&parts, stage, node));
         PackageJob {
-            name: stage_job_name(&parts, stage, node),
             settings,
             parts,
             runs: Runs::Stage(stage),
             node: node.to_string(),
             node_order,
+            names,
         }
     }
 
@@ -579,13 +591,12 @@ impl PackageJob {
     pub fn interrupt(
         settings: Arc<Settings>,
         parts: Arc<PackageJobs>,
-        stage: Stage,
-        interrupt: &Interrupt,
-        node: &str,
-        node_order: i64,
+        (stage, interrupt): (Stage, &Interrupt),
+        (node, node_order): (&str, i64),
+        names: JobNames,
     ) -> PackageJob {
+        debug_assert_eq!(names, interrupt_job_names(&parts, stage, interrupt, node));
         PackageJob {
-            name: interrupt_job_name(&parts, stage, interrupt, node),
             settings,
             parts,
             runs: Runs::Interrupt {
@@ -594,12 +605,13 @@ impl PackageJob {
             },
             node: node.to_string(),
             node_order,
+            names,
         }
     }
 
     /// The Job's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.names.job
     }
 
     /// The node the Job runs on.
@@ -614,85 +626,81 @@ impl PackageJob {
 
     /// The ConfigMaps the Job's pod mounts: the node's metadata, and for a stage the
     /// package's configuration when it has some.
-    pub fn config_maps(&self) -> Vec<String> {
-        let mut names = vec![names::node_metadata_configmap(
-            &self.parts.owner.name,
-            &self.node,
-        )];
-        if let (Runs::Stage(_), Some(configmap)) = (&self.runs, &self.parts.configmap) {
-            names.push(configmap.clone());
-        }
-        names
+    pub fn config_maps(&self) -> impl Iterator<Item = &str> {
+        let package = match self.runs {
+            Runs::Stage(_) => self.parts.configmap.as_deref(),
+            Runs::Interrupt { .. } => None,
+        };
+        std::iter::once(self.names.metadata_configmap.as_str()).chain(package)
     }
 
     /// The Job itself.
     pub fn build(&self) -> Job {
+        let on = (self.node.as_str(), self.node_order);
         match &self.runs {
-            Runs::Stage(stage) => stage_job(
-                &self.settings,
-                &self.parts,
-                self.name.clone(),
-                *stage,
-                &self.node,
-                self.node_order,
-            ),
+            Runs::Stage(stage) => {
+                stage_job(&self.settings, &self.parts, self.names.clone(), *stage, on)
+            }
             Runs::Interrupt { stage, interrupt } => interrupt_job(
                 &self.settings,
                 &self.parts,
-                self.name.clone(),
+                self.names.clone(),
                 (*stage, interrupt),
-                &self.node,
-                self.node_order,
+                on,
             ),
         }
     }
 }
 
-fn stage_job_name(parts: &PackageJobs, stage: Stage, node: &str) -> String {
-    names::stage_job_name(
-        &parts.owner.name,
-        &parts.name,
-        &parts.package.version,
-        stage.as_str(),
-        node,
-    )
+fn stage_job_names(parts: &PackageJobs, stage: Stage, node: &str) -> JobNames {
+    JobNames {
+        job: names::stage_job_name(
+            &parts.owner.name,
+            &parts.name,
+            &parts.package.version,
+            stage.as_str(),
+            node,
+        ),
+        metadata_configmap: names::node_metadata_configmap(&parts.owner.name, node),
+    }
 }
 
-fn interrupt_job_name(
+fn interrupt_job_names(
     parts: &PackageJobs,
     stage: Stage,
     interrupt: &Interrupt,
     node: &str,
-) -> String {
-    names::interrupt_job_name(
-        &parts.owner.name,
-        stage.as_str(),
-        interrupt.kind.as_str(),
-        node,
-    )
+) -> JobNames {
+    JobNames {
+        job: names::interrupt_job_name(
+            &parts.owner.name,
+            stage.as_str(),
+            interrupt.kind.as_str(),
+            node,
+        ),
+        metadata_configmap: names::node_metadata_configmap(&parts.owner.name, node),
+    }
 }
 
 /// Builds the stage Job of a package on a node (§8.2–§8.5).
 pub fn build_stage_job(nw: &NodeWright, settings: &Settings, input: StageJobInput<'_>) -> Job {
     let parts = PackageJobs::of(nw, settings, input.package_name, input.package);
-    let name = stage_job_name(&parts, input.stage, input.node);
+    let names = stage_job_names(&parts, input.stage, input.node);
     stage_job(
         settings,
         &parts,
-        name,
+        names,
         input.stage,
-        input.node,
-        input.node_order,
+        (input.node, input.node_order),
     )
 }
 
 fn stage_job(
     settings: &Settings,
     shared: &PackageJobs,
-    name: String,
+    named: JobNames,
     stage: Stage,
-    node: &str,
-    node_order: i64,
+    (node, node_order): (&str, i64),
 ) -> Job {
     let owner = &shared.owner;
     let package_name = shared.name.as_str();
@@ -746,10 +754,7 @@ fn stage_job(
 
     let mut volumes = vec![
         root_volume(),
-        configmap_volume(
-            metadata_volume,
-            names::node_metadata_configmap(&owner.name, node),
-        ),
+        configmap_volume(metadata_volume, named.metadata_configmap),
     ];
     if let Some(configmap) = &shared.configmap {
         volumes.push(configmap_volume(
@@ -783,7 +788,7 @@ fn stage_job(
 
     Job {
         metadata: ObjectMeta {
-            name: Some(name),
+            name: Some(named.job),
             namespace: Some(settings.namespace.clone()),
             labels: Some(labels.clone()),
             annotations: Some(job_annotations(
@@ -865,24 +870,22 @@ pub fn build_interrupt_job(
     input: InterruptJobInput<'_>,
 ) -> Job {
     let parts = PackageJobs::of(nw, settings, input.package_name, input.package);
-    let name = interrupt_job_name(&parts, input.stage, input.interrupt, input.node);
+    let names = interrupt_job_names(&parts, input.stage, input.interrupt, input.node);
     interrupt_job(
         settings,
         &parts,
-        name,
+        names,
         (input.stage, input.interrupt),
-        input.node,
-        input.node_order,
+        (input.node, input.node_order),
     )
 }
 
 fn interrupt_job(
     settings: &Settings,
     shared: &PackageJobs,
-    name: String,
+    named: JobNames,
     (stage, interrupt): (Stage, &Interrupt),
-    node: &str,
-    node_order: i64,
+    (node, node_order): (&str, i64),
 ) -> Job {
     let owner = &shared.owner;
     let package_name = shared.name.as_str();
@@ -926,14 +929,14 @@ fn interrupt_job(
             root_volume(),
             configmap_volume(
                 names::interrupt_node_metadata_volume(&owner.name, node),
-                names::node_metadata_configmap(&owner.name, node),
+                named.metadata_configmap,
             ),
         ]),
         ..PodSpec::default()
     };
     Job {
         metadata: ObjectMeta {
-            name: Some(name),
+            name: Some(named.job),
             namespace: Some(settings.namespace.clone()),
             labels: Some(labels.clone()),
             annotations: Some(job_annotations(
@@ -1656,8 +1659,13 @@ mod tests {
                         Arc::clone(&carried_settings),
                         Arc::clone(&shared),
                         Stage::Config,
-                        node,
-                        2,
+                        (node, 2),
+                        JobNames {
+                            job: names::stage_job_name(
+                                "gpu-init", "tuning", "1.2.3", "config", node,
+                            ),
+                            metadata_configmap: names::node_metadata_configmap("gpu-init", node),
+                        },
                     ),
                     build_stage_job(&nw, &settings, stage),
                 ),
@@ -1665,10 +1673,12 @@ mod tests {
                     PackageJob::interrupt(
                         Arc::clone(&carried_settings),
                         Arc::clone(&shared),
-                        Stage::Interrupt,
-                        &interrupt,
-                        node,
-                        2,
+                        (Stage::Interrupt, &interrupt),
+                        (node, 2),
+                        JobNames {
+                            job: names::interrupt_job_name("gpu-init", "interrupt", "reboot", node),
+                            metadata_configmap: names::node_metadata_configmap("gpu-init", node),
+                        },
                     ),
                     build_interrupt_job(&nw, &settings, interrupt_input),
                 ),

@@ -13,7 +13,7 @@ use super::complete;
 use super::context::{NodeWorkResult, PassCtx};
 use super::drain::{self, DrainGate};
 use super::interrupts::{self, Merged};
-use super::jobs::{self, PackageJob};
+use super::jobs::{self, JobNames, PackageJob};
 use super::packages::{self, UninstallStep};
 use crate::plan::{Action, EventObject, EventType};
 
@@ -442,13 +442,16 @@ fn start_interrupt(
     }
     super::configmaps::upsert_node_metadata(ctx, nw, node);
     let order = super::order::node_order(ctx, nw, node);
+    let names = JobNames {
+        job: job_name,
+        metadata_configmap: ctx.metadata_configmap_name(nw, node),
+    };
     let job = PackageJob::interrupt(
         ctx.job_settings(),
         ctx.package_jobs(nw, name, package),
-        stage,
-        interrupt,
-        &node_name,
-        order,
+        (stage, interrupt),
+        (&node_name, order),
+        names,
     );
     ctx.create_job(node, job);
     let state = package_state(ctx, nw, node, name);
@@ -603,12 +606,16 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
     package.version = entry_version.clone();
     super::configmaps::upsert_node_metadata(ctx, nw, node);
     let order = super::order::node_order(ctx, nw, node);
+    let names = JobNames {
+        job: job_name,
+        metadata_configmap: ctx.metadata_configmap_name(nw, node),
+    };
     let job = PackageJob::stage(
         ctx.job_settings(),
         ctx.package_jobs(nw, name, &package),
         stage,
-        &node_name,
-        order,
+        (&node_name, order),
+        names,
     );
     ctx.create_job(node, job);
     ctx.record_and_publish_entry(

@@ -496,7 +496,7 @@ impl<'a> PassCtx<'a> {
     pub fn create_job(&mut self, node: usize, job: PackageJob) -> usize {
         let mut after = vec![After::Node(self.nodes[node].name.to_string())];
         for name in job.config_maps() {
-            if let Some(&at) = self.emitted_index.upserted_config_maps.get(&name) {
+            if let Some(&at) = self.emitted_index.upserted_config_maps.get(name) {
                 after.push(After::Emitted(at));
             }
         }
