@@ -568,17 +568,21 @@ fn ms(d: Duration) -> f64 {
 
 fn main() {
     let settings = Settings::default();
+    let runs: usize = std::env::var("ENGINE_BENCH_PASSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+        .max(1);
+    if std::env::var_os("ENGINE_BENCH_ROLLOUT_ONLY").is_some() {
+        rollout_passes(&settings, runs);
+        return;
+    }
     let build = Instant::now();
     let snap = world(&settings);
     eprintln!(
         "built a mid-rollout world in {:.1} s",
         build.elapsed().as_secs_f64()
     );
-    let runs: usize = std::env::var("ENGINE_BENCH_PASSES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10)
-        .max(1);
     if std::env::var_os("ENGINE_BENCH_WARM_ONLY").is_some() {
         // For profiling steady passes alone: one pass fills the cache, then `runs` more.
         let mut cache = StateCache::new();
@@ -605,10 +609,6 @@ fn main() {
             }
             steady_pass(&before, &settings, &mut cache);
         }
-        return;
-    }
-    if std::env::var_os("ENGINE_BENCH_ROLLOUT_ONLY").is_some() {
-        rollout_passes(&settings, runs);
         return;
     }
     #[cfg(feature = "step-timing")]
