@@ -342,6 +342,15 @@ pub fn entry_key(name: &str, version: &str) -> String {
     format!("{name}|{version}")
 }
 
+/// Whether `key` is the entry key of `name` at `version` ([`entry_key`]), without building it:
+/// the lookups of a package's entry or record run for every node, package and pass.
+pub fn is_entry_key(key: &str, name: &str, version: &str) -> bool {
+    key.len() == name.len() + 1 + version.len()
+        && key.as_bytes()[name.len()] == b'|'
+        && key.starts_with(name)
+        && key.ends_with(version)
+}
+
 /// Splits an entry key into name and version; keys without `|` have an empty version.
 pub fn split_entry_key(key: &str) -> (&str, &str) {
     key.split_once('|').unwrap_or((key, ""))
@@ -431,16 +440,8 @@ impl NodeState {
         // A node holds a handful of entries: comparing lengths first rules out almost every
         // key, and beats a binary search that needs a built key.
         if self.0.len() <= 32 {
-            let len = name.len() + 1 + version.len();
-            return self
-                .0
-                .iter()
-                .find(|(k, _)| {
-                    k.len() == len
-                        && k.as_bytes()[name.len()] == b'|'
-                        && k.starts_with(name)
-                        && k.ends_with(version)
-                })
+            return (self.0.iter())
+                .find(|(k, _)| is_entry_key(k, name, version))
                 .map(|(_, e)| e);
         }
         self.keyed_entries_of(name)

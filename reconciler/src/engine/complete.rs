@@ -9,6 +9,7 @@ use nodewright_schema::keys;
 use nodewright_schema::{
     NodeState, NodeWright, NodeWrightSpec, Package, PackageStatus, Stage, State,
 };
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -52,31 +53,56 @@ pub fn sha256_hex(value: &str) -> String {
     hex::encode(Sha256::digest(value.as_bytes()))
 }
 
-/// Keys added, removed or changed between a node's record of a package and its spec (§16.3).
-/// A package without a record has no changed keys (the record is backfilled, not re-run).
-pub fn changed_config_keys(applied: &AppliedConfig, name: &str, pkg: &Package) -> Vec<String> {
-    if applied.is_empty() {
-        return Vec::new();
-    }
-    let Some(record) = applied.get(&nodewright_schema::node_state::entry_key(
-        name,
-        &pkg.version,
-    )) else {
-        return Vec::new();
-    };
-    let spec = pkg.config_map();
-    let mut keys: Vec<String> = spec
-        .iter()
-        .filter(|(k, v)| !record.get(*k).is_some_and(|d| digest_is(v, d)))
-        .map(|(k, _)| k.clone())
+/// Keys added, removed or changed between a node's record of a package and its spec (§16.3),
+/// sorted. A package without a record has no changed keys (the record is backfilled, not
+/// re-run).
+pub fn changed_config_keys(
+    nw: &impl CompletionSource,
+    applied: &AppliedConfig,
+    name: &str,
+    pkg: &Package,
+) -> Vec<String> {
+    let mut keys: Vec<String> = changed_keys(nw, applied, name, pkg)
+        .map(str::to_string)
         .collect();
-    keys.extend(record.keys().filter(|k| !spec.contains_key(*k)).cloned());
     keys.sort();
     keys
 }
 
-/// Whether `recorded` is the lowercase hex SHA-256 of `value`: completion asks this of every
-/// configured package on every node it judges, so no digest string is built for it.
+/// Whether a node's record of a package differs from its spec: [`changed_config_keys`] is not
+/// empty.
+pub fn config_changed(
+    nw: &impl CompletionSource,
+    applied: &AppliedConfig,
+    name: &str,
+    pkg: &Package,
+) -> bool {
+    changed_keys(nw, applied, name, pkg).next().is_some()
+}
+
+fn changed_keys<'a>(
+    nw: &'a impl CompletionSource,
+    applied: &'a AppliedConfig,
+    name: &str,
+    pkg: &'a Package,
+) -> impl Iterator<Item = &'a str> + 'a {
+    let record = (applied.iter())
+        .find(|(key, _)| nodewright_schema::node_state::is_entry_key(key, name, &pkg.version))
+        .map(|(_, record)| record);
+    let spec = pkg.config_map();
+    record.into_iter().flat_map(move |record| {
+        let changed = (spec.iter())
+            .filter(move |(k, v)| !record.get(*k).is_some_and(|d| nw.config_digest_is(v, d)))
+            .map(|(k, _)| k.as_str());
+        let removed = (record.keys())
+            .filter(move |k| !spec.contains_key(*k))
+            .map(String::as_str);
+        changed.chain(removed)
+    })
+}
+
+/// Whether `recorded` is the lowercase hex SHA-256 of `value`, without building a digest
+/// string.
 fn digest_is(value: &str, recorded: &str) -> bool {
     let mut hex = [0u8; 64];
     hex::encode_to_slice(Sha256::digest(value.as_bytes()), &mut hex).is_ok()
@@ -103,7 +129,7 @@ pub fn interrupt_keys(
     name: &str,
     pkg: &Package,
 ) -> Vec<String> {
-    let changed = changed_config_keys(applied, name, pkg);
+    let changed = changed_config_keys(nw, applied, name, pkg);
     if !changed.is_empty() {
         return changed;
     }
@@ -137,7 +163,7 @@ pub fn package_complete(
     }
     // A record that differs from the spec makes the package incomplete whatever its stage;
     // without one, the keys HasInterrupt reads are `status.configUpdates` (interrupt_keys).
-    if !changed_config_keys(applied, name, pkg).is_empty() {
+    if config_changed(nw, applied, name, pkg) {
         return false;
     }
     match entry.stage {
@@ -159,6 +185,11 @@ pub trait CompletionSource {
     fn deleting(&self) -> bool;
     /// `status.configUpdates` of a package: the keys whose change the NodeWright recorded.
     fn config_updates(&self, package: &str) -> &[String];
+    /// Whether `recorded` is the digest a node records of the configuration value `value`
+    /// (§16.3).
+    fn config_digest_is(&self, value: &str, recorded: &str) -> bool {
+        digest_is(value, recorded)
+    }
 }
 
 impl CompletionSource for NodeWright {
@@ -188,6 +219,12 @@ impl CompletionSource for CompletionInputs {
             .and_then(|m| m.get(package))
             .map_or(&[], Vec::as_slice)
     }
+    fn config_digest_is(&self, value: &str, recorded: &str) -> bool {
+        match self.config_digests.get(value) {
+            Some(digest) => digest == recorded,
+            None => digest_is(value, recorded),
+        }
+    }
 }
 
 /// Everything of a NodeWright that node completion reads besides the node itself
@@ -200,15 +237,23 @@ pub struct CompletionInputs {
     spec: NodeWrightSpec,
     deleting: bool,
     config_updates: Option<BTreeMap<String, Vec<String>>>,
+    /// The digest of each configuration value of the spec's packages, by value: completion
+    /// compares a node's record with them for every package on every node it judges.
+    config_digests: FxHashMap<String, String>,
 }
 
 impl CompletionInputs {
     /// The completion inputs of a NodeWright as the snapshot holds it.
     pub fn of(nw: &NodeWright) -> CompletionInputs {
+        let config_digests = (nw.spec.packages().values())
+            .flat_map(|p| p.config_map().values())
+            .map(|value| (value.clone(), sha256_hex(value)))
+            .collect();
         CompletionInputs {
             spec: nw.spec.clone(),
             deleting: nw.is_deleting(),
             config_updates: nw.status.as_ref().and_then(|s| s.config_updates.clone()),
+            config_digests,
         }
     }
 }
@@ -332,7 +377,10 @@ pub fn has_interrupt(ctx: &PassCtx, nw: usize, node: usize, name: &str) -> bool 
         return false;
     };
     let applied = parse_applied(ctx.node(node).annotation(&keys::config_applied(view.name)));
-    has_interrupt_for(pkg, &interrupt_keys(view.nw, &applied, name, pkg))
+    has_interrupt_for(
+        pkg,
+        &interrupt_keys(view.completion_inputs(), &applied, name, pkg),
+    )
 }
 
 #[cfg(test)]
@@ -488,11 +536,16 @@ mod tests {
             "a|1.0.0".into(),
             [("a.conf".to_string(), sha256_hex("old"))].into(),
         );
-        assert_eq!(changed_config_keys(&applied, "a", &p), vec!["a.conf"]);
+        assert_eq!(changed_config_keys(&nw, &applied, "a", &p), vec!["a.conf"]);
+        let inputs = CompletionInputs::of(&nw);
+        assert_eq!(
+            changed_config_keys(&inputs, &applied, "a", &p),
+            vec!["a.conf"]
+        );
         assert!(!state_complete(&nw, &s, &applied));
         assert!(has_interrupt_for(
             &p,
-            &changed_config_keys(&applied, "a", &p)
+            &changed_config_keys(&nw, &applied, "a", &p)
         ));
         applied.insert("a|1.0.0".into(), config_digests(&p));
         assert!(state_complete(&nw, &s, &applied));

@@ -82,7 +82,7 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
     let state = current_state(ctx, nw, node);
     let applied =
         complete::parse_applied(ctx.node(node).annotation(&keys::config_applied(&nw_name)));
-    let completed = packages::completed_set(nw_obj, &state, &applied);
+    let completed = packages::completed_set(ctx.nws[nw].completion_inputs(), &state, &applied);
     let runnable: Vec<String> = packages::runnable(nw_obj, &completed)
         .into_iter()
         .filter(|name| !uninstall_work.contains(name))
@@ -100,7 +100,7 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
     // processing, so a config interrupt runs only after cordon, drain and config.
     for name in &runnable {
         let p = &packages[name];
-        if complete::changed_config_keys(&applied, name, p).is_empty() {
+        if !complete::config_changed(ctx.nws[nw].completion_inputs(), &applied, name, p) {
             continue;
         }
         if let Some(e) = state.get(name, &p.version) {
@@ -217,7 +217,7 @@ fn merged_interrupt(
         .iter()
         .filter_map(|name| {
             let p = packages.get(name)?;
-            let keys = complete::interrupt_keys(view.nw, &applied, name, p);
+            let keys = complete::interrupt_keys(view.completion_inputs(), &applied, name, p);
             complete::has_interrupt_for(p, &keys)
                 .then(|| (name.as_str(), interrupts::candidates(p, &keys)))
         })

@@ -181,13 +181,11 @@ pub fn cancel_entry(
 
 /// Spec packages complete on a node (§6.4 amended).
 pub fn completed_set(
-    nw: &NodeWright,
+    nw: &impl complete::CompletionSource,
     state: &NodeState,
     applied: &AppliedConfig,
 ) -> BTreeSet<String> {
-    nw.spec
-        .packages()
-        .iter()
+    (nw.spec().packages().iter())
         .filter(|(name, p)| complete::package_complete(nw, state, applied, name, p))
         .map(|(name, _)| name.clone())
         .collect()

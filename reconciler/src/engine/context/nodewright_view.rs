@@ -497,6 +497,12 @@ impl<'a> NwView<'a> {
             self.node_boot_ids.into_patch(),
         )
     }
+    /// What node completion reads of this NodeWright (spec, deletion, `configUpdates`), with
+    /// its configuration values' digests derived once.
+    pub fn completion_inputs(&self) -> &CompletionInputs {
+        &self.completion_inputs
+    }
+
     /// The key of this NodeWright's node state on a node.
     pub fn state_key(&self) -> StateKey<'a> {
         StateKey {
