@@ -245,20 +245,6 @@ impl NewJob {
             NewJob::Given(job) => jobs::label(job, keys::JOB_LABEL_NODE).map(Cow::Borrowed),
         }
     }
-
-    /// The ConfigMaps the Job's pod mounts.
-    pub fn config_maps(&self) -> Vec<&str> {
-        match self {
-            NewJob::Package(job) => job.config_maps().collect(),
-            NewJob::Given(job) => (job.spec.as_ref())
-                .and_then(|s| s.template.spec.as_ref())
-                .and_then(|s| s.volumes.as_ref())
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.config_map.as_ref().map(|c| c.name.as_str()))
-                .collect(),
-        }
-    }
 }
 
 impl From<Job> for NewJob {

@@ -1684,12 +1684,19 @@ mod tests {
                 ),
             ];
             for (carried, alone) in pairs {
-                let (carried, alone) = (NewJob::from(carried), NewJob::from(alone));
+                let mounted: Vec<&str> = (alone.spec.as_ref())
+                    .and_then(|s| s.template.spec.as_ref())
+                    .and_then(|s| s.volumes.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.config_map.as_ref().map(|c| c.name.as_str()))
+                    .collect();
+                assert_eq!(carried.config_maps().collect::<Vec<_>>(), mounted);
+                let (carried, alone) = (NewJob::from(carried), NewJob::from(alone.clone()));
                 assert_eq!(carried.job(), alone.job());
                 assert_eq!(carried.name(), alone.name());
                 assert_eq!(carried.is_interrupt(), alone.is_interrupt());
                 assert_eq!(carried.node_label(), alone.node_label());
-                assert_eq!(carried.config_maps(), alone.config_maps());
             }
         }
         let mut other_version = package.clone();
