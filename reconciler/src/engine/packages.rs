@@ -5,12 +5,11 @@
 //! `Blocked`/`NonInterruptPodsRunning` (§7.5), `DrainBlocked` (§7.10), `UninstallInProgress`
 //! and `UninstallFailed` (§12.2).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nodewright_schema::node_state::entry_key;
 use nodewright_schema::{NodeState, NodeWright, Package, PackageStatus, Stage, State, keys};
-use petgraph::graphmap::DiGraphMap;
 
 use super::complete::{self, AppliedConfig};
 use super::context::PassCtx;
@@ -21,42 +20,14 @@ use crate::plan::{EventObject, EventType};
 /// carry is a parent that can never complete.
 pub fn runnable(nw: &NodeWright, completed: &BTreeSet<String>) -> Vec<String> {
     let packages = nw.spec.packages();
-    let keys: BTreeMap<String, String> = packages
-        .iter()
-        .map(|(name, p)| (entry_key(name, &p.version), name.clone()))
-        .collect();
-    let mut graph: DiGraphMap<&str, ()> = DiGraphMap::new();
-    for key in keys.keys() {
-        graph.add_node(key.as_str());
-    }
-    let dep_keys: Vec<(String, String)> = packages
-        .iter()
-        .flat_map(|(name, p)| {
-            let child = entry_key(name, &p.version);
-            p.depends_on()
-                .iter()
-                .map(move |(dep, ver)| (entry_key(dep, ver), child.clone()))
-        })
-        .collect();
-    for (parent, child) in &dep_keys {
-        graph.add_edge(parent.as_str(), child.as_str(), ());
-    }
-    let completed_keys: BTreeSet<String> = completed
-        .iter()
-        .filter_map(|name| packages.get(name).map(|p| entry_key(name, &p.version)))
-        .collect();
-    let mut out: Vec<String> = keys
-        .iter()
-        .filter(|(key, _)| !completed_keys.contains(*key))
-        .filter(|(key, _)| {
-            graph
-                .neighbors_directed(key.as_str(), petgraph::Direction::Incoming)
-                .all(|parent| completed_keys.contains(parent))
-        })
-        .map(|(_, name)| name.clone())
-        .collect();
-    out.sort();
-    out
+    let complete = |name: &str, version: &str| {
+        completed.contains(name) && packages.get(name).is_some_and(|p| p.version == version)
+    };
+    (packages.iter())
+        .filter(|(name, _)| !completed.contains(*name))
+        .filter(|(_, p)| (p.depends_on().iter()).all(|(parent, version)| complete(parent, version)))
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// The next stage after a completed stage (§6.3 table); `None` when terminal.
@@ -400,6 +371,7 @@ pub fn waits_on_drain(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn pkg(version: &str, deps: &[(&str, &str)]) -> Package {
         Package {
