@@ -5,7 +5,7 @@
 //! drain (a batch of a thousand nodes holds a thousand, each with its buffers), and kube's
 //! client closes an abandoned watch's connection only when the server next writes to it.
 //! The watch starts at the resourceVersion of a one-item list, so it never replays the
-//! cluster's pods, and nothing is kept of pods on nodes outside the drain.
+//! cluster's pods, and nothing is kept of pods on nodes outside the drain, nor of ended pods.
 //!
 //! Why the view never misses a pod bound to a listed node: the node is taken in before its
 //! list is sent, so every event the watch delivers afterwards is either reflected in the list
@@ -81,14 +81,21 @@ impl NodePods {
     fn apply(&mut self, change: Change) {
         let key = pod_key(change.pod());
         match change {
-            Change::Applied(pod) => {
+            Change::Applied(pod) if may_hold_up_drain(&pod) => {
                 self.pods.insert(key, pod);
             }
-            Change::Deleted(_) => {
+            Change::Applied(_) | Change::Deleted(_) => {
                 self.pods.remove(&key);
             }
         }
     }
+}
+
+/// Whether a pod can still hold up its node's drain. The drain and the non-interrupt barrier
+/// pass ended pods by (§7.5, §7.6), and a batch of a thousand drained nodes would otherwise
+/// keep every finished package pod bound to them until its Job's TTL.
+fn may_hold_up_drain(pod: &Pod) -> bool {
+    !crate::snapshot::pod_has_ended(pod)
 }
 
 type PodKey = (String, String, String);
@@ -188,7 +195,10 @@ impl DrainPods {
         }
         let changes = std::mem::take(changes);
         node.listing = Listing::Landed;
-        node.pods = pods.into_iter().map(|pod| (pod_key(&pod), pod)).collect();
+        node.pods = (pods.into_iter())
+            .filter(|pod| may_hold_up_drain(pod))
+            .map(|pod| (pod_key(&pod), pod))
+            .collect();
         for change in changes {
             node.apply(change);
         }
@@ -591,6 +601,33 @@ mod tests {
         assert!(view.observe(Change::Applied(pod("train", "n1", "u2"))));
         assert_eq!(names(&view.pods(&drain(&["n1"])).unwrap()), ["train@u2"]);
         assert!(!view.state().nodes.contains_key("n2"));
+    }
+
+    #[test]
+    fn ended_pods_are_not_kept_and_a_pod_that_ends_leaves_the_view() {
+        let ended = |name: &str, uid: &str, phase: &str| {
+            let mut p = (*pod(name, "n1", uid)).clone();
+            p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            });
+            Arc::new(p)
+        };
+        let view = DrainPods::default();
+        view.watch_started();
+        let tickets = view.follow(&drain(&["n1"]), true).unwrap();
+        view.listed(
+            &tickets[0],
+            vec![
+                pod("train", "n1", "u1"),
+                ended("done", "u2", "Succeeded"),
+                ended("crashed", "u3", "Failed"),
+            ],
+        );
+        assert_eq!(names(&view.pods(&drain(&["n1"])).unwrap()), ["train@u1"]);
+        assert!(view.observe(Change::Applied(ended("train", "u1", "Succeeded"))));
+        assert!(view.observe(Change::Applied(ended("batch", "u4", "Failed"))));
+        assert!(view.pods(&drain(&["n1"])).unwrap().is_empty());
     }
 
     /// One pod name on one node, recreated and deleted at random; the list is taken at any
