@@ -5,7 +5,8 @@
 //! drain (a batch of a thousand nodes holds a thousand, each with its buffers), and kube's
 //! client closes an abandoned watch's connection only when the server next writes to it.
 //! The watch starts at the resourceVersion of a one-item list, so it never replays the
-//! cluster's pods, and nothing is kept of pods on nodes outside the drain, nor of ended pods.
+//! cluster's pods, and nothing is kept of pods on nodes outside the drain, of ended pods, or of
+//! the reconciler's package pods, which their own watch keeps.
 //!
 //! Why the view never misses a pod bound to a listed node: the node is taken in before its
 //! list is sent, so every event the watch delivers afterwards is either reflected in the list
@@ -81,21 +82,14 @@ impl NodePods {
     fn apply(&mut self, change: Change) {
         let key = pod_key(change.pod());
         match change {
-            Change::Applied(pod) if may_hold_up_drain(&pod) => {
+            Change::Applied(pod) => {
                 self.pods.insert(key, pod);
             }
-            Change::Applied(_) | Change::Deleted(_) => {
+            Change::Deleted(_) => {
                 self.pods.remove(&key);
             }
         }
     }
-}
-
-/// Whether a pod can still hold up its node's drain. The drain and the non-interrupt barrier
-/// pass ended pods by (§7.5, §7.6), and a batch of a thousand drained nodes would otherwise
-/// keep every finished package pod bound to them until its Job's TTL.
-fn may_hold_up_drain(pod: &Pod) -> bool {
-    !crate::snapshot::pod_has_ended(pod)
 }
 
 type PodKey = (String, String, String);
@@ -125,6 +119,9 @@ struct State {
 #[derive(Debug, Default)]
 pub(super) struct DrainPods {
     state: Mutex<State>,
+    /// The namespace whose package pods the package pod watch keeps, trimmed as the lifecycle
+    /// reads them: a snapshot takes those, so the view leaves them out.
+    package_namespace: Option<String>,
     /// Rung when the watch starts or a list lands.
     progressed: Notify,
 }
@@ -136,6 +133,27 @@ pub(super) struct ListTicket {
 }
 
 impl DrainPods {
+    /// A view that leaves out the package pods of `namespace`, which another watch keeps.
+    pub(super) fn leaving_package_pods_of(namespace: &str) -> DrainPods {
+        DrainPods {
+            package_namespace: Some(namespace.to_string()),
+            ..DrainPods::default()
+        }
+    }
+
+    /// Whether the view keeps `pod`. Not an ended pod: the drain and the non-interrupt barrier
+    /// pass ended pods by (§7.5, §7.6), and a batch of a thousand drained nodes would otherwise
+    /// keep every finished package pod on them until its Job's TTL. Nor a package pod of the
+    /// operator namespace, which the package pod watch keeps without its spec.
+    fn keeps(&self, pod: &Pod) -> bool {
+        let kept_elsewhere = self.package_namespace.is_some()
+            && pod.metadata.namespace == self.package_namespace
+            && pod
+                .labels()
+                .contains_key(nodewright_schema::keys::JOB_LABEL_NAME);
+        !kept_elsewhere && !crate::snapshot::pod_has_ended(pod)
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while the lock was held left a map of plain data, still whole.
         self.state
@@ -196,7 +214,7 @@ impl DrainPods {
         let changes = std::mem::take(changes);
         node.listing = Listing::Landed;
         node.pods = (pods.into_iter())
-            .filter(|pod| may_hold_up_drain(pod))
+            .filter(|pod| self.keeps(pod))
             .map(|pod| (pod_key(&pod), pod))
             .collect();
         for change in changes {
@@ -224,6 +242,11 @@ impl DrainPods {
 
     /// A change the watch delivered; whether it concerns a node under drain.
     fn observe(&self, change: Change) -> bool {
+        // A pod the view does not keep leaves it, as one that ends does.
+        let change = match change {
+            Change::Applied(pod) if !self.keeps(&pod) => Change::Deleted(pod),
+            change => change,
+        };
         let mut state = self.state();
         let Some(node) = node_of(change.pod()).and_then(|n| state.nodes.get_mut(n)) else {
             return false;
@@ -628,6 +651,39 @@ mod tests {
         assert!(view.observe(Change::Applied(ended("train", "u1", "Succeeded"))));
         assert!(view.observe(Change::Applied(ended("batch", "u4", "Failed"))));
         assert!(view.pods(&drain(&["n1"])).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_package_pods_of_the_operator_namespace_are_left_to_their_own_watch() {
+        let labelled = |name: &str, ns: &str, uid: &str| {
+            let mut p = (*pod(name, "n1", uid)).clone();
+            p.metadata.namespace = Some(ns.into());
+            p.metadata.labels = Some(BTreeMap::from([(
+                nodewright_schema::keys::JOB_LABEL_NAME.to_string(),
+                "gpu".to_string(),
+            )]));
+            Arc::new(p)
+        };
+        let view = DrainPods::leaving_package_pods_of("nodewright");
+        view.watch_started();
+        let tickets = view.follow(&drain(&["n1"]), true).unwrap();
+        view.listed(
+            &tickets[0],
+            vec![
+                labelled("stage", "nodewright", "u1"),
+                labelled("lookalike", "ml", "u2"),
+            ],
+        );
+        assert_eq!(
+            names(&view.pods(&drain(&["n1"])).unwrap()),
+            ["lookalike@u2"]
+        );
+        view.observe(Change::Applied(labelled("next", "nodewright", "u3")));
+        view.observe(Change::Applied(pod("train", "n1", "u4")));
+        assert_eq!(
+            names(&view.pods(&drain(&["n1"])).unwrap()),
+            ["lookalike@u2", "train@u4"]
+        );
     }
 
     /// One pod name on one node, recreated and deleted at random; the list is taken at any

@@ -500,7 +500,7 @@ impl KubeCluster {
             changed.clone(),
             trim_managed_fields,
         );
-        let drain_pods = Arc::new(super::drain_pods::DrainPods::default());
+        let drain_pods = Arc::new(super::drain_pods::DrainPods::leaving_package_pods_of(ns));
         let t8 = tokio::spawn(super::drain_pods::watch(
             Api::<Pod>::all(client.clone()),
             drain_pods.clone(),
@@ -1181,8 +1181,8 @@ impl Cluster for KubeCluster {
             })
             .await?;
         // The stores' own `Arc`s: an unchanged pod is the same allocation pass after pass,
-        // which the engine's cache recognises. A package pod on a node under drain is in both;
-        // an incarnation the drain view still holds stands beside its successor.
+        // which the engine's cache recognises. The drain view leaves package pods to their own
+        // store; an incarnation it still holds stands beside its successor.
         let mut pods: BTreeMap<(String, String, String), Arc<Pod>> = BTreeMap::new();
         for pod in under_drain_pods.into_iter().chain(self.package_pods.all()) {
             let key = (
