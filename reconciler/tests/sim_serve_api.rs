@@ -1580,3 +1580,42 @@ fn no_request_shape_makes_a_handler_panic_and_every_refusal_is_a_status() {
     assert_eq!(nodes.code, 200);
     drop(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_body_in_yaml_or_json_is_stored_without_its_unknown_fields_and_warned_about() {
+    let server = serve().await;
+    let address = server.address();
+    blocking(move || {
+        let path = "/apis/coordination.k8s.io/v1/namespaces/nodewright/leases/applied?fieldManager=probe";
+        let yaml = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: applied\nspec:\n  holderIdentity: v\ndatum: x\n";
+        let json = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"applied"},"spec":{"holderIdentity":"w"},"datum":"y"}"#;
+        for (body, value) in [(yaml, "v"), (json, "w")] {
+            let reply = raw(
+                address,
+                "PATCH",
+                path,
+                "application/apply-patch+yaml",
+                body.as_bytes(),
+            )
+            .unwrap();
+            assert!(reply.code == 200 || reply.code == 201, "{}", reply.text());
+            assert_eq!(
+                reply.header("warning"),
+                Some(r#"299 - "unknown field \"datum\"""#),
+                "{body}"
+            );
+            let stored = raw(
+                address,
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/nodewright/leases/applied",
+                "application/json",
+                b"",
+            )
+            .unwrap()
+            .json();
+            assert_eq!(stored["spec"], json!({"holderIdentity": value}), "{body}");
+            assert!(stored.get("datum").is_none(), "{stored}");
+        }
+    })
+    .await;
+}

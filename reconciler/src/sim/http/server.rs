@@ -199,11 +199,34 @@ fn parse_body(content_type: &str, body: &Bytes) -> Result<Value, ApiError> {
         return Ok(json!({}));
     }
     if content_type.contains("yaml") {
+        // Clients send apply patches as JSON, which is YAML too and reads faster as JSON.
+        if let Ok(value) = serde_json::from_slice(body) {
+            return Ok(value);
+        }
         serde_yaml::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))
+    }
+}
+
+/// A request's body with its media type, read as JSON at most once: field validation reads
+/// a write's body before the handler does.
+struct RequestBody {
+    content_type: String,
+    bytes: Bytes,
+    /// The body as field validation left it, until the handler takes it.
+    read: std::cell::Cell<Option<Value>>,
+}
+
+impl RequestBody {
+    /// The body as JSON ([`parse_body`]).
+    fn value(&self) -> Result<Value, ApiError> {
+        match self.read.take() {
+            Some(value) => Ok(value),
+            None => parse_body(&self.content_type, &self.bytes),
+        }
     }
 }
 
@@ -240,15 +263,19 @@ pub async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Resp
     let table = super::table::wanted(&accept);
     let prepared = super::protobuf::json_body(&content_type, body).and_then(|(ct, body)| {
         super::protobuf::negotiate(&accept)?;
-        let (warnings, pruned) = check_fields(&shared, &method, &path, &query, &ct, &body)?;
-        Ok((ct, pruned.unwrap_or(body), warnings))
+        let mut body = RequestBody {
+            content_type: ct,
+            bytes: body,
+            read: std::cell::Cell::new(None),
+        };
+        let warnings = check_fields(&shared, &method, &path, &query, &mut body)?;
+        Ok((body, warnings))
     });
-    let (content_type, body, warnings) = match prepared {
+    let (body, warnings) = match prepared {
         Ok(prepared) => prepared,
         Err(e) => return e.into_response(),
     };
-    let mut response = match dispatch(&shared, &method, &path, &query, &content_type, &body, table)
-    {
+    let mut response = match dispatch(&shared, &method, &path, &query, &body, table) {
         Ok(response) => response,
         Err(e) => {
             tracing::debug!(%method, %path, code = e.code, message = %e.message, "refused");
@@ -332,34 +359,34 @@ fn request_labels(
 
 /// Field validation of a create, update or patch body against the kind's OpenAPI schema
 /// (`fieldValidation`: `Strict` refuses unknown fields, `Warn`, the default, answers them as
-/// `Warning` headers, `Ignore`): the warnings and, when unknown fields were dropped, the body
-/// without them (as JSON). JSON patches name no fields; their result is not checked.
+/// `Warning` headers, `Ignore`): the warnings, with unknown fields dropped from the body the
+/// handler reads when they are to be. JSON patches name no fields; their result is not
+/// checked.
 fn check_fields(
     shared: &Shared,
     method: &Method,
     path: &str,
     query: &HashMap<String, String>,
-    content_type: &str,
-    body: &Bytes,
-) -> Result<(Vec<String>, Option<Bytes>), ApiError> {
+    body: &mut RequestBody,
+) -> Result<Vec<String>, ApiError> {
     let options = match *method {
         Method::POST => "CreateOptions",
         Method::PUT => "UpdateOptions",
         Method::PATCH => "PatchOptions",
-        _ => return Ok((Vec::new(), None)),
+        _ => return Ok(Vec::new()),
     };
     let Route::Resource { rid, sub, .. } = route(path, &shared.world.crds()) else {
-        return Ok((Vec::new(), None));
+        return Ok(Vec::new());
     };
     if !matches!(sub.as_deref(), None | Some("status"))
-        || body.is_empty()
-        || content_type.starts_with("application/json-patch")
+        || body.bytes.is_empty()
+        || body.content_type.starts_with("application/json-patch")
     {
-        return Ok((Vec::new(), None));
+        return Ok(Vec::new());
     }
     // A body that does not parse is refused by the handler with its own message.
-    let Ok(mut value) = parse_body(content_type, body) else {
-        return Ok((Vec::new(), None));
+    let Ok(mut value) = body.value() else {
+        return Ok(Vec::new());
     };
     let (warnings, pruned) = super::openapi::check_fields(
         &shared.world,
@@ -368,8 +395,12 @@ fn check_fields(
         options,
         &mut value,
     )?;
-    // JSON is YAML too, so an apply patch's YAML body may go on as JSON.
-    Ok((warnings, pruned.then(|| Bytes::from(value.to_string()))))
+    if pruned {
+        // JSON is YAML too, so an apply patch's YAML body may go on as JSON.
+        body.bytes = Bytes::from(value.to_string());
+    }
+    body.read.set(Some(value));
+    Ok(warnings)
 }
 
 fn dispatch(
@@ -377,10 +408,10 @@ fn dispatch(
     method: &Method,
     path: &str,
     query: &HashMap<String, String>,
-    content_type: &str,
-    body: &Bytes,
+    body: &RequestBody,
     table: bool,
 ) -> Result<Response, ApiError> {
+    let content_type = body.content_type.as_str();
     let not_found = || {
         ApiError::new(
             404,
@@ -487,7 +518,7 @@ fn dispatch(
                 }
                 (&Method::POST, None, None) => {
                     let dry_run = dry_run(query, None, "CreateOptions")?;
-                    let value = parse_body(content_type, body)?;
+                    let value = body.value()?;
                     check_kind(rid, &value)?;
                     if dry_run {
                         return shared
@@ -514,7 +545,7 @@ fn dispatch(
                 }),
                 (&Method::PUT | &Method::PATCH, Some(key), Some("scale")) => {
                     let dry_run = dry_run(query, None, "UpdateOptions")?;
-                    let body = parse_body(content_type, body)?;
+                    let body = body.value()?;
                     let write = |inner: &super::world::Inner| {
                         let object = inner.require(rid, &key)?;
                         let mut scale = inner.crds.scale_of(rid, &object).ok_or_else(not_found)?;
@@ -550,7 +581,7 @@ fn dispatch(
                     pod_log(shared, &key, query)
                 }
                 (&Method::POST, Some(key), Some("eviction")) if rid == resources::PODS => {
-                    let value = parse_body(content_type, body)?;
+                    let value = body.value()?;
                     let dry_run = dry_run(
                         query,
                         value.pointer("/deleteOptions/dryRun"),
@@ -576,7 +607,7 @@ fn dispatch(
                 }
                 (&Method::PUT, Some(key), sub @ (None | Some("status"))) => {
                     let dry_run = dry_run(query, None, "UpdateOptions")?;
-                    let value = parse_body(content_type, body)?;
+                    let value = body.value()?;
                     check_kind(rid, &value)?;
                     let status = sub.is_some();
                     let replaced = |old: &Value| {
@@ -606,7 +637,7 @@ fn dispatch(
                 }
                 (&Method::PATCH, Some(key), sub @ (None | Some("status"))) => {
                     let dry_run = dry_run(query, None, "PatchOptions")?;
-                    let patch = parse_body(content_type, body)?;
+                    let patch = body.value()?;
                     let status = sub.is_some();
                     let apply = content_type.starts_with("application/apply-patch") && !status;
                     let strategic = content_type.starts_with("application/strategic-merge-patch");
@@ -661,7 +692,7 @@ fn dispatch(
                     })
                 }
                 (&Method::DELETE, Some(key), None) => {
-                    let opts = delete_opts(content_type, body, query)?;
+                    let opts = delete_opts(body, query)?;
                     if opts.dry_run {
                         return shared.world.read(|inner| {
                             let before = inner.require(rid, &key)?;
@@ -682,7 +713,7 @@ fn dispatch(
                 }
                 (&Method::DELETE, None, None) => {
                     let sel = selectors(rid, query)?;
-                    let opts = delete_opts(content_type, body, query)?;
+                    let opts = delete_opts(body, query)?;
                     let scope = namespace.as_deref().filter(|_| def.namespaced);
                     if opts.dry_run {
                         return shared.world.read(|inner| {
@@ -853,11 +884,10 @@ fn deleted_status(rid: Rid, key: &ObjKey, before: Option<&Value>) -> Response {
 }
 
 fn delete_opts(
-    content_type: &str,
-    body: &Bytes,
+    body: &RequestBody,
     query: &HashMap<String, String>,
 ) -> Result<DeleteOpts, ApiError> {
-    let value = parse_body(content_type, body)?;
+    let value = body.value()?;
     let text = |p: &str| value.pointer(p).and_then(Value::as_str).map(str::to_string);
     Ok(DeleteOpts {
         dry_run: dry_run(query, value.get("dryRun"), "DeleteOptions")?,
