@@ -53,7 +53,7 @@ Examples:
   nodewright run --repo ./fleet --lifecycle upstream --kubeconfig ~/.kube/config";
 
 /// How to reach a remote repository (shared by `run` and `status --repo`).
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct GitAccess {
     /// Git credentials for fetch and the status push: a folder with `token` (and optional
     /// `username`), or `ssh-privatekey` (and optional `known_hosts`). Missing or empty =
@@ -69,6 +69,11 @@ pub struct GitAccess {
     /// known_hosts.
     #[arg(long)]
     pub git_ssh_accept_new: bool,
+    /// How long a fetch or a status push may wait for the remote. One that gets no answer in
+    /// time has failed and is retried with backoff; meanwhile the rollout goes on with the
+    /// desired state in force, so a remote that hangs never holds up the cluster.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = super::parse_duration)]
+    pub git_timeout: Duration,
     /// Where remotes are mirrored.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -97,6 +102,7 @@ impl GitAccess {
                 ),
                 depth: NonZeroU32::new(0),
                 ca_file: self.git_ca_file.clone(),
+                timeout: self.git_timeout,
             },
             cache_root,
         }

@@ -271,7 +271,7 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             };
             after_status = std::time::Instant::now();
             if observe(&iteration).is_break() {
-                return;
+                break;
             }
         }
         tracing::debug!(
@@ -288,8 +288,16 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             Some(r) => controller.delay_after(r),
             None => controller.settings().reconcile_interval(),
         };
-        // The fetch cadence is the loop's own: an idle fleet still wakes to fetch.
-        let delay = pass_delay.min(source.until_fetch(pacer.now(controller.cluster())));
+        // The fetch cadence is the loop's own: an idle fleet still wakes to fetch, and to
+        // collect what a remote answered.
+        let delay = pass_delay
+            .min(source.until_fetch(pacer.now(controller.cluster())))
+            .min(
+                status
+                    .as_deref()
+                    .and_then(StatusWriter::until_look)
+                    .unwrap_or(Duration::MAX),
+            );
         let waiting = std::time::Instant::now();
         let wake = pacer.wait(controller.cluster(), delay).await;
         tracing::debug!(
@@ -298,12 +306,19 @@ pub async fn run_loop<C: Cluster, P: Pacer<C>>(
             "waited"
         );
         match wake {
-            Wake::Stop => return,
+            Wake::Stop => break,
             Wake::Triggered => source.request_fetch(),
             Wake::Elapsed => {}
         }
     }
+    if let Some(writer) = status {
+        writer.finish(pacer.now(controller.cluster()), FINISH_PATIENCE);
+    }
 }
+
+/// How long a stopping loop waits for a status push still out: within a pod's default grace
+/// period after SIGTERM.
+const FINISH_PATIENCE: Duration = Duration::from_secs(20);
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0

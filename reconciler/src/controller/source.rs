@@ -22,7 +22,8 @@ pub const WALK_BACK_LIMIT: usize = 100;
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
-use crate::source::repo::{GitRepo, RemoteSpec, RepoError};
+use crate::source::remote_call::{self, Answer, RemoteCall};
+use crate::source::repo::{self, FetchOutcome, GitRepo, RemoteSpec, RepoError};
 use crate::source::triggers::{PollConfig, process_seed};
 
 /// Where the desired state comes from.
@@ -89,7 +90,12 @@ pub enum FetchAttempt {
     Fetched,
     /// The fetch failed; the next one waits out the backoff.
     Failed,
+    /// A fetch is out and the remote has not answered yet; the loop goes on meanwhile.
+    Waiting,
 }
+
+/// A fetch of the remote, out on its own thread.
+type Fetching = RemoteCall<Result<FetchOutcome, RepoError>>;
 
 /// The Git source of the loop.
 pub struct GitSource {
@@ -102,6 +108,10 @@ pub struct GitSource {
     seen: Option<ObjectId>,
     applied: Option<String>,
     remote: Option<RemoteSpec>,
+    fetching: Option<Fetching>,
+    /// A fetch was asked for while one was out: the commit that prompted it may have landed
+    /// after the remote listed its refs.
+    asked_while_fetching: bool,
 }
 
 impl GitSource {
@@ -129,6 +139,8 @@ impl GitSource {
             seen: None,
             applied: None,
             remote,
+            fetching: None,
+            asked_while_fetching: false,
         })
     }
 
@@ -162,45 +174,102 @@ impl GitSource {
 
     /// A webhook or a local ref change: fetch at the next look.
     pub fn request_fetch(&mut self) {
+        if self.fetching.is_some() {
+            self.asked_while_fetching = true;
+        }
         self.cadence.request();
     }
 
-    /// How long from `now` until the next fetch is due, so an idle loop wakes for it.
+    /// How long from `now` until the next fetch is due, or until the fetch out is looked at
+    /// again, so an idle loop wakes for it.
     pub fn until_fetch(&self, now: Timestamp) -> Duration {
-        self.cadence.until_due(now)
+        match self.fetching {
+            Some(_) => remote_call::CHECK_EVERY,
+            None => self.cadence.until_due(now),
+        }
     }
 
     /// Fetches when the cadence says so (logging one line when a failure episode opens and one
-    /// when it ends), then evaluates the branch head when it moved. A failed fetch leaves the
-    /// mirror as it was, so the evaluation still runs on what is there.
+    /// when it ends), then evaluates the branch head when it moved. A remote that does not
+    /// answer within [`remote_call::PATIENCE`] is left to answer later while the loop goes on,
+    /// and counts as failed after its timeout (`--git-timeout`). A failed fetch leaves the mirror
+    /// as it was, so the evaluation still runs on what is there.
     pub fn poll(&mut self, now: Timestamp) -> (FetchAttempt, Result<SourceChange, RepoError>) {
-        let attempt = if self.cadence.due(now) {
-            match self.git.fetch() {
-                Ok(_) => {
-                    if let Some(attempts) = self.cadence.succeeded(now) {
-                        tracing::info!(
-                            remote = self.remote.as_ref().map(|r| r.url.as_str()),
-                            failed_attempts = attempts,
-                            "fetching works again"
-                        );
-                    }
-                    FetchAttempt::Fetched
+        let attempt = match self.fetching.take() {
+            Some(out) => self.look_at(out, now, Duration::ZERO),
+            None if self.cadence.due(now) => {
+                self.asked_while_fetching = false;
+                if self.remote.is_none() {
+                    // A repository read in place has nothing to fetch.
+                    return (
+                        self.fetched(Answer::Ready(Ok(FetchOutcome::default())), now),
+                        self.evaluate(),
+                    );
                 }
-                Err(e) => {
-                    let failure = self.cadence.failed(now);
-                    let retry_in = format!("{:.0?}", failure.retry_after);
-                    if failure.opens_episode() {
-                        tracing::warn!(error = %e, %retry_in, "fetch failed; the desired state in force stays, retrying with backoff (logged again when it works)");
-                    } else {
-                        tracing::debug!(error = %e, attempts = failure.attempts, %retry_in, "fetch failed again");
-                    }
-                    FetchAttempt::Failed
-                }
+                let git = self.git.clone();
+                let out = RemoteCall::start(move |give_up| git.fetch_unless(give_up));
+                // A remote that failed last time is not waited for: the loop goes on at once.
+                let patience = match self.cadence.failing() {
+                    true => Duration::ZERO,
+                    false => remote_call::PATIENCE,
+                };
+                self.look_at(out, now, patience)
             }
-        } else {
-            FetchAttempt::NotDue
+            None => FetchAttempt::NotDue,
         };
         (attempt, self.evaluate())
+    }
+
+    /// Takes the answer of the fetch out, if it came within `patience`.
+    fn look_at(&mut self, out: Fetching, now: Timestamp, patience: Duration) -> FetchAttempt {
+        let timeout = self
+            .remote
+            .as_ref()
+            .map_or(repo::DEFAULT_TIMEOUT, |r| r.timeout);
+        let answer = out.look(patience.min(timeout), timeout);
+        self.fetched(answer, now)
+    }
+
+    fn fetched(
+        &mut self,
+        answer: Answer<Result<FetchOutcome, RepoError>>,
+        now: Timestamp,
+    ) -> FetchAttempt {
+        let answer = match answer {
+            Answer::Waiting(out) => {
+                self.fetching = Some(out);
+                return FetchAttempt::Waiting;
+            }
+            Answer::Ready(answer) => answer,
+            Answer::TimedOut(after) => Err(self.git.no_answer(after)),
+            Answer::Vanished => Err(self.git.fetch_vanished()),
+        };
+        let attempt = match answer {
+            Ok(_) => {
+                if let Some(attempts) = self.cadence.succeeded(now) {
+                    tracing::info!(
+                        remote = self.remote.as_ref().map(|r| r.url.as_str()),
+                        failed_attempts = attempts,
+                        "fetching works again"
+                    );
+                }
+                FetchAttempt::Fetched
+            }
+            Err(e) => {
+                let failure = self.cadence.failed(now);
+                let retry_in = format!("{:.0?}", failure.retry_after);
+                if failure.opens_episode() {
+                    tracing::warn!(error = %e, %retry_in, "fetch failed; the desired state in force stays, retrying with backoff (logged again when it works)");
+                } else {
+                    tracing::debug!(error = %e, attempts = failure.attempts, %retry_in, "fetch failed again");
+                }
+                FetchAttempt::Failed
+            }
+        };
+        if std::mem::take(&mut self.asked_while_fetching) {
+            self.cadence.request();
+        }
+        attempt
     }
 
     /// Fetches (for a remote) now and evaluates the branch head when it moved.

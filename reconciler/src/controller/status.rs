@@ -3,20 +3,24 @@
 //! lost when the remote is down: the newest status is pushed once it is reachable again.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use nodewright_schema::NodeWright;
 
 use crate::source::cadence::{BACKOFF_BASE, BACKOFF_CAP, Backoff, after};
+use crate::source::remote_call::{self, Answer, RemoteCall};
+use crate::source::repo::{self, RemoteSpec};
 use crate::source::triggers::process_seed;
 use crate::writeback::coalesce::{Coalescer, Decision};
-use crate::writeback::git::{Author, WritebackError, commit_status, push};
+use crate::writeback::git::{Author, WritebackError, commit_status, push_branch_unless};
 use crate::writeback::render::{
     DEFAULT_NODE_DETAIL_LIMIT, StatusDocument, StatusFile, commit_message, documents,
     render_documents,
 };
 use crate::writeback::source::SourceRecord;
+use nodewright_schema::duration::format_go_duration;
 
 /// Where the status branch goes.
 #[derive(Clone, Debug)]
@@ -49,6 +53,9 @@ pub enum StatusWrite {
     PushPending(String),
 }
 
+/// A status push, out on its own thread.
+type Pushing = RemoteCall<Result<bool, WritebackError>>;
+
 /// Status writer state.
 pub struct StatusWriter {
     target: StatusTarget,
@@ -58,6 +65,7 @@ pub struct StatusWriter {
     push_pending: bool,
     push_backoff: Backoff,
     push_retry_at: Option<Timestamp>,
+    pushing: Option<Pushing>,
     source: Option<SourceRecord>,
     last_source: Option<SourceRecord>,
 }
@@ -74,6 +82,7 @@ impl StatusWriter {
             push_pending: false,
             push_backoff: Backoff::new(BACKOFF_BASE, BACKOFF_CAP, process_seed()),
             push_retry_at: None,
+            pushing: None,
             source: None,
             last_source: None,
         }
@@ -96,6 +105,10 @@ impl StatusWriter {
         now: Timestamp,
         nodewrights: &[std::sync::Arc<NodeWright>],
     ) -> Result<StatusWrite, WritebackError> {
+        // Nothing is committed while a push is out: its thread may recommit the branch.
+        if self.settle_push(now, Duration::ZERO)?.is_none() {
+            return Ok(StatusWrite::PushPending("status: push under way".into()));
+        }
         let docs = documents(nodewrights, DEFAULT_NODE_DETAIL_LIMIT);
         // Changed documents mean changed files: within the coalescing interval there is
         // nothing to commit yet, and the files need not be rendered.
@@ -149,7 +162,9 @@ impl StatusWriter {
 
     /// Pushes when a push is pending and no backoff is running; on rejection the remote's tip
     /// is fetched and the current status is committed on top of it before one more attempt.
-    /// A failure logs one line when its episode opens, and one when a push works again.
+    /// The push runs on its own thread: a remote that has not answered within
+    /// [`remote_call::PATIENCE`] is left to answer while the loop goes on (nothing is committed
+    /// meanwhile), and one that has not answered within its timeout has failed.
     fn push(&mut self, now: Timestamp) -> Result<bool, WritebackError> {
         let Some(remote) = self.target.remote.clone() else {
             self.push_pending = false;
@@ -173,63 +188,156 @@ impl StatusWriter {
                 now.as_second(),
             )?;
         }
-        for _ in 0..3 {
-            match push(&self.target.repo, &remote, &self.target.branch) {
-                Ok(true) => {
-                    self.push_pending = false;
-                    self.push_retry_at = None;
-                    if let Some(attempts) = self.push_backoff.succeeded() {
-                        tracing::info!(remote = %remote.url, failed_attempts = attempts, "status push works again");
-                    }
-                    return Ok(true);
-                }
-                Ok(false) => self.rebase_onto_remote(&remote, now)?,
-                Err(e) => {
-                    let failure = self.push_backoff.failed();
-                    self.push_retry_at = Some(after(now, failure.retry_after));
-                    let retry_in = format!("{:.0?}", failure.retry_after);
-                    if failure.opens_episode() {
-                        tracing::warn!(error = %e, %retry_in, "status push failed; the commit stays local and is pushed with backoff (logged again when it works)");
-                    } else {
-                        tracing::debug!(error = %e, attempts = failure.attempts, %retry_in, "status push failed again");
-                    }
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(false)
+        let push = StatusPush {
+            target: self.target.clone(),
+            remote,
+            files: self.last_files.clone(),
+            message: format!(
+                "{} (after the remote moved)",
+                commit_message(&[], &self.last_docs)
+            ),
+            at: now.as_second(),
+        };
+        self.pushing = Some(RemoteCall::start(move |give_up| push.run(give_up)));
+        // A remote that failed last time is not waited for: the loop goes on at once.
+        let patience = match self.push_backoff.failing() {
+            true => Duration::ZERO,
+            false => remote_call::PATIENCE,
+        };
+        Ok(self.settle_push(now, patience)? == Some(true))
     }
 
-    fn rebase_onto_remote(
+    /// Takes the answer of the push out when it comes within `patience`: `None` while it is
+    /// still out, otherwise whether the remote holds the newest status.
+    fn settle_push(
         &mut self,
-        remote: &crate::source::repo::RemoteSpec,
         now: Timestamp,
-    ) -> Result<(), WritebackError> {
-        let branch = self.target.branch.clone();
-        let fetch_error = |message: String| WritebackError::Push {
-            remote: remote.url.clone(),
-            branch: branch.clone(),
-            message: format!(
-                "the push was rejected and fetching the remote's status branch failed: {message}"
-            ),
+        patience: Duration,
+    ) -> Result<Option<bool>, WritebackError> {
+        let Some(out) = self.pushing.take() else {
+            return Ok(Some(!self.push_pending));
         };
-        let Some(mirror) = &self.target.mirror else {
-            return Err(fetch_error("no mirror repository to fetch into".into()));
+        let given_up = |message: &str| WritebackError::Push {
+            remote: self
+                .target
+                .remote
+                .as_ref()
+                .map_or_else(String::new, |r| r.url.clone()),
+            branch: self.target.branch.clone(),
+            message: message.to_owned(),
         };
-        // The mirror's fetch refspec brings the remote's status branch over ours.
-        mirror.fetch().map_err(|e| fetch_error(e.to_string()))?;
-        let message = format!(
-            "{} (after the remote moved)",
-            commit_message(&[], &self.last_docs)
-        );
-        commit_status(
-            &self.target.repo,
-            &branch,
-            &self.last_files,
-            &message,
-            &self.target.author,
-            now.as_second(),
-        )?;
-        Ok(())
+        let timeout = self
+            .target
+            .remote
+            .as_ref()
+            .map_or(repo::DEFAULT_TIMEOUT, |r| r.timeout);
+        let answer = match out.look(patience.min(timeout), timeout) {
+            Answer::Waiting(out) => {
+                self.pushing = Some(out);
+                return Ok(None);
+            }
+            Answer::Ready(answer) => answer,
+            Answer::TimedOut(after) => Err(given_up(&format!(
+                "the remote did not answer within {}; the push was given up (--git-timeout sets how long to wait)",
+                format_go_duration(Duration::from_secs(after.as_secs()))
+            ))),
+            Answer::Vanished => Err(given_up("the push ended without an answer")),
+        };
+        match answer {
+            Ok(true) => {
+                self.push_pending = false;
+                self.push_retry_at = None;
+                if let Some(attempts) = self.push_backoff.succeeded() {
+                    tracing::info!(remote = %self.remote_url(), failed_attempts = attempts, "status push works again");
+                }
+                Ok(Some(true))
+            }
+            // Rejected every time: the remote keeps moving; the next write tries again.
+            Ok(false) => Ok(Some(false)),
+            Err(e @ WritebackError::Push { .. }) => {
+                let failure = self.push_backoff.failed();
+                self.push_retry_at = Some(after(now, failure.retry_after));
+                let retry_in = format!("{:.0?}", failure.retry_after);
+                if failure.opens_episode() {
+                    tracing::warn!(error = %e, %retry_in, "status push failed; the commit stays local and is pushed with backoff (logged again when it works)");
+                } else {
+                    tracing::debug!(error = %e, attempts = failure.attempts, %retry_in, "status push failed again");
+                }
+                Ok(Some(false))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remote_url(&self) -> &str {
+        self.target.remote.as_ref().map_or("", |r| r.url.as_str())
+    }
+
+    /// How long the loop may sleep before it looks at the push out again (none when no push
+    /// is out).
+    pub fn until_look(&self) -> Option<Duration> {
+        self.pushing.as_ref().map(|_| remote_call::CHECK_EVERY)
+    }
+
+    /// Before the process ends: waits up to `patience` for the push out, so the last status
+    /// committed reaches the remote when the remote answers, and ends it otherwise (the commit
+    /// stays in the local mirror).
+    pub fn finish(&mut self, now: Timestamp, patience: Duration) {
+        match self.settle_push(now, patience) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                if let Some(out) = self.pushing.take() {
+                    out.give_up(Duration::from_secs(2));
+                }
+                tracing::warn!(remote = %self.remote_url(), "stopping with the status push still out; the newest status stays in the local mirror");
+            }
+            Err(e) => tracing::warn!(error = %e, "status write-back failed while stopping"),
+        }
+    }
+}
+
+/// One push of the status branch with what it needs to recommit on top of a remote that moved:
+/// it runs on its own thread, away from the writer.
+struct StatusPush {
+    target: StatusTarget,
+    remote: RemoteSpec,
+    files: Vec<StatusFile>,
+    message: String,
+    at: i64,
+}
+
+impl StatusPush {
+    /// Pushes; a rejection (the remote moved) fetches the remote's tip, commits the status on
+    /// top and pushes again, three times at most.
+    fn run(self, give_up: &AtomicBool) -> Result<bool, WritebackError> {
+        let branch = &self.target.branch;
+        for _ in 0..3 {
+            if push_branch_unless(&self.target.repo, &self.remote, branch, false, give_up)? {
+                return Ok(true);
+            }
+            let fetch_error = |message: String| WritebackError::Push {
+                remote: self.remote.url.clone(),
+                branch: branch.clone(),
+                message: format!(
+                    "the push was rejected and fetching the remote's status branch failed: {message}"
+                ),
+            };
+            let Some(mirror) = &self.target.mirror else {
+                return Err(fetch_error("no mirror repository to fetch into".into()));
+            };
+            // The mirror's fetch refspec brings the remote's status branch over ours.
+            mirror
+                .fetch_unless(give_up)
+                .map_err(|e| fetch_error(e.to_string()))?;
+            commit_status(
+                &self.target.repo,
+                branch,
+                &self.files,
+                &self.message,
+                &self.target.author,
+                self.at,
+            )?;
+        }
+        Ok(false)
     }
 }

@@ -133,6 +133,11 @@ impl FetchCadence {
         self.backoff.succeeded()
     }
 
+    /// Whether the last fetch failed (a failure episode is open).
+    pub fn failing(&self) -> bool {
+        self.backoff.failing()
+    }
+
     /// The fetch at `now` failed: the next one waits out the backoff.
     pub fn failed(&mut self, now: Timestamp) -> Failure {
         let failure = self.backoff.failed();

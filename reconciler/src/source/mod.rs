@@ -9,6 +9,7 @@ pub mod budget;
 pub mod cadence;
 pub mod desired;
 pub mod manifests;
+pub mod remote_call;
 pub mod repo;
 pub mod signature;
 pub mod tree;

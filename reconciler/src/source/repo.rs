@@ -8,9 +8,13 @@
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use gix::ObjectId;
+use nodewright_schema::duration::format_go_duration;
 use sha2::{Digest, Sha256};
+
+use super::remote_call::{Answer, RemoteCall};
 
 /// A failure reaching or reading a repository, with the repository and operation it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -202,7 +206,13 @@ pub struct RemoteSpec {
     /// PEM certificates to trust for https remotes instead of the system roots (a private CA);
     /// fetch and push both use it.
     pub ca_file: Option<PathBuf>,
+    /// How long a fetch or a push may wait for the remote before it has failed
+    /// (`--git-timeout`).
+    pub timeout: Duration,
 }
+
+/// How long a remote may take to answer a fetch or a push by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl RemoteSpec {
     /// An anonymous, full-history remote.
@@ -212,6 +222,7 @@ impl RemoteSpec {
             credentials: Credentials::None,
             depth: None,
             ca_file: None,
+            timeout: DEFAULT_TIMEOUT,
         }
     }
 
@@ -248,7 +259,8 @@ impl RemoteSpec {
             return None;
         };
         let mut cmd = format!(
-            "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes",
+            // A server that stops answering ends the connection within about a minute.
+            "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o ConnectTimeout=30 -o ServerAliveInterval=15 -o ServerAliveCountMax=4",
             shell_quote(&key_file.to_string_lossy())
         );
         cmd.push_str(if *accept_new_host_keys {
@@ -411,6 +423,44 @@ impl GitRepo {
         let Some(remote) = &self.remote else {
             return Ok(FetchOutcome::default());
         };
+        let git = self.clone();
+        let call = RemoteCall::start(move |give_up| git.fetch_unless(give_up));
+        match call.look(remote.timeout, remote.timeout) {
+            Answer::Ready(outcome) => outcome,
+            Answer::Waiting(_) | Answer::TimedOut(_) => Err(self.no_answer(remote.timeout)),
+            Answer::Vanished => Err(self.fetch_vanished()),
+        }
+    }
+
+    /// The error of a fetch the remote did not answer within `after`.
+    pub fn no_answer(&self, after: Duration) -> RepoError {
+        self.fetch_failed(format!(
+            "the remote did not answer within {}; the fetch was given up (--git-timeout sets how long to wait)",
+            format_go_duration(Duration::from_secs(after.as_secs()))
+        ))
+    }
+
+    /// The error of a fetch whose thread ended without an answer.
+    pub fn fetch_vanished(&self) -> RepoError {
+        self.fetch_failed("the fetch ended without an answer".to_owned())
+    }
+
+    fn fetch_failed(&self, message: String) -> RepoError {
+        RepoError::Fetch {
+            url: self
+                .remote
+                .as_ref()
+                .map_or_else(String::new, |r| r.url.clone()),
+            cache: self.path.clone(),
+            message,
+        }
+    }
+
+    /// [`GitRepo::fetch`], stopping between the transfer's steps once `give_up` is set.
+    pub fn fetch_unless(&self, give_up: &AtomicBool) -> Result<FetchOutcome, RepoError> {
+        let Some(remote) = &self.remote else {
+            return Ok(FetchOutcome::default());
+        };
         let fetch_err = |message: String| RepoError::Fetch {
             url: remote.url.clone(),
             cache: self.path.clone(),
@@ -451,7 +501,6 @@ impl GitRepo {
             }
             _ => Ok(None),
         });
-        let interrupt = AtomicBool::new(false);
         let mut prepare = connection
             .prepare_fetch(gix::progress::Discard, Default::default())
             .map_err(|e| fetch_err(msg(e)))?;
@@ -459,7 +508,7 @@ impl GitRepo {
             prepare = prepare.with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(depth));
         }
         let outcome = prepare
-            .receive(gix::progress::Discard, &interrupt)
+            .receive(gix::progress::Discard, give_up)
             .map_err(|e| fetch_err(msg(e)))?;
         let update_refs = match &outcome.status {
             gix::remote::fetch::Status::NoPackReceived { update_refs, .. }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use gix::ObjectId;
 
@@ -363,6 +364,18 @@ pub fn push_branch(
     branch: &str,
     force: bool,
 ) -> Result<bool, WritebackError> {
+    push_branch_unless(repo_path, remote, branch, force, &AtomicBool::new(false))
+}
+
+/// [`push_branch`], ending git (an error) once `give_up` is set: a remote that hangs is given
+/// up by the caller's deadline.
+pub fn push_branch_unless(
+    repo_path: &Path,
+    remote: &RemoteSpec,
+    branch: &str,
+    force: bool,
+    give_up: &AtomicBool,
+) -> Result<bool, WritebackError> {
     let url = remote.transport_url();
     let push_err = |message: String| WritebackError::Push {
         remote: remote.url.clone(),
@@ -383,7 +396,12 @@ pub fn push_branch(
         cmd.env_remove(var);
     }
     // An empty `credential.helper` drops any helper configured before ours.
-    let mut config = vec![("credential.helper".to_owned(), String::new())];
+    let mut config = vec![
+        ("credential.helper".to_owned(), String::new()),
+        // An https remote that stops sending ends the push rather than holding it open.
+        ("http.lowSpeedLimit".to_owned(), "1".to_owned()),
+        ("http.lowSpeedTime".to_owned(), "60".to_owned()),
+    ];
     let credential_folder = match remote
         .credentials
         .account()
@@ -426,20 +444,24 @@ pub fn push_branch(
             if force { "+" } else { "" }
         ),
     ]);
-    let output = cmd.output().map_err(|e| {
-        push_err(format!(
-            "cannot run git (the reconciler image must contain it): {e}"
-        ))
-    })?;
+    let output = output_unless(cmd, give_up);
     drop(credential_folder);
-    if output.status.success() {
+    let (success, text) = match output {
+        Ok(Some(output)) => output,
+        Ok(None) => {
+            return Err(push_err(
+                "given up: the remote did not answer in time".into(),
+            ));
+        }
+        Err(e) => {
+            return Err(push_err(format!(
+                "cannot run git (the reconciler image must contain it): {e}"
+            )));
+        }
+    };
+    if success {
         return Ok(true);
     }
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
     if text.contains("[rejected]")
         || text.contains("non-fast-forward")
         || text.contains("fetch first")
@@ -447,6 +469,40 @@ pub fn push_branch(
         return Ok(false);
     }
     Err(push_err(explain_push_failure(text.trim())))
+}
+
+/// Runs `cmd` to its end, or kills it once `give_up` is set (`None`): whether it succeeded and
+/// what it printed. The output goes to a file rather than a pipe, so a helper git started (ssh,
+/// the https transport) that outlives a killed git holds nothing up.
+fn output_unless(
+    mut cmd: Command,
+    give_up: &AtomicBool,
+) -> std::io::Result<Option<(bool, String)>> {
+    use std::io::{Read, Seek};
+    let mut log = tempfile::tempfile()?;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log.try_clone()?);
+    let mut child = cmd.spawn()?;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if give_up.load(Ordering::Relaxed) {
+            // Already ended is as good as killed.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut text = Vec::new();
+    log.rewind()?;
+    log.read_to_end(&mut text)?;
+    Ok(Some((
+        status.success(),
+        String::from_utf8_lossy(&text).into_owned(),
+    )))
 }
 
 /// git's own words, one line, with what to do for the failures a configuration causes.
