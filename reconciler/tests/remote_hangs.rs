@@ -27,8 +27,9 @@ use nodewright_reconciler::controller::status::{StatusTarget, StatusWrite, Statu
 use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::source::desired::ReadOptions;
 use nodewright_reconciler::source::remote_call::PATIENCE;
-use nodewright_reconciler::source::repo::RemoteSpec;
-use nodewright_reconciler::writeback::git::Author;
+use nodewright_reconciler::source::repo::{GitRepo, RemoteSpec};
+use nodewright_reconciler::writeback::git::{Author, commit_status, push};
+use nodewright_reconciler::writeback::render::StatusFile;
 
 const FLEET: &str = r#"
 cluster:
@@ -312,4 +313,63 @@ async fn a_remote_that_stops_answering_holds_up_neither_the_rollout_nor_the_stat
         "the newest status reached the remote: {:?}",
         status_on_server(&bare)
     );
+}
+
+#[test]
+fn a_start_a_status_read_or_a_push_against_a_silent_remote_fails_after_its_timeout_naming_the_flag()
+{
+    let tmp = tempfile::tempdir().unwrap();
+    let served = tmp.path().join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let work = WorkRepo::init(&tmp.path().join("work"));
+    work.copy_from(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet"));
+    work.commit("fleet");
+    work.clone_bare(&served.join("fleet.git"));
+    let (_daemon, daemon_port) = git_daemon(&served);
+    let gate = Gate::new(daemon_port);
+    let spec = RemoteSpec {
+        timeout: Duration::from_secs(2),
+        ..RemoteSpec::anonymous(format!("git://127.0.0.1:{}/fleet.git", gate.port))
+    };
+    let (mirror, _) = GitRepo::sync_remote(&spec, &tmp.path().join("cache")).unwrap();
+    commit_status(
+        mirror.path(),
+        "nodewright/status",
+        &[StatusFile {
+            path: "status/probe.yaml".into(),
+            content: "probe\n".into(),
+        }],
+        "status: probe",
+        &Author::default(),
+        1_767_225_600,
+    )
+    .unwrap();
+    gate.shut();
+
+    let Err(fetch) = GitRepo::sync_remote(&spec, &tmp.path().join("cache")) else {
+        panic!("a silent remote fails the fetch");
+    };
+    let fetch = fetch.to_string();
+    assert!(
+        fetch.contains("the remote did not answer within 2s; the fetch was given up (--git-timeout sets how long to wait)"),
+        "{fetch}"
+    );
+    let push = push(mirror.path(), &spec, "nodewright/status")
+        .expect_err("a silent remote fails the push")
+        .to_string();
+    assert!(
+        push.contains("the remote did not answer within 2s; the push was given up (--git-timeout sets how long to wait)"),
+        "{push}"
+    );
+
+    gate.open();
+    assert_eq!(
+        push_ok(&mirror, &spec),
+        Ok(true),
+        "the remote answers again"
+    );
+}
+
+fn push_ok(mirror: &GitRepo, spec: &RemoteSpec) -> Result<bool, String> {
+    push(mirror.path(), spec, "nodewright/status").map_err(|e| e.to_string())
 }

@@ -20,7 +20,6 @@ use crate::writeback::render::{
     render_documents,
 };
 use crate::writeback::source::SourceRecord;
-use nodewright_schema::duration::format_go_duration;
 
 /// Where the status branch goes.
 #[derive(Clone, Debug)]
@@ -237,10 +236,7 @@ impl StatusWriter {
                 return Ok(None);
             }
             Answer::Ready(answer) => answer,
-            Answer::TimedOut(after) => Err(given_up(&format!(
-                "the remote did not answer within {}; the push was given up (--git-timeout sets how long to wait)",
-                format_go_duration(Duration::from_secs(after.as_secs()))
-            ))),
+            Answer::TimedOut(after) => Err(given_up(&remote_call::no_answer("push", after))),
             Answer::Vanished => Err(given_up("the push ended without an answer")),
         };
         match answer {

@@ -14,6 +14,15 @@ pub const PATIENCE: Duration = Duration::from_secs(5);
 /// How often the loop looks again while a call is out.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// Why a call (`"fetch"`, `"push"`) the remote did not answer within `after` failed, and the
+/// flag that waits longer.
+pub fn no_answer(call: &str, after: Duration) -> String {
+    format!(
+        "the remote did not answer within {}; the {call} was given up (--git-timeout sets how long to wait)",
+        nodewright_schema::duration::format_go_duration(Duration::from_secs(after.as_secs()))
+    )
+}
+
 /// A call out to a remote.
 pub struct RemoteCall<T> {
     started: Instant,

@@ -11,7 +11,6 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use gix::ObjectId;
-use nodewright_schema::duration::format_go_duration;
 use sha2::{Digest, Sha256};
 
 use super::remote_call::{Answer, RemoteCall};
@@ -434,10 +433,7 @@ impl GitRepo {
 
     /// The error of a fetch the remote did not answer within `after`.
     pub fn no_answer(&self, after: Duration) -> RepoError {
-        self.fetch_failed(format!(
-            "the remote did not answer within {}; the fetch was given up (--git-timeout sets how long to wait)",
-            format_go_duration(Duration::from_secs(after.as_secs()))
-        ))
+        self.fetch_failed(super::remote_call::no_answer("fetch", after))
     }
 
     /// The error of a fetch whose thread ended without an answer.

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use gix::ObjectId;
 
 use super::render::{STATUS_DIR, StatusFile};
+use crate::source::remote_call::{self, Answer, RemoteCall};
 use crate::source::repo::{RemoteSpec, msg};
 
 /// Default status branch.
@@ -357,14 +358,40 @@ pub fn push(repo_path: &Path, remote: &RemoteSpec, branch: &str) -> Result<bool,
 }
 
 /// [`push`], replacing the remote branch whatever it holds when `force` is set (an approval
-/// branch is remade on the tracked branch's newest head).
+/// branch is remade on the tracked branch's newest head). A remote that does not answer within
+/// its timeout fails the push.
 pub fn push_branch(
     repo_path: &Path,
     remote: &RemoteSpec,
     branch: &str,
     force: bool,
 ) -> Result<bool, WritebackError> {
-    push_branch_unless(repo_path, remote, branch, force, &AtomicBool::new(false))
+    let (repo, pushed_to, name) = (repo_path.to_path_buf(), remote.clone(), branch.to_owned());
+    let call = RemoteCall::start(move |give_up| {
+        push_branch_unless(&repo, &pushed_to, &name, force, give_up)
+    });
+    let failed = |message: String| WritebackError::Push {
+        remote: remote.url.clone(),
+        branch: branch.to_owned(),
+        message,
+    };
+    match call.look(remote.timeout, remote.timeout) {
+        Answer::Ready(pushed) => pushed,
+        Answer::Waiting(_) | Answer::TimedOut(_) => {
+            Err(failed(remote_call::no_answer("push", remote.timeout)))
+        }
+        Answer::Vanished => Err(failed("the push ended without an answer".to_owned())),
+    }
+}
+
+/// Why a push the remote did not answer within `after` failed, and the flag that waits longer.
+pub fn no_answer(after: std::time::Duration) -> String {
+    format!(
+        "the remote did not answer within {}; the push was given up (--git-timeout sets how long to wait)",
+        nodewright_schema::duration::format_go_duration(std::time::Duration::from_secs(
+            after.as_secs()
+        ))
+    )
 }
 
 /// [`push_branch`], ending git (an error) once `give_up` is set: a remote that hangs is given
