@@ -263,6 +263,7 @@ fn main() {
         limit: Duration::from_secs(24 * 3600),
         // The reference projection is the bench's own: no budget applies.
         max_pairs: usize::MAX,
+        max_pairs_at_once: usize::MAX,
     };
     let started = Instant::now();
     let reference = projection

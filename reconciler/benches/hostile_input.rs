@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use nodewright_reconciler::cli::fleet::Fleet;
 use nodewright_reconciler::cluster::Desired;
 use nodewright_reconciler::diff::RolloutSimulator;
-use nodewright_reconciler::diff::projection::{DEFAULT_MAX_PAIRS, FleetProjection};
+use nodewright_reconciler::diff::projection::{
+    DEFAULT_MAX_PAIRS, DEFAULT_MAX_PAIRS_AT_ONCE, FleetProjection,
+};
 use nodewright_reconciler::settings::Settings;
 use nodewright_reconciler::source::manifests::{self, Limits};
 use nodewright_schema::{NodeWright, NodeWrightSpec, Package};
@@ -60,14 +62,15 @@ fn desired(packages: usize, version: &str) -> Desired {
     }
 }
 
-/// Projects the upgrade of `packages` packages on `nodes` nodes within `max_pairs`; prints
-/// the time, the process's peak so far and the verdict.
-fn project(packages: usize, nodes: usize, max_pairs: usize) {
+/// Projects the upgrade of `packages` packages on `nodes` nodes within the default limits;
+/// prints the time, the process's peak so far and the verdict.
+fn project(packages: usize, nodes: usize) {
     let projection = FleetProjection {
         fleet: Fleet::plain(nodes),
         settings: Settings::default(),
         limit: Duration::from_secs(24 * 3600),
-        max_pairs,
+        max_pairs: DEFAULT_MAX_PAIRS,
+        max_pairs_at_once: DEFAULT_MAX_PAIRS_AT_ONCE,
     };
     let started = Instant::now();
     let outcome = projection.simulate(&desired(packages, "1.0.0"), &desired(packages, "1.0.1"));
@@ -77,7 +80,7 @@ fn project(packages: usize, nodes: usize, max_pairs: usize) {
         Err(e) => format!("refused: {e}"),
     };
     println!(
-        "diff --simulate, {packages} packages × {nodes} nodes (limit {max_pairs} pairs): {:.1} s, peak so far {} MiB ({verdict})",
+        "diff --simulate, {packages} packages × {nodes} nodes (limits {DEFAULT_MAX_PAIRS} pairs, {DEFAULT_MAX_PAIRS_AT_ONCE} at once): {:.1} s, peak so far {} MiB ({verdict})",
         elapsed.as_secs_f64(),
         peak_mib().map_or("?".to_owned(), |m| m.to_string()),
     );
@@ -85,9 +88,9 @@ fn project(packages: usize, nodes: usize, max_pairs: usize) {
 
 fn main() {
     // The refusal first, so the peak it prints is its own; then the largest upgrade the
-    // default limit projects (base and head rollouts, 8 nodes).
-    project(1_000, 8, DEFAULT_MAX_PAIRS);
-    project(DEFAULT_MAX_PAIRS / 8, 8, DEFAULT_MAX_PAIRS);
+    // default limits project with every node at once (base and head rollouts, 8 nodes).
+    project(1_000, 8);
+    project(DEFAULT_MAX_PAIRS_AT_ONCE / 8, 8);
 
     let text = invalid_packages(8_000);
     let started = Instant::now();

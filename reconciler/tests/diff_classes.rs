@@ -36,6 +36,8 @@ fn diff_fixture() -> (tempfile::TempDir, DesiredDiff) {
         fleet: None,
         nodes: 8,
         max_simulated_pairs: nodewright_reconciler::diff::projection::DEFAULT_MAX_PAIRS,
+        max_simulated_pairs_at_once:
+            nodewright_reconciler::diff::projection::DEFAULT_MAX_PAIRS_AT_ONCE,
         post_comment: None,
         pr: None,
     };
@@ -322,6 +324,8 @@ fn identical_commits_change_nothing() {
         fleet: None,
         nodes: 8,
         max_simulated_pairs: nodewright_reconciler::diff::projection::DEFAULT_MAX_PAIRS,
+        max_simulated_pairs_at_once:
+            nodewright_reconciler::diff::projection::DEFAULT_MAX_PAIRS_AT_ONCE,
         post_comment: None,
         pr: None,
     };

@@ -288,6 +288,42 @@ fn a_thousand_packages_are_projected_on_a_simulated_fleet() {
 }
 
 #[test]
+fn a_budget_of_one_node_projects_a_thousand_packages_on_more_nodes_than_run_at_once() {
+    // Three nodes of a thousand packages are 3,000 pairs, but one node at a time runs 1,000:
+    // what the projection holds follows the pairs running, not the fleet.
+    let tmp = tempfile::tempdir().unwrap();
+    let work = thousand_package_upgrade(
+        &tmp.path().join("work"),
+        "  interruptionBudget:\n    count: 1\n",
+    );
+    let out = nodewright(
+        &work.dir,
+        &[
+            "diff",
+            "--repo",
+            ".",
+            "--base",
+            "main~1",
+            "--head",
+            "main",
+            "--simulate",
+            "--nodes",
+            "3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let timeline = stdout
+        .split("Simulated rollout:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no timeline: {stdout}"));
+    assert!(
+        timeline.contains("big: 3 node(s) in 3 batch(es)"),
+        "{timeline}"
+    );
+}
+
+#[test]
 fn a_projection_beyond_its_limit_is_refused_at_once_and_the_diff_is_still_complete() {
     // See: issue 24 — `diff --simulate` of 1,000 packages on 8 nodes needed gigabytes; every
     // pair is a Job alive at once when packages run in parallel.
@@ -318,7 +354,7 @@ fn a_projection_beyond_its_limit_is_refused_at_once_and_the_diff_is_still_comple
     assert_eq!(stdout.matches("[upgrade]").count(), 1_000, "{stdout}");
     assert!(
         stdout.contains(
-            "Simulation failed: too large to project: the base rollout runs 8000 package × node pairs (most for NodeWright big: 1000 packages × 8 node(s)), more than --max-simulated-pairs (2000); the diff itself is complete, and a larger limit projects it"
+            "Simulation failed: too large to project: the base rollout's budgets let 8000 package × node pairs run at once (most for NodeWright big: 1000 packages × 8 of its 8 node(s) at once), more than --max-simulated-pairs-at-once (2000); the diff itself is complete, and a smaller interruption budget or a larger limit projects it"
         ),
         "{stdout}"
     );

@@ -82,9 +82,8 @@ pub struct Args {
     #[arg(long, default_value_t = 8, requires = "simulate")]
     pub nodes: usize,
     /// Most package × node pairs --simulate projects in each rollout (base, then head): each
-    /// NodeWright's packages times the nodes it selects. Every pair is a Job alive while
-    /// packages run in parallel, so this bounds the projection's memory and time (about 320 MiB
-    /// and 3 s at the default); a larger change is diffed but not projected.
+    /// NodeWright's packages times the nodes it selects. This bounds the projection's time
+    /// (about 40 s at the default); a larger change is diffed but not projected.
     #[arg(
         long,
         value_name = "N",
@@ -92,6 +91,17 @@ pub struct Args {
         requires = "simulate"
     )]
     pub max_simulated_pairs: usize,
+    /// Most package × node pairs the budgets of each rollout may let run at once: each
+    /// NodeWright's packages times the nodes its interruption budget or policy lets be worked on
+    /// together. A running pair is a Job and its pod, so this bounds the projection's memory
+    /// (about 320 MiB at the default); a larger change is diffed but not projected.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::diff::projection::DEFAULT_MAX_PAIRS_AT_ONCE,
+        requires = "simulate"
+    )]
+    pub max_simulated_pairs_at_once: usize,
     /// Post the Markdown rendering as the pull/merge-request comment (updated in place).
     #[arg(long, value_name = "FORGE", requires = "pr")]
     pub post_comment: Option<crate::forge::ForgeKind>,
@@ -175,6 +185,7 @@ pub fn compute(args: &Args) -> Result<crate::diff::DesiredDiff, RepoError> {
         settings: crate::settings::Settings::default(),
         limit: crate::diff::projection::FleetProjection::limit_for(&head_eval.objects),
         max_pairs: args.max_simulated_pairs,
+        max_pairs_at_once: args.max_simulated_pairs_at_once,
     };
     Ok(diff.with_simulation(&projection, &base_eval.objects, &head_eval.objects))
 }

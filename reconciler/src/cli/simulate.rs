@@ -52,8 +52,7 @@ pub struct Args {
     #[arg(long, default_value_t = 8)]
     pub nodes: usize,
     /// Most package × node pairs the projection runs (with --repo): each NodeWright's
-    /// packages times the nodes it selects. Every pair is a Job alive while packages run in
-    /// parallel, so this bounds memory and time.
+    /// packages times the nodes it selects. This bounds its time.
     #[arg(
         long,
         value_name = "N",
@@ -61,6 +60,16 @@ pub struct Args {
         requires = "repo"
     )]
     pub max_simulated_pairs: usize,
+    /// Most package × node pairs the budgets let run at once in the projection (with --repo):
+    /// each NodeWright's packages times the nodes its interruption budget or policy lets be
+    /// worked on together. A running pair is a Job and its pod, so this bounds its memory.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::diff::projection::DEFAULT_MAX_PAIRS_AT_ONCE,
+        requires = "repo"
+    )]
+    pub max_simulated_pairs_at_once: usize,
     /// Output of the projection (with --repo).
     #[arg(long, value_parser = ["text", "markdown", "json"], default_value = "text")]
     pub format: String,
@@ -171,6 +180,7 @@ fn project(args: &Args, repo: &std::path::Path, out: &mut dyn Write, err: &mut d
         settings: crate::settings::Settings::default(),
         limit: crate::diff::projection::FleetProjection::limit_for(&valid.desired),
         max_pairs: args.max_simulated_pairs,
+        max_pairs_at_once: args.max_simulated_pairs_at_once,
     };
     match projection.simulate(&crate::cluster::Desired::default(), &valid.desired) {
         Ok(timeline) => {

@@ -28,33 +28,126 @@ pub struct FleetProjection {
     pub settings: Settings,
     /// Give up after this much virtual time per phase.
     pub limit: Duration,
-    /// Most package × node pairs the projection may run (`--max-simulated-pairs`).
+    /// Most package × node pairs each rollout may run in all (`--max-simulated-pairs`).
     pub max_pairs: usize,
+    /// Most package × node pairs each rollout's budgets may let run at once
+    /// (`--max-simulated-pairs-at-once`).
+    pub max_pairs_at_once: usize,
 }
 
 /// How many package × node pairs each rollout of a projection (base, then head) may run by
-/// default. Every pair can be a Job and its pod alive at once, as packages run in parallel, so
-/// this bounds the projection's memory and time; a change beyond it is diffed, not projected.
-pub const DEFAULT_MAX_PAIRS: usize = 2_000;
+/// default. The projection's time follows them (about 1–2 ms each), and so does what it keeps
+/// of a finished pair (its entry in the node's state, a few kilobytes); a change beyond it is
+/// diffed, not projected.
+pub const DEFAULT_MAX_PAIRS: usize = 20_000;
 
-/// The package × node pairs rolling out `desired` runs on `nodes`: each NodeWright's packages
-/// times the nodes its selector picks.
-fn pairs<'a>(
+/// How many package × node pairs the budgets of each rollout may let run at once by default.
+/// A running pair is a Job and its pod, about 100 KB in the simulated world, and packages
+/// without an order all run together on a node, so this bounds the projection's memory.
+pub const DEFAULT_MAX_PAIRS_AT_ONCE: usize = 2_000;
+
+/// What rolling out one NodeWright runs on a fleet.
+#[derive(Debug, Default)]
+struct Work {
+    nodewright: String,
+    packages: usize,
+    /// The nodes its selector picks.
+    nodes: usize,
+    /// The most of them its budget or policy lets be worked on at once.
+    at_once: usize,
+}
+
+impl Work {
+    fn pairs(&self) -> usize {
+        self.packages * self.nodes
+    }
+
+    fn pairs_at_once(&self) -> usize {
+        self.packages * self.at_once
+    }
+}
+
+/// What rolling out `desired` runs on the nodes with these labels, per NodeWright.
+fn work<'a>(
     desired: &Desired,
-    nodes: impl Iterator<Item = &'a std::collections::BTreeMap<String, String>> + Clone,
-) -> Vec<(String, usize, usize)> {
+    nodes: impl Iterator<Item = &'a BTreeMap<String, String>> + Clone,
+) -> Vec<Work> {
     desired
         .nodewrights
         .iter()
         .map(|nw| {
             let selector = nw.spec.node_selectors.as_ref();
-            let selected = nodes
+            let selected: Vec<&BTreeMap<String, String>> = nodes
                 .clone()
                 .filter(|labels| nodewright_schema::selector::matches(selector, labels))
-                .count();
-            (nw.name().to_string(), nw.spec.packages().len(), selected)
+                .collect();
+            Work {
+                nodewright: nw.name().to_string(),
+                packages: nw.spec.packages().len(),
+                nodes: selected.len(),
+                at_once: nodes_at_once(nw, desired, &selected),
+            }
         })
         .collect()
+}
+
+/// The most of its `selected` nodes a NodeWright's budget lets be worked on at once (§5.7): the
+/// legacy batch without a policy; with one, each compartment's ceiling when it has no strategy
+/// and all its nodes when it has one (a strategy's batches may grow to them). Counting a node
+/// in every compartment whose selector it matches keeps this an upper bound where compartments
+/// overlap.
+fn nodes_at_once(
+    nw: &nodewright_schema::NodeWright,
+    desired: &Desired,
+    selected: &[&BTreeMap<String, String>],
+) -> usize {
+    use crate::engine::policy;
+    let count = i32::try_from(selected.len()).unwrap_or(i32::MAX);
+    let policy = nw.spec.deployment_policy.as_ref().map(|name| {
+        desired
+            .policies
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+    });
+    let at_once: i64 = match policy {
+        None => policy::legacy_default(nw, count)
+            .strategy
+            .map_or(i64::from(count), |(_, params)| {
+                i64::from(params.initial_batch())
+            }),
+        // A missing policy holds the rollout (§2.9); counted as all nodes, the bound holds
+        // whatever the policy turns out to be.
+        Some(None) => i64::from(count),
+        Some(Some(p)) => {
+            let defs = policy::compartments(nw, Some(p), false, count);
+            let in_compartment = |labels: &BTreeMap<String, String>,
+                                  def: &policy::CompartmentDef| {
+                def.selector
+                    .as_ref()
+                    .is_some_and(|s| nodewright_schema::selector::matches(Some(s), labels))
+            };
+            defs.iter()
+                .map(|def| {
+                    // The default compartment takes the nodes no other compartment selects.
+                    let matched = selected
+                        .iter()
+                        .filter(|labels| match &def.selector {
+                            Some(_) => in_compartment(labels, def),
+                            None => !defs.iter().any(|other| in_compartment(labels, other)),
+                        })
+                        .count()
+                        .try_into()
+                        .unwrap_or(i32::MAX);
+                    let ceiling = policy::ceiling(def.budget, matched);
+                    i64::from(match def.strategy {
+                        None if ceiling > 0 => ceiling.min(matched),
+                        _ => matched,
+                    })
+                })
+                .sum()
+        }
+    };
+    usize::try_from(at_once.clamp(0, i64::from(count))).unwrap_or(selected.len())
 }
 
 /// How driving the fleet towards one desired state ended.
@@ -213,16 +306,38 @@ impl RolloutSimulator for FleetProjection {
             .values()
             .map(|n| n.metadata.labels.as_ref().unwrap_or(&empty));
         for (phase, desired) in [("base", base), ("head", head)] {
-            let work = pairs(desired, labels.clone());
-            let total: usize = work.iter().map(|(_, p, n)| p * n).sum();
+            let work = work(desired, labels.clone());
+            let total: usize = work.iter().map(Work::pairs).sum();
             if total > self.max_pairs {
-                let (nw, packages, nodes) = work
-                    .into_iter()
-                    .max_by_key(|(_, p, n)| p * n)
-                    .unwrap_or_default();
+                let most = work.iter().max_by_key(|w| w.pairs());
+                let most = most.map_or_else(String::new, |w| {
+                    format!(
+                        " (most for NodeWright {}: {} packages × {} node(s))",
+                        terminal(&w.nodewright),
+                        w.packages,
+                        w.nodes
+                    )
+                });
                 return Err(format!(
-                    "too large to project: the {phase} rollout runs {total} package × node pairs (most for NodeWright {nw}: {packages} packages × {nodes} node(s)), more than --max-simulated-pairs ({}); the diff itself is complete, and a larger limit projects it",
+                    "too large to project: the {phase} rollout runs {total} package × node pairs{most}, more than --max-simulated-pairs ({}); the diff itself is complete, and a larger limit projects it",
                     self.max_pairs
+                ));
+            }
+            let at_once: usize = work.iter().map(Work::pairs_at_once).sum();
+            if at_once > self.max_pairs_at_once {
+                let most = work.iter().max_by_key(|w| w.pairs_at_once());
+                let most = most.map_or_else(String::new, |w| {
+                    format!(
+                        " (most for NodeWright {}: {} packages × {} of its {} node(s) at once)",
+                        terminal(&w.nodewright),
+                        w.packages,
+                        w.at_once,
+                        w.nodes
+                    )
+                });
+                return Err(format!(
+                    "too large to project: the {phase} rollout's budgets let {at_once} package × node pairs run at once{most}, more than --max-simulated-pairs-at-once ({}); the diff itself is complete, and a smaller interruption budget or a larger limit projects it",
+                    self.max_pairs_at_once
                 ));
             }
         }
@@ -517,6 +632,7 @@ mod tests {
             settings: Settings::default(),
             limit: Duration::from_secs(6 * 3600),
             max_pairs: DEFAULT_MAX_PAIRS,
+            max_pairs_at_once: DEFAULT_MAX_PAIRS_AT_ONCE,
         };
         let t = projection
             .simulate(&desired("1.0.0", true), &desired("1.1.0", true))
@@ -547,6 +663,7 @@ mod tests {
             settings: Settings::default(),
             limit: Duration::from_secs(3600),
             max_pairs: DEFAULT_MAX_PAIRS,
+            max_pairs_at_once: DEFAULT_MAX_PAIRS_AT_ONCE,
         };
         let t = projection
             .simulate(&desired("1.0.0", false), &desired("1.0.0", false))
@@ -575,6 +692,7 @@ mod tests {
             settings: Settings::default(),
             limit: Duration::from_secs(6 * 3600),
             max_pairs,
+            max_pairs_at_once: DEFAULT_MAX_PAIRS_AT_ONCE,
         };
         let (base, head) = (selecting("1.0.0"), selecting("1.1.0"));
         let t = projection(2).simulate(&base, &head).unwrap();
@@ -584,5 +702,66 @@ mod tests {
             refused.contains("the base rollout runs 2 package × node pairs (most for NodeWright gpu: 1 packages × 2 node(s)), more than --max-simulated-pairs (1)"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn the_memory_limit_counts_the_nodes_a_budget_lets_work_at_once() {
+        // Three packages on ten nodes: 30 pairs in all, 6 at once under a budget of two nodes.
+        let three = |version: &str, budget: Option<i32>| {
+            let mut d = desired(version, false);
+            let spec = &mut d.nodewrights[0].spec;
+            let package = spec.packages().get("driver").cloned().unwrap_or_default();
+            let packages = spec.packages.get_or_insert_with(BTreeMap::new);
+            packages.insert("tuning".into(), package.clone());
+            packages.insert("firmware".into(), package);
+            spec.interruption_budget = budget.map(|count| nodewright_schema::InterruptionBudget {
+                percent: None,
+                count: Some(count),
+            });
+            d
+        };
+        let projection = |at_once| FleetProjection {
+            fleet: Fleet::plain(10),
+            settings: Settings::default(),
+            limit: Duration::from_secs(6 * 3600),
+            max_pairs: 30,
+            max_pairs_at_once: at_once,
+        };
+        let (base, head) = (three("1.0.0", Some(2)), three("1.1.0", Some(2)));
+        let t = projection(6).simulate(&base, &head).unwrap();
+        assert_eq!(t.json["nodewrights"][0]["nodes"], 10);
+        let refused = projection(5).simulate(&base, &head).unwrap_err();
+        assert!(
+            refused.contains("the base rollout's budgets let 6 package × node pairs run at once (most for NodeWright gpu: 3 packages × 2 of its 10 node(s) at once), more than --max-simulated-pairs-at-once (5)"),
+            "{refused}"
+        );
+        // Without a budget every node is worked on at once.
+        let refused = projection(29)
+            .simulate(&three("1.0.0", None), &three("1.1.0", None))
+            .unwrap_err();
+        assert!(
+            refused.contains("let 30 package × node pairs run at once"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_policy_compartment_without_a_strategy_is_held_to_its_ceiling_and_one_with_a_strategy_is_not()
+     {
+        // Ten nodes, all in compartment `canary` (budget three); the default compartment's
+        // strategy has no node left to grow to.
+        let policy = |strategy: &str| {
+            serde_yaml::from_str::<nodewright_schema::DeploymentPolicy>(&format!(
+                "apiVersion: nodewright.nvidia.com/v1alpha1\nkind: DeploymentPolicy\nmetadata: {{name: tiers}}\nspec:\n  default: {{budget: {{count: 1}}, strategy: {{exponential: {{initialBatch: 1}}}}}}\n  compartments:\n    - {{name: canary, selector: {{matchLabels: {{tier: canary}}}}, budget: {{count: 3}}{strategy}}}\n"
+            ))
+            .unwrap()
+        };
+        let mut d = desired("1.0.0", false);
+        d.nodewrights[0].spec.deployment_policy = Some("tiers".into());
+        let labels = vec![BTreeMap::from([("tier".to_string(), "canary".to_string())]); 10];
+        d.policies = vec![policy("")];
+        assert_eq!(work(&d, labels.iter())[0].at_once, 3);
+        d.policies = vec![policy(", strategy: {exponential: {initialBatch: 1}}")];
+        assert_eq!(work(&d, labels.iter())[0].at_once, 10);
     }
 }
