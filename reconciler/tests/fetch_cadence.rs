@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{WorkRepo, git};
+use common::{EXAMPLE_FLEET_NODES, WorkRepo, git};
 use jiff::Timestamp;
 use nodewright_reconciler::cli::fleet::Fleet;
 use nodewright_reconciler::cluster::sim::SimAdapter;
@@ -28,16 +28,6 @@ use nodewright_reconciler::source::triggers::channel;
 use nodewright_reconciler::source::webhook::{self, WebhookConfig, github_signature};
 
 const POLL: Duration = Duration::from_secs(30);
-
-/// Nodes the example fleet selects, and packages slow enough that the rollout lasts a while.
-const LABELLED: &str = r#"
-cluster:
-  nodes:
-    - generate: {count: 2, namePrefix: canary-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: canary}}
-    - generate: {count: 4, namePrefix: gpu-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: production}}
-packages:
-  example/driver: {default: {duration: 2m}, rebootTakes: 3m}
-"#;
 
 /// A bare remote holding the example fleet, and the work tree it was pushed from.
 fn remote(tmp: &Path) -> (WorkRepo, std::path::PathBuf) {
@@ -275,13 +265,17 @@ async fn mid_rollout_passes_do_not_fetch_more_often_than_the_poll_interval() {
     let (_work, bare) = remote(tmp.path());
     let mut source = source(&bare, &tmp.path().join("cache"));
     let mut record = Record::default();
-    run(Fleet::parse(LABELLED).unwrap(), &mut source, |it| {
-        let at = record.observe(it);
-        if at >= Duration::from_secs(1200) {
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(())
-    })
+    run(
+        Fleet::parse(EXAMPLE_FLEET_NODES).unwrap(),
+        &mut source,
+        |it| {
+            let at = record.observe(it);
+            if at >= Duration::from_secs(1200) {
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        },
+    )
     .await;
     let gaps = record.gaps(FetchAttempt::Fetched);
     assert!(gaps.iter().copied().all(within_jitter), "{gaps:?}");

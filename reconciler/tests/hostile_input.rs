@@ -246,15 +246,9 @@ fn thousand_package_upgrade(dir: &Path, spec: &str) -> WorkRepo {
     work
 }
 
-#[test]
-fn a_thousand_packages_are_projected_on_a_simulated_fleet() {
-    // See: issue 24 — `diff --simulate` on one NodeWright with 1,000 packages took 42 s and
-    // 2.3 GB, about 290 KB per package and node.
-    let tmp = tempfile::tempdir().unwrap();
-    let work = thousand_package_upgrade(
-        &tmp.path().join("work"),
-        "  nodeSelectors:\n    matchLabels:\n      gpu: \"true\"\n  interruptionBudget:\n    count: 4\n",
-    );
+/// The projection `diff --simulate` prints for the upgrade in `work` on `nodes` nodes.
+fn projected(work: &WorkRepo, nodes: usize) -> String {
+    let nodes = nodes.to_string();
     let out = nodewright(
         &work.dir,
         &[
@@ -267,15 +261,28 @@ fn a_thousand_packages_are_projected_on_a_simulated_fleet() {
             "main",
             "--simulate",
             "--nodes",
-            "1",
+            &nodes,
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    let timeline = stdout
+    stdout
         .split("Simulated rollout:\n")
         .nth(1)
-        .unwrap_or_else(|| panic!("no timeline: {stdout}"));
+        .unwrap_or_else(|| panic!("no timeline: {stdout}"))
+        .to_owned()
+}
+
+#[test]
+fn a_thousand_packages_are_projected_on_a_simulated_fleet() {
+    // See: issue 24 — `diff --simulate` on one NodeWright with 1,000 packages took 42 s and
+    // 2.3 GB, about 290 KB per package and node.
+    let tmp = tempfile::tempdir().unwrap();
+    let work = thousand_package_upgrade(
+        &tmp.path().join("work"),
+        "  nodeSelectors:\n    matchLabels:\n      gpu: \"true\"\n  interruptionBudget:\n    count: 4\n",
+    );
+    let timeline = projected(&work, 1);
     let lines: Vec<&str> = timeline.lines().take(3).collect();
     assert_eq!(
         lines,
@@ -296,27 +303,7 @@ fn a_budget_of_one_node_projects_a_thousand_packages_on_more_nodes_than_run_at_o
         &tmp.path().join("work"),
         "  interruptionBudget:\n    count: 1\n",
     );
-    let out = nodewright(
-        &work.dir,
-        &[
-            "diff",
-            "--repo",
-            ".",
-            "--base",
-            "main~1",
-            "--head",
-            "main",
-            "--simulate",
-            "--nodes",
-            "3",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    let timeline = stdout
-        .split("Simulated rollout:\n")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no timeline: {stdout}"));
+    let timeline = projected(&work, 3);
     assert!(
         timeline.contains("big: 3 node(s) in 3 batch(es)"),
         "{timeline}"

@@ -9,13 +9,13 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{WorkRepo, git};
+use common::{EXAMPLE_FLEET_NODES, WorkRepo, git};
 use nodewright_reconciler::cli::fleet::Fleet;
 use nodewright_reconciler::cluster::sim::SimAdapter;
 use nodewright_reconciler::controller::Controller;
@@ -30,15 +30,6 @@ use nodewright_reconciler::source::remote_call::PATIENCE;
 use nodewright_reconciler::source::repo::{GitRepo, RemoteSpec};
 use nodewright_reconciler::writeback::git::{Author, commit_status, push};
 use nodewright_reconciler::writeback::render::StatusFile;
-
-const FLEET: &str = r#"
-cluster:
-  nodes:
-    - generate: {count: 2, namePrefix: canary-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: canary}}
-    - generate: {count: 4, namePrefix: gpu-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: production}}
-packages:
-  example/driver: {default: {duration: 2m}, rebootTakes: 3m}
-"#;
 
 struct Daemon(Child);
 
@@ -144,6 +135,20 @@ fn relay(mut from: TcpStream, mut to: TcpStream) {
     });
 }
 
+/// The example fleet committed in a work tree and served from a bare copy by `git daemon`,
+/// behind an open gate.
+fn served_fleet(tmp: &Path) -> (WorkRepo, PathBuf, Daemon, Gate) {
+    let served = tmp.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let work = WorkRepo::init(&tmp.join("work"));
+    work.copy_from(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet"));
+    work.commit("fleet");
+    let bare = served.join("fleet.git");
+    work.clone_bare(&bare);
+    let (daemon, port) = git_daemon(&served);
+    (work, bare, daemon, Gate::new(port))
+}
+
 fn status_on_server(bare: &Path) -> Option<String> {
     let out = Command::new("git")
         .arg("-C")
@@ -172,15 +177,7 @@ struct Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_that_stops_answering_holds_up_neither_the_rollout_nor_the_status_that_follows() {
     let tmp = tempfile::tempdir().unwrap();
-    let served = tmp.path().join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    let work = WorkRepo::init(&tmp.path().join("work"));
-    work.copy_from(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet"));
-    work.commit("fleet");
-    let bare = served.join("fleet.git");
-    work.clone_bare(&bare);
-    let (_daemon, daemon_port) = git_daemon(&served);
-    let gate = Gate::new(daemon_port);
+    let (work, bare, _daemon, gate) = served_fleet(tmp.path());
 
     // Longer than the loop's patience, so a call is seen out before it is given up.
     let timeout = PATIENCE + Duration::from_secs(3);
@@ -209,7 +206,7 @@ async fn a_remote_that_stops_answering_holds_up_neither_the_rollout_nor_the_stat
     gate.shut();
 
     let settings = Settings::default();
-    let world = Fleet::parse(FLEET)
+    let world = Fleet::parse(EXAMPLE_FLEET_NODES)
         .unwrap()
         .build(&settings.namespace, 5)
         .unwrap();
@@ -319,14 +316,7 @@ async fn a_remote_that_stops_answering_holds_up_neither_the_rollout_nor_the_stat
 fn a_start_a_status_read_or_a_push_against_a_silent_remote_fails_after_its_timeout_naming_the_flag()
 {
     let tmp = tempfile::tempdir().unwrap();
-    let served = tmp.path().join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    let work = WorkRepo::init(&tmp.path().join("work"));
-    work.copy_from(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet"));
-    work.commit("fleet");
-    work.clone_bare(&served.join("fleet.git"));
-    let (_daemon, daemon_port) = git_daemon(&served);
-    let gate = Gate::new(daemon_port);
+    let (_work, _bare, _daemon, gate) = served_fleet(tmp.path());
     let spec = RemoteSpec {
         timeout: Duration::from_secs(2),
         ..RemoteSpec::anonymous(format!("git://127.0.0.1:{}/fleet.git", gate.port))

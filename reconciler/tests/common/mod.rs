@@ -7,6 +7,17 @@ pub mod kubectl;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Nodes the example fleet (`examples/fleet`) selects, and packages slow enough that its
+/// rollout lasts a while.
+pub const EXAMPLE_FLEET_NODES: &str = r#"
+cluster:
+  nodes:
+    - generate: {count: 2, namePrefix: canary-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: canary}}
+    - generate: {count: 4, namePrefix: gpu-, labels: {nvidia.com/gpu.present: "true", rollout.example.com/pool: production}}
+packages:
+  example/driver: {default: {duration: 2m}, rebootTakes: 3m}
+"#;
+
 /// Run git in `dir` with a fixed identity and no host configuration.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
