@@ -384,16 +384,6 @@ pub fn push_branch(
     }
 }
 
-/// Why a push the remote did not answer within `after` failed, and the flag that waits longer.
-pub fn no_answer(after: std::time::Duration) -> String {
-    format!(
-        "the remote did not answer within {}; the push was given up (--git-timeout sets how long to wait)",
-        nodewright_schema::duration::format_go_duration(std::time::Duration::from_secs(
-            after.as_secs()
-        ))
-    )
-}
-
 /// [`push_branch`], ending git (an error) once `give_up` is set: a remote that hangs is given
 /// up by the caller's deadline.
 pub fn push_branch_unless(
