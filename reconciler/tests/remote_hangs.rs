@@ -313,8 +313,8 @@ async fn a_remote_that_stops_answering_holds_up_neither_the_rollout_nor_the_stat
 }
 
 #[test]
-fn a_start_a_status_read_or_a_push_against_a_silent_remote_fails_after_its_timeout_naming_the_flag()
-{
+fn a_fetch_or_a_push_against_a_silent_remote_fails_after_its_timeout_and_a_restart_reads_the_mirror()
+ {
     let tmp = tempfile::tempdir().unwrap();
     let (_work, _bare, _daemon, gate) = served_fleet(tmp.path());
     let spec = RemoteSpec {
@@ -350,6 +350,34 @@ fn a_start_a_status_read_or_a_push_against_a_silent_remote_fails_after_its_timeo
     assert!(
         push.contains("the remote did not answer within 2s; the push was given up (--git-timeout sets how long to wait)"),
         "{push}"
+    );
+
+    // A restart while the remote is away reconciles from the mirror an earlier start left; a
+    // first start has nothing to reconcile from.
+    let open = |cache: &str| {
+        GitSource::open(
+            &RepoLocation::Remote {
+                spec: spec.clone(),
+                cache_root: tmp.path().join(cache),
+            },
+            "main",
+            "nodewright/status",
+            ReadOptions::default(),
+        )
+    };
+    let mut restarted = open("cache").expect("a restart reads the mirror");
+    assert!(
+        matches!(restarted.evaluate(), Ok(SourceChange::Applied { .. })),
+        "the mirror's branch is in force"
+    );
+    let Err(first) = open("cache-first") else {
+        panic!("a first start against a silent remote has nothing to reconcile from");
+    };
+    assert!(
+        first
+            .to_string()
+            .contains("the remote did not answer within 2s"),
+        "{first}"
     );
 
     gate.open();

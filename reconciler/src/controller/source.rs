@@ -112,6 +112,8 @@ pub struct GitSource {
     /// A fetch was asked for while one was out: the commit that prompted it may have landed
     /// after the remote listed its refs.
     asked_while_fetching: bool,
+    /// The fetch at start failed and said so: its failure episode is already logged.
+    fetch_failed_at_start: bool,
 }
 
 impl GitSource {
@@ -122,12 +124,23 @@ impl GitSource {
         status_branch: &str,
         options: ReadOptions,
     ) -> Result<Self, RepoError> {
+        let mut fetch_failed_at_start = false;
         let (git, remote) = match location {
             RepoLocation::Local(path) => (GitRepo::open(path)?, None),
-            RepoLocation::Remote { spec, cache_root } => (
-                GitRepo::sync_remote(spec, cache_root)?.0,
-                Some(spec.clone()),
-            ),
+            RepoLocation::Remote { spec, cache_root } => {
+                let mirror = GitRepo::open_mirror(spec, cache_root)?;
+                match mirror.fetch() {
+                    Ok(_) => {}
+                    // The mirror an earlier start left keeps the fleet reconciled to its
+                    // branch while the remote is away; the loop fetches again with backoff.
+                    Err(e) if mirror.resolve(&format!("refs/heads/{branch}")).is_ok() => {
+                        tracing::warn!(error = %e, "cannot fetch at start; reconciling from the mirror an earlier start left until the remote answers (logged again when it does)");
+                        fetch_failed_at_start = true;
+                    }
+                    Err(e) => return Err(e),
+                }
+                (mirror, Some(spec.clone()))
+            }
         };
         Ok(GitSource {
             cadence: FetchCadence::new(PollConfig::default().interval, process_seed()),
@@ -141,6 +154,7 @@ impl GitSource {
             remote,
             fetching: None,
             asked_while_fetching: false,
+            fetch_failed_at_start,
         })
     }
 
@@ -246,10 +260,12 @@ impl GitSource {
         };
         let attempt = match answer {
             Ok(_) => {
-                if let Some(attempts) = self.cadence.succeeded(now) {
+                let failed = self.cadence.succeeded(now);
+                let failed_at_start = std::mem::take(&mut self.fetch_failed_at_start);
+                if failed.is_some() || failed_at_start {
                     tracing::info!(
                         remote = self.remote.as_ref().map(|r| r.url.as_str()),
-                        failed_attempts = attempts,
+                        failed_attempts = failed.unwrap_or(0) + u32::from(failed_at_start),
                         "fetching works again"
                     );
                 }
@@ -258,7 +274,7 @@ impl GitSource {
             Err(e) => {
                 let failure = self.cadence.failed(now);
                 let retry_in = format!("{:.0?}", failure.retry_after);
-                if failure.opens_episode() {
+                if failure.opens_episode() && !self.fetch_failed_at_start {
                     tracing::warn!(error = %e, %retry_in, "fetch failed; the desired state in force stays, retrying with backoff (logged again when it works)");
                 } else {
                     tracing::debug!(error = %e, attempts = failure.attempts, %retry_in, "fetch failed again");

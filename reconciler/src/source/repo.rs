@@ -399,6 +399,14 @@ impl GitRepo {
         remote: &RemoteSpec,
         cache_root: &Path,
     ) -> Result<(Self, FetchOutcome), RepoError> {
+        let git = Self::open_mirror(remote, cache_root)?;
+        let outcome = git.fetch()?;
+        Ok((git, outcome))
+    }
+
+    /// Opens the mirror of `remote` under `cache_root` as an earlier start left it (an empty
+    /// one on first use), without fetching.
+    pub fn open_mirror(remote: &RemoteSpec, cache_root: &Path) -> Result<Self, RepoError> {
         let cache = remote.cache_dir(cache_root);
         let fetch_err = |message: String| RepoError::Fetch {
             url: remote.url.clone(),
@@ -412,14 +420,12 @@ impl GitRepo {
         let overrides = remote.config_overrides();
         let repo =
             gix::open_opts(&cache, open_options(&overrides)).map_err(|e| fetch_err(msg(e)))?;
-        let git = GitRepo {
+        Ok(GitRepo {
             repo: repo.into_sync(),
             path: cache.clone(),
             remote: Some(remote.clone()),
             fetching: Arc::default(),
-        };
-        let outcome = git.fetch()?;
-        Ok((git, outcome))
+        })
     }
 
     /// Fetch the configured remote again (a no-op error for a local repository opened with
