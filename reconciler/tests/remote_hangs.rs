@@ -81,7 +81,7 @@ fn git_daemon(base: &Path) -> (Daemon, u16) {
 }
 
 /// A gate in front of `port`: open, it relays each connection; shut, it accepts connections
-/// and holds them without a byte, as a hung server does. Opening it again drops those held.
+/// and holds them without a byte, as a hung server does.
 struct Gate {
     port: u16,
     shut: Arc<AtomicBool>,
@@ -115,11 +115,10 @@ impl Gate {
         self.shut.store(true, Ordering::SeqCst);
     }
 
+    /// Relays new connections again; those held stay silent, as a remote that drops packets
+    /// never closes them.
     fn open(&self) {
         self.shut.store(false, Ordering::SeqCst);
-        for stream in self.held.lock().unwrap().drain(..) {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-        }
     }
 }
 

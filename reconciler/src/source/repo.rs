@@ -8,7 +8,6 @@
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use gix::ObjectId;
@@ -325,9 +324,6 @@ pub struct GitRepo {
     repo: gix::ThreadSafeRepository,
     path: PathBuf,
     remote: Option<RemoteSpec>,
-    /// Held by a fetch: the loop's fetch and a status push's fetch after a rejection run on
-    /// threads of their own, and two fetches into one mirror would race for its ref locks.
-    fetching: Arc<Mutex<()>>,
 }
 
 impl std::fmt::Debug for GitRepo {
@@ -389,7 +385,6 @@ impl GitRepo {
             repo: repo.into_sync(),
             path,
             remote: None,
-            fetching: Arc::default(),
         })
     }
 
@@ -424,7 +419,6 @@ impl GitRepo {
             repo: repo.into_sync(),
             path: cache.clone(),
             remote: Some(remote.clone()),
-            fetching: Arc::default(),
         })
     }
 
@@ -469,8 +463,6 @@ impl GitRepo {
         let Some(remote) = &self.remote else {
             return Ok(FetchOutcome::default());
         };
-        // A fetch that panicked left the mirror as any failed fetch does.
-        let _one_at_a_time = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
         let fetch_err = |message: String| RepoError::Fetch {
             url: remote.url.clone(),
             cache: self.path.clone(),
