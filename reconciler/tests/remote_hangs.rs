@@ -11,8 +11,8 @@ use std::net::{TcpListener, TcpStream};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{EXAMPLE_FLEET_NODES, WorkRepo, git};
@@ -85,7 +85,6 @@ fn git_daemon(base: &Path) -> (Daemon, u16) {
 struct Gate {
     port: u16,
     shut: Arc<AtomicBool>,
-    held: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Gate {
@@ -93,12 +92,12 @@ impl Gate {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let shut = Arc::new(AtomicBool::new(false));
-        let held = Arc::new(Mutex::new(Vec::new()));
-        let (gate_shut, gate_held) = (Arc::clone(&shut), Arc::clone(&held));
+        let gate_shut = Arc::clone(&shut);
         std::thread::spawn(move || {
+            let mut held = Vec::new();
             for client in listener.incoming().flatten() {
                 if gate_shut.load(Ordering::SeqCst) {
-                    gate_held.lock().unwrap().push(client);
+                    held.push(client);
                     continue;
                 }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
@@ -108,7 +107,7 @@ impl Gate {
                 relay(server, client);
             }
         });
-        Gate { port, shut, held }
+        Gate { port, shut }
     }
 
     fn shut(&self) {
