@@ -93,9 +93,7 @@ fn work<'a>(
 
 /// The most of its `selected` nodes a NodeWright's budget lets be worked on at once (§5.7): the
 /// legacy batch without a policy; with one, each compartment's ceiling when it has no strategy
-/// and all its nodes when it has one (a strategy's batches may grow to them). Counting a node
-/// in every compartment whose selector it matches keeps this an upper bound where compartments
-/// overlap.
+/// and all its nodes when it has one (a strategy's batches may grow to them).
 fn nodes_at_once(
     nw: &nodewright_schema::NodeWright,
     desired: &Desired,
@@ -103,41 +101,20 @@ fn nodes_at_once(
 ) -> usize {
     use crate::engine::policy;
     let count = i32::try_from(selected.len()).unwrap_or(i32::MAX);
-    let policy = nw.spec.deployment_policy.as_ref().map(|name| {
-        desired
-            .policies
-            .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
-    });
-    let at_once: i64 = match policy {
-        None => policy::legacy_default(nw, count)
+    let at_once: i64 = match policy::policy_of(&desired.policies, nw) {
+        (None, false) => policy::legacy_default(nw, count)
             .strategy
             .map_or(i64::from(count), |(_, params)| {
                 i64::from(params.initial_batch())
             }),
         // A missing policy holds the rollout (§2.9); counted as all nodes, the bound holds
         // whatever the policy turns out to be.
-        Some(None) => i64::from(count),
-        Some(Some(p)) => {
+        (None, true) => i64::from(count),
+        (Some(p), _) => {
             let defs = policy::compartments(nw, Some(p), false, count);
-            let in_compartment = |labels: &BTreeMap<String, String>,
-                                  def: &policy::CompartmentDef| {
-                def.selector
-                    .as_ref()
-                    .is_some_and(|s| nodewright_schema::selector::matches(Some(s), labels))
-            };
             defs.iter()
                 .map(|def| {
-                    // The default compartment takes the nodes no other compartment selects.
-                    let matched = selected
-                        .iter()
-                        .filter(|labels| match &def.selector {
-                            Some(_) => in_compartment(labels, def),
-                            None => !defs.iter().any(|other| in_compartment(labels, other)),
-                        })
-                        .count()
-                        .try_into()
-                        .unwrap_or(i32::MAX);
+                    let matched = compartment_nodes(def, &defs, selected);
                     let ceiling = policy::ceiling(def.budget, matched);
                     i64::from(match def.strategy {
                         None if ceiling > 0 => ceiling.min(matched),
@@ -148,6 +125,29 @@ fn nodes_at_once(
         }
     };
     usize::try_from(at_once.clamp(0, i64::from(count))).unwrap_or(selected.len())
+}
+
+/// How many of the `selected` nodes compartment `def` may take: those its selector matches,
+/// and for the default compartment those no other compartment selects. A node several
+/// compartments match counts in each, which keeps [`nodes_at_once`] an upper bound.
+fn compartment_nodes(
+    def: &crate::engine::policy::CompartmentDef,
+    defs: &[crate::engine::policy::CompartmentDef],
+    selected: &[&BTreeMap<String, String>],
+) -> i32 {
+    let selects = |d: &crate::engine::policy::CompartmentDef, labels: &BTreeMap<String, String>| {
+        d.selector
+            .as_ref()
+            .is_some_and(|s| nodewright_schema::selector::matches(Some(s), labels))
+    };
+    let taken = selected
+        .iter()
+        .filter(|labels| match &def.selector {
+            Some(_) => selects(def, labels),
+            None => !defs.iter().any(|other| selects(other, labels)),
+        })
+        .count();
+    i32::try_from(taken).unwrap_or(i32::MAX)
 }
 
 /// How driving the fleet towards one desired state ended.

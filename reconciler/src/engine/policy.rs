@@ -26,6 +26,23 @@ impl Budget {
     }
 }
 
+/// The DeploymentPolicy a NodeWright names among `policies`, and whether it names one that
+/// does not exist (§2.9).
+pub fn policy_of<'a>(
+    policies: &'a [DeploymentPolicy],
+    nw: &NodeWright,
+) -> (Option<&'a DeploymentPolicy>, bool) {
+    match nw.spec.deployment_policy.as_deref() {
+        Some(p) if !p.is_empty() => {
+            let found = policies
+                .iter()
+                .find(|d| d.metadata.name.as_deref() == Some(p));
+            (found, found.is_none())
+        }
+        _ => (None, false),
+    }
+}
+
 /// `trunc(matched × (percent / 100.0))` in IEEE-754 binary64 without fused multiply-add, the
 /// way upstream computes it, which is one below the exact floor for a few inputs (§2.2).
 pub fn percent_of(matched: i32, percent: i32) -> i32 {

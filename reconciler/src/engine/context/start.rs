@@ -253,21 +253,6 @@ fn node_order(
     }
 }
 
-/// The DeploymentPolicy a NodeWright names, and whether it names one that does not exist
-/// (§2.9).
-fn policy_of<'a>(snap: &'a Snapshot, nw: &NodeWright) -> (Option<&'a DeploymentPolicy>, bool) {
-    match nw.spec.deployment_policy.as_deref() {
-        Some(p) if !p.is_empty() => {
-            let found = snap
-                .policies
-                .iter()
-                .find(|d| d.metadata.name.as_deref() == Some(p));
-            (found, found.is_none())
-        }
-        _ => (None, false),
-    }
-}
-
 impl<'a> NwView<'a> {
     /// A NodeWright's view at the start of a pass: its selected nodes, its policy, and its
     /// working status as the snapshot holds it, with every per-node memo not yet computed.
@@ -281,7 +266,7 @@ impl<'a> NwView<'a> {
         cache: Option<&StateCache>,
     ) -> NwView<'a> {
         let name = key.name;
-        let (policy, policy_missing) = policy_of(snap, nw);
+        let (policy, policy_missing) = crate::engine::policy::policy_of(&snap.policies, nw);
         let original = nw.status.as_ref();
         let status = original.map(without_node_state).unwrap_or_default();
         let mut pos = vec![NOT_SELECTED; snap.nodes.len()];
