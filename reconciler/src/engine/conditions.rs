@@ -232,48 +232,26 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
             // Cleanup removed this NodeWright's node conditions (§11.1); do not re-add them.
             continue;
         }
-        let not_ready_type = keys::node_condition_not_ready(view.name);
-        let erroring_type = keys::node_condition_erroring(view.name);
-        let ready_msg = format!("NodeWright {} Ready", view.name);
-        let erroring_msg = format!("Package Erroring or Unknown for {}", view.name);
         for (p, &n) in view.selected.iter().enumerate() {
-            let node = ctx.node(n);
             let Some(erroring) = ctx.node_digest(nw, n, |d| d.map(|d| d.erroring)) else {
                 continue;
             };
-            let complete = view.complete.get(p).copied().unwrap_or(false);
-            let wanted: [WantedCondition<'_>; 2] = [
-                (
-                    &not_ready_type,
-                    if complete { "False" } else { "True" },
-                    if complete {
-                        reason::COMPLETE
-                    } else {
-                        reason::INCOMPLETE
-                    },
-                    &ready_msg,
-                ),
-                (
-                    &erroring_type,
-                    if erroring { "True" } else { "False" },
-                    if erroring {
-                        reason::PACKAGES_ERRORING
-                    } else {
-                        reason::NOT_ERRORING
-                    },
-                    &erroring_msg,
-                ),
-            ];
-            let current = view.node_conditions_current(p, complete, erroring, || {
-                conditions_current(node.node(), &wanted)
-            });
-            for (i, (type_, status, why, msg)) in wanted.into_iter().enumerate() {
+            let facts = ConditionFacts {
+                complete: view.complete.get(p).copied().unwrap_or(false),
+                erroring,
+            };
+            let node = ctx.node(n).node();
+            let current = view.node_conditions_current(p, node, facts, conditions_current);
+            if current == ALL_CURRENT {
+                continue;
+            }
+            for (i, wanted) in wanted_conditions(view.name, facts).into_iter().enumerate() {
                 if current & (1 << i) == 0 {
                     per_node.entry(n).or_default().push(NodeCondition {
-                        type_: type_.clone(),
-                        status: status.to_string(),
-                        reason: Some(why.to_string()),
-                        message: Some(msg.clone()),
+                        type_: wanted.type_,
+                        status: wanted.status.to_string(),
+                        reason: Some(wanted.reason.to_string()),
+                        message: Some(wanted.message),
                         last_transition_time: Some(Time(ctx.now)),
                         last_heartbeat_time: None,
                     });
@@ -291,21 +269,67 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
         .collect()
 }
 
-/// A node condition as the pass wants it: type, status, reason, message.
-type WantedCondition<'a> = (&'a String, &'static str, &'static str, &'a String);
+/// What a node's two conditions say besides the NodeWright they are named for: whether the
+/// node is complete and whether a package on it is erroring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConditionFacts {
+    /// The node is complete for the NodeWright (§6.4).
+    pub complete: bool,
+    /// A package on the node is erroring or in an unknown state.
+    pub erroring: bool,
+}
 
-/// Bit `i` is set when the node already carries `wanted[i]` with that status, reason and
-/// message.
-fn conditions_current(node: &Node, wanted: &[WantedCondition<'_>]) -> u8 {
+/// A node condition as the pass wants it.
+struct WantedCondition {
+    type_: String,
+    status: &'static str,
+    reason: &'static str,
+    message: String,
+}
+
+/// Both of NodeWright `nw`'s conditions as wanted on a node of these facts: `NotReady`, then
+/// `Erroring`.
+fn wanted_conditions(nw: &str, facts: ConditionFacts) -> [WantedCondition; 2] {
+    let ConditionFacts { complete, erroring } = facts;
+    [
+        WantedCondition {
+            type_: keys::node_condition_not_ready(nw),
+            status: if complete { "False" } else { "True" },
+            reason: if complete {
+                reason::COMPLETE
+            } else {
+                reason::INCOMPLETE
+            },
+            message: format!("NodeWright {nw} Ready"),
+        },
+        WantedCondition {
+            type_: keys::node_condition_erroring(nw),
+            status: if erroring { "True" } else { "False" },
+            reason: if erroring {
+                reason::PACKAGES_ERRORING
+            } else {
+                reason::NOT_ERRORING
+            },
+            message: format!("Package Erroring or Unknown for {nw}"),
+        },
+    ]
+}
+
+/// [`conditions_current`]'s answer when the node carries both conditions as wanted.
+const ALL_CURRENT: u8 = 0b11;
+
+/// Bit `i` is set when `node` already carries NodeWright `nw`'s `i`th condition as wanted for
+/// these facts, with that status, reason and message.
+fn conditions_current(node: &Node, nw: &str, facts: ConditionFacts) -> u8 {
     let existing = node.status.as_ref().and_then(|s| s.conditions.as_ref());
     let mut bits = 0;
-    for (i, (type_, status, why, msg)) in wanted.iter().enumerate() {
+    for (i, wanted) in wanted_conditions(nw, facts).iter().enumerate() {
         let same = existing
-            .and_then(|l| l.iter().find(|c| &c.type_ == *type_))
+            .and_then(|l| l.iter().find(|c| c.type_ == wanted.type_))
             .is_some_and(|c| {
-                c.reason.as_deref() == Some(*why)
-                    && c.status == *status
-                    && c.message.as_deref() == Some(msg.as_str())
+                c.reason.as_deref() == Some(wanted.reason)
+                    && c.status == wanted.status
+                    && c.message.as_deref() == Some(wanted.message.as_str())
             });
         bits |= u8::from(same) << i;
     }

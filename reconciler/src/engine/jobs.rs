@@ -1158,15 +1158,17 @@ pub fn failed_count(job: &Job) -> i32 {
     job.status.as_ref().and_then(|s| s.failed).unwrap_or(0)
 }
 
-/// Staleness (§8.14): does `existing` still match what would be built now (`expected`)?
-/// Compares the `package` label, the template kind (interrupt or not), the init containers'
-/// names, images, env (minus the operator's run-specific variables) and — stage Jobs only —
-/// resources. Args, deadlines, backoff, tolerations and the interrupt object are not compared.
-pub fn job_matches(existing: &Job, expected: &Job) -> bool {
-    if label(existing, keys::JOB_LABEL_PACKAGE) != label(expected, keys::JOB_LABEL_PACKAGE) {
+/// Staleness (§8.14): does `existing` still match what would be built now, as `expected`
+/// names it? Compares the `package` label, the template kind (interrupt or not), the init
+/// containers' names, images, env (minus the operator's run-specific variables) and — stage
+/// Jobs only — resources. Args, deadlines, backoff, tolerations and the interrupt object are
+/// not compared. It reads nothing of the expected Job but its [`MatchTarget`], so an answer
+/// remembered per Job version and target cannot miss an input.
+pub fn job_matches(existing: &Job, expected: &MatchTarget) -> bool {
+    if label(existing, keys::JOB_LABEL_PACKAGE) != expected.package.as_deref() {
         return false;
     }
-    if is_interrupt_job(existing) != is_interrupt_job(expected) {
+    if is_interrupt_job(existing) != expected.interrupt {
         return false;
     }
     let limit_ranged = existing
@@ -1175,30 +1177,27 @@ pub fn job_matches(existing: &Job, expected: &Job) -> bool {
         .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.as_ref())
         .is_some_and(|a| a.contains_key(keys::LIMIT_RANGER_ANNOTATION));
-    fn inits(job: &Job) -> &[Container] {
-        job.spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|p| p.init_containers.as_deref())
-            .unwrap_or_default()
-    }
-    let (have, want) = (inits(existing), inits(expected));
-    if have.len() != want.len() {
+    let have = existing
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.init_containers.as_deref())
+        .unwrap_or_default();
+    if have.len() != expected.inits.len() {
         return false;
     }
-    let stage_job = !is_interrupt_job(expected);
-    have.iter().zip(want.iter()).all(|(h, w)| {
+    have.iter().zip(&expected.inits).all(|(h, w)| {
         h.name == w.name
             && h.image == w.image
-            && compared_env(h).eq(compared_env(w))
-            && (!stage_job || resources_match(h, w, limit_ranged))
+            && compared_env(h).eq(w.env.iter())
+            && (expected.interrupt || resources_match(h, w.resources.as_ref(), limit_ranged))
     })
 }
 
-/// What [`job_matches`] reads of the Job it compares against: its `package` label, its kind
-/// and, per init container, the name, image, compared env and (stage Jobs only) resources.
-/// Two expected Jobs with equal targets give every existing Job the same answer, so a memo of
-/// answers can name the expected Job by its target.
+/// What [`job_matches`] compares an existing Job against, taken from the Job that would be
+/// built now: its `package` label, its kind and, per init container, the name, image,
+/// compared env and (stage Jobs only) resources. Expected Jobs with equal targets give every
+/// existing Job the same answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MatchTarget {
     package: Option<String>,
@@ -1251,8 +1250,12 @@ pub fn compared_env(container: &Container) -> impl Iterator<Item = &EnvVar> {
         .filter(|e| !keys::env::STALENESS_IGNORED.contains(&e.name.as_str()))
 }
 
-fn resources_match(have: &Container, want: &Container, limit_ranged: bool) -> bool {
-    match &want.resources {
+fn resources_match(
+    have: &Container,
+    want: Option<&ResourceRequirements>,
+    limit_ranged: bool,
+) -> bool {
+    match want {
         Some(w) => have.resources.as_ref().is_some_and(|h| {
             quantities_equal(h.requests.as_ref(), w.requests.as_ref())
                 && quantities_equal(h.limits.as_ref(), w.limits.as_ref())
@@ -1597,10 +1600,13 @@ mod tests {
                 }
             }
         }
-        assert!(job_matches(&other_order, &job));
+        assert!(job_matches(&other_order, &MatchTarget::of(&job)));
         let mut edited = base.clone();
         edited.env = Some(vec![env("FOO", "baz")]);
-        assert!(!job_matches(&job, &stage_job(Stage::Apply, &edited)));
+        assert!(!job_matches(
+            &job,
+            &MatchTarget::of(&stage_job(Stage::Apply, &edited))
+        ));
         edited = base.clone();
         edited.resources = Some(PkgResources {
             cpu_request: Some(Quantity("1".into())),
@@ -1609,13 +1615,13 @@ mod tests {
             memory_limit: Some(Quantity("1Gi".into())),
         });
         let with_resources = stage_job(Stage::Apply, &edited);
-        assert!(!job_matches(&job, &with_resources));
+        assert!(!job_matches(&job, &MatchTarget::of(&with_resources)));
         let mut same = edited.clone();
         same.resources.as_mut().unwrap().cpu_limit = Some(Quantity("1000m".into()));
         same.resources.as_mut().unwrap().memory_limit = Some(Quantity("1024Mi".into()));
         assert!(job_matches(
             &with_resources,
-            &stage_job(Stage::Apply, &same)
+            &MatchTarget::of(&stage_job(Stage::Apply, &same))
         ));
         assert!(package_edited(&job, &edited, &Settings::default()));
         assert!(!package_edited(&job, &base, &Settings::default()));

@@ -226,26 +226,8 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
     let before = ctx.nws[nw].mark();
     let name = ctx.nws[nw].name;
     ctx.refresh_completion(nw);
+    ctx.write_back_each(nw, write_back);
     let selected = ctx.nws[nw].selected.clone();
-    // Write back the current value as-is (§5.12 preamble).
-    for (p, &n) in selected.iter().enumerate() {
-        if !ctx.write_back_needed(nw, p) {
-            continue;
-        }
-        let has = ctx.node(n).annotation(&ctx.nws[nw].keys.status).is_some();
-        let s = ctx.node_status(nw, n);
-        if !has {
-            ctx.set_node_status(nw, n, Status::Unknown);
-        } else {
-            if s == Status::Complete {
-                ctx.uncordon(nw, n);
-            }
-            let node_name = ctx.node(n).name();
-            ctx.nws[nw].publish_status(node_name, s);
-            ctx.publish_node(nw, n);
-        }
-        ctx.note_written_back(nw, p);
-    }
     let big_s = nodewright_status(ctx, nw);
     let has_compartments = !ctx.nws[nw].policy_missing;
     for &n in &selected {
@@ -293,6 +275,24 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
     select::prune_complete_priority(ctx, nw);
     recompute_counters(ctx, nw);
     ctx.nws[nw].mark() != before
+}
+
+/// Writes back node `n`'s current Status as-is (§5.12 preamble): an absent one as `unknown`;
+/// a present one to `status.nodeStatus` and `status.nodeState`, releasing a complete node's
+/// cordon.
+fn write_back(ctx: &mut PassCtx, nw: usize, n: usize) {
+    let has = ctx.node(n).annotation(&ctx.nws[nw].keys.status).is_some();
+    let s = ctx.node_status(nw, n);
+    if !has {
+        ctx.set_node_status(nw, n, Status::Unknown);
+    } else {
+        if s == Status::Complete {
+            ctx.uncordon(nw, n);
+        }
+        let node_name = ctx.node(n).name();
+        ctx.nws[nw].publish_status(node_name, s);
+        ctx.publish_node(nw, n);
+    }
 }
 
 /// §2.4 evaluation of every compartment with a strategy; writes the batch state to status.

@@ -124,7 +124,7 @@ fn validation_failure(
     let of_kind = built.entry((stage, facts.interrupt)).or_default();
     if !of_kind.contains_key(pkg.name.as_str()) {
         let expected =
-            expected(view.nw, ctx, job, ctx.node(node).name()).map(|job| ctx.expected_job(job));
+            expected(view.nw, ctx, job, ctx.node(node).name()).map(|job| ctx.expected_job(&job));
         of_kind.insert(pkg.name.clone(), expected);
     }
     if let Some(Some(expected)) = of_kind.get(pkg.name.as_str())
@@ -198,27 +198,44 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
         if ctx.node(node).malformed(ctx.nws[nw].state_key()) {
             continue;
         }
-        if ctx.swept_before(nw, node, job) {
-            // Judged from the same inputs last pass, and left alone.
-            continue;
-        }
-        if facts.unfinished() {
-            match validation_failure(ctx, nw, node, job, &facts, &mut built) {
-                Some(reason) => delete(ctx, job, reason, true),
-                None => ctx.left_alone(nw, node, job),
-            }
-        } else if facts.processed && rerun_due(ctx, nw, node, job, &facts) {
-            delete(
-                ctx,
-                job,
-                "node state no longer records the Job's stage as done",
-                false,
-            );
-        } else {
-            ctx.left_alone(nw, node, job);
+        if let Some(removal) = ctx.sweep_verdict(nw, node, job, &mut built, judge) {
+            delete(ctx, job, removal.reason, removal.invalidate);
         }
     }
     Flow::Continue
+}
+
+/// Why the sweep deletes a Job of a selected node, and whether it first marks it invalid.
+pub struct JobRemoval {
+    /// The reason the deletion gives.
+    pub reason: &'static str,
+    /// A stale unfinished Job is marked invalid first (§8.14 rule 1).
+    pub invalidate: bool,
+}
+
+/// §8.14 rules 1 and 2 for a Job of node `node`: a stale unfinished Job is invalidated, a
+/// processed one whose stage must run again is deleted, any other is left alone.
+fn judge<'s>(
+    ctx: &PassCtx<'s>,
+    nw: usize,
+    node: usize,
+    job: &'s Job,
+    built: &mut ExpectedJobs,
+) -> Option<JobRemoval> {
+    let facts = ctx.job_facts(job);
+    if facts.unfinished() {
+        validation_failure(ctx, nw, node, job, &facts, built).map(|reason| JobRemoval {
+            reason,
+            invalidate: true,
+        })
+    } else if facts.processed && rerun_due(ctx, nw, node, job, &facts) {
+        Some(JobRemoval {
+            reason: "node state no longer records the Job's stage as done",
+            invalidate: false,
+        })
+    } else {
+        None
+    }
 }
 
 fn deleted_this_pass(ctx: &PassCtx<'_>, job: &Job) -> bool {

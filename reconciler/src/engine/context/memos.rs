@@ -10,11 +10,11 @@ use crate::engine::jobs::{self, MatchTarget, PackageJobs};
 use crate::job::Job;
 use nodewright_schema::{Package, names};
 
-/// A Job the sweep compares unfinished Jobs against (§8.14 rule 1), with the name the pass
-/// remembers comparisons against it by.
+/// What the sweep compares unfinished Jobs against (§8.14 rule 1): the target of the Job that
+/// would be built now, with the id the pass remembers comparisons against it by.
 pub struct ExpectedJob {
-    job: Job,
-    target: Option<u64>,
+    target: MatchTarget,
+    id: Option<u64>,
 }
 
 impl PassCtx<'_> {
@@ -54,26 +54,19 @@ impl PassCtx<'_> {
             None => derive(),
         }
     }
-    /// `job` as an expected Job of the sweep.
-    pub fn expected_job(&self, job: Job) -> ExpectedJob {
-        let target =
-            (self.job_matches.as_deref()).map(|memo| memo.target_id(MatchTarget::of(&job)));
-        ExpectedJob { job, target }
+    /// `job`, built now, as an expected Job of the sweep.
+    pub fn expected_job(&self, job: &Job) -> ExpectedJob {
+        let target = MatchTarget::of(job);
+        let id = (self.job_matches.as_deref()).map(|memo| memo.target_id(&target));
+        ExpectedJob { target, id }
     }
     /// Whether `job` matches `expected` ([`jobs::job_matches`]), remembered across passes per
-    /// version of the Job and expected Job; a Job without uid or resourceVersion is compared
-    /// every time.
+    /// version of the Job and target; a Job without uid or resourceVersion is compared every
+    /// time.
     pub fn matches_expected(&self, job: &Job, expected: &ExpectedJob) -> bool {
-        let compare = || jobs::job_matches(job, &expected.job);
-        match (
-            self.job_matches.as_deref(),
-            expected.target,
-            jobs::job_version(job),
-        ) {
-            (Some(memo), Some(target), Some((uid, version))) => {
-                memo.recall(uid, version, target, compare)
-            }
-            _ => compare(),
+        match (self.job_matches.as_deref(), expected.id) {
+            (Some(memo), Some(id)) => memo.recall(job, &expected.target, id, jobs::job_matches),
+            _ => jobs::job_matches(job, &expected.target),
         }
     }
     /// The parts every Job of `package` (named `name`) shares for NodeWright `nw`, derived
@@ -104,17 +97,18 @@ impl PassCtx<'_> {
         self.nws[nw].complete = completion;
         self.nws[nw].complete_at = at;
     }
-    /// Whether introspection's write-back of the `p`th node NodeWright `nw` selects (§5.12)
-    /// could change anything: not when the node was not written since its last write-back
-    /// and its mirrors were left alone meanwhile.
-    pub fn write_back_needed(&self, nw: usize, p: usize) -> bool {
-        let view = &self.nws[nw];
-        view.written_back_at[p] != self.nodes[view.selected[p]].writes
-    }
-    /// Notes the write-back of the `p`th node NodeWright `nw` selects.
-    pub fn note_written_back(&mut self, nw: usize, p: usize) {
-        let writes = self.nodes[self.nws[nw].selected[p]].writes;
-        self.nws[nw].written_back_at[p] = writes;
+    /// Runs introspection's `write_back` (§5.12 preamble) on every node NodeWright `nw`
+    /// selects where it could change anything: not on a node unwritten since its last
+    /// write-back whose mirrors were left alone meanwhile.
+    pub fn write_back_each(&mut self, nw: usize, write_back: fn(&mut PassCtx<'_>, usize, usize)) {
+        for p in 0..self.nws[nw].selected.len() {
+            let n = self.nws[nw].selected[p];
+            if self.nws[nw].written_back_at[p] == self.nodes[n].writes {
+                continue;
+            }
+            write_back(self, nw, n);
+            self.nws[nw].written_back_at[p] = self.nodes[n].writes;
+        }
     }
 
     /// Lends `read` the digest of node `node` for NodeWright `nw` in the working state; `None`

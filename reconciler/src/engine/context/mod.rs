@@ -52,6 +52,7 @@ use super::jobs::{self, JobFacts, PackageAnnotation, PackageJob};
 use super::node_map::NodeMap;
 use super::write_order::{self, After, Writes};
 
+use crate::engine::sweep::JobRemoval;
 pub use memos::ExpectedJob;
 pub use nodewright_view::*;
 pub use snap_index::*;
@@ -171,11 +172,30 @@ pub struct PassCtx<'a> {
 }
 
 impl<'a> PassCtx<'a> {
-    /// Whether the last pass's sweep left `job` alone having judged it from exactly what this
-    /// pass would judge it from (see [`SweptVerdict`]): the same Job version, NodeWright spec
-    /// and uid, node object (not written in this pass), and settings. A verdict found
-    /// standing is kept for the next pass.
-    pub fn swept_before(&self, nw: usize, node: usize, job: &Job) -> bool {
+    /// The sweep's verdict on `job`, on node `node` of NodeWright `nw` (§8.14): `judge`'s,
+    /// or none when the last pass's sweep left the Job alone having judged it from exactly
+    /// what this pass would judge it from (see [`SweptVerdict`]): the same Job version,
+    /// NodeWright spec and uid, node object (not written in this pass), and settings. A Job
+    /// left alone is remembered for the next pass.
+    pub fn sweep_verdict<S>(
+        &mut self,
+        nw: usize,
+        node: usize,
+        job: &'a Job,
+        scratch: &mut S,
+        judge: fn(&PassCtx<'a>, usize, usize, &'a Job, &mut S) -> Option<JobRemoval>,
+    ) -> Option<JobRemoval> {
+        if self.swept_before(nw, node, job) {
+            return None;
+        }
+        let verdict = judge(self, nw, node, job, scratch);
+        if verdict.is_none() {
+            self.left_alone(nw, node, job);
+        }
+        verdict
+    }
+
+    fn swept_before(&self, nw: usize, node: usize, job: &Job) -> bool {
         let read = &self.index.jobs_read;
         let Some(i) = read.position(job) else {
             return false;
@@ -195,10 +215,9 @@ impl<'a> PassCtx<'a> {
         standing
     }
 
-    /// Records that the sweep left `job` alone, judged from the snapshot's node `node`, for
-    /// the next pass ([`PassCtx::swept_before`]); nothing is recorded without a cache, for a
-    /// Job not in the snapshot, or once the pass wrote the node.
-    pub fn left_alone(&mut self, nw: usize, node: usize, job: &Job) {
+    /// Nothing is remembered without a cache, for a Job not in the snapshot, or once the pass
+    /// wrote the node.
+    fn left_alone(&mut self, nw: usize, node: usize, job: &Job) {
         if !self.index.jobs_read.carried() {
             return;
         }

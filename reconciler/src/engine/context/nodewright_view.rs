@@ -2,6 +2,7 @@
 //! §5.12, §5.13).
 
 use super::*;
+use crate::engine::conditions::ConditionFacts;
 
 /// One NodeWright as the pass sees it.
 #[derive(Clone, Debug)]
@@ -73,7 +74,7 @@ pub struct NwView<'a> {
     /// Which of its two node conditions the snapshot's node object already carries as wanted
     /// (§4.5), under one input of completion and erroring, parallel to `selected`. A fact of
     /// the node object alone, so it holds whatever the pass writes.
-    pub(super) conditions_current: Vec<Cell<Option<(u8, u8)>>>,
+    pub(super) conditions_current: Vec<Cell<Option<(ConditionFacts, u8)>>>,
     /// Whether the snapshot's node object carries `version_<nw>` (§4.1), parallel to
     /// `selected`; read through the working annotations, so it holds only while the pass has
     /// not written them.
@@ -442,23 +443,23 @@ impl<'a> NwView<'a> {
         self.ready_message = self.node_status.unchanged().then(|| message.to_string());
     }
 
-    /// Which of the NodeWright's two node conditions (§4.5) the `p`th selected node already
-    /// carries as wanted for a node that is `complete` and `erroring` or not: bit `i` for the
-    /// `i`th condition. `read` reads the node object; its answer holds for that object and
-    /// those two facts, whatever the pass writes.
+    /// Which of the NodeWright's two node conditions (§4.5) the `p`th selected node, `node`,
+    /// already carries as wanted for `facts`: bit `i` for the `i`th condition. `derive` is a
+    /// plain function of the node object, the NodeWright's name and the facts, so the answer
+    /// kept for that node object and those facts cannot miss an input, whatever the pass
+    /// writes.
     pub fn node_conditions_current(
         &self,
         p: usize,
-        complete: bool,
-        erroring: bool,
-        read: impl FnOnce() -> u8,
+        node: &Node,
+        facts: ConditionFacts,
+        derive: fn(&Node, &str, ConditionFacts) -> u8,
     ) -> u8 {
-        let facts = u8::from(complete) | u8::from(erroring) << 1;
         let known = &self.conditions_current[p];
         match known.get() {
             Some((for_facts, bits)) if for_facts == facts => bits,
             _ => {
-                let bits = read();
+                let bits = derive(node, self.name, facts);
                 known.set(Some((facts, bits)));
                 bits
             }

@@ -38,6 +38,7 @@ use super::{ObjectVersion, same_version};
 use crate::engine::complete::{CompletionInputs, NodeDigest};
 use crate::engine::context::{StateSlot, StateSlots};
 use crate::engine::jobs::{MatchTarget, PackageAnnotation};
+use crate::job::Job;
 
 /// A node's digest under one set of NodeWright inputs and one `configApplied` value.
 #[derive(Debug)]
@@ -456,8 +457,8 @@ pub struct CarriedFacts {
     /// as `unknown`); `None` when the pass changed that entry.
     pub published: Option<Status>,
     /// Which node conditions the node object carries as wanted, under which input (see
-    /// [`crate::engine::context::NwView::conditions_current`]).
-    pub conditions: Option<(u8, u8)>,
+    /// [`crate::engine::context::NwView::node_conditions_current`]).
+    pub conditions: Option<(crate::engine::conditions::ConditionFacts, u8)>,
     /// Whether the node object carries `version_<nw>`.
     pub stamped: Option<bool>,
     /// Whether the node object carries `drain_blocked_<nw>`.
@@ -803,47 +804,51 @@ impl JobMatchMemo {
     }
 
     /// The id of an expected Job's target: the one of an equal target, else a new one.
-    pub fn target_id(&self, target: MatchTarget) -> u64 {
+    pub fn target_id(&self, target: &MatchTarget) -> u64 {
         let mut memo = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let pass = memo.pass;
-        if let Some((_, id, seen)) = memo.targets.iter_mut().find(|(t, _, _)| *t == target) {
+        if let Some((_, id, seen)) = memo.targets.iter_mut().find(|(t, _, _)| t == target) {
             *seen = pass;
             return *id;
         }
         let id = memo.next_target;
         memo.next_target += 1;
-        memo.targets.push((target, id, pass));
+        memo.targets.push((target.clone(), id, pass));
         id
     }
 
-    /// Whether the Job of this uid and resourceVersion matches the expected Job of `target`:
-    /// as remembered, or `compare`d (and remembered).
+    /// Whether `job` matches `target`, whose id is `id`: as remembered for this version of the
+    /// Job (uid and resourceVersion) and this id, or `compare`d and remembered. `compare` is a
+    /// plain function of the two, so it cannot read an input the memo does not key on.
     pub fn recall(
         &self,
-        uid: &str,
-        version: &str,
-        target: u64,
-        compare: impl FnOnce() -> bool,
+        job: &Job,
+        target: &MatchTarget,
+        id: u64,
+        compare: fn(&Job, &MatchTarget) -> bool,
     ) -> bool {
+        let Some((uid, version)) = crate::engine::jobs::job_version(job) else {
+            return compare(job, target);
+        };
         {
             let mut memo = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
             let pass = memo.pass;
             if let Some(answer) = memo.answers.get_mut(uid)
-                && answer.target == target
+                && answer.target == id
                 && *answer.version == *version
             {
                 answer.seen = pass;
                 return answer.matches;
             }
         }
-        let matches = compare();
+        let matches = compare(job, target);
         let mut memo = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let seen = memo.pass;
         memo.answers.insert(
             Box::from(uid),
             JobMatch {
                 version: Box::from(version),
-                target,
+                target: id,
                 matches,
                 seen,
             },
@@ -1697,32 +1702,62 @@ mod tests {
             );
             MatchTarget::of(&job)
         };
+        thread_local!(static COMPARED: Cell<u32> = const { Cell::new(0) });
+        fn matching(_: &Job, _: &MatchTarget) -> bool {
+            COMPARED.with(|c| c.set(c.get() + 1));
+            true
+        }
+        fn not_matching(job: &Job, target: &MatchTarget) -> bool {
+            !matching(job, target)
+        }
+        let job = |uid: &str, rv: &str| {
+            let mut job = Job::default();
+            job.metadata.uid = Some(uid.into());
+            job.metadata.resource_version = Some(rv.into());
+            job
+        };
         let memo = JobMatchMemo::default();
         memo.begin_pass();
-        let (a, b) = (memo.target_id(target("a")), memo.target_id(target("b")));
+        let (ta, tb) = (target("a"), target("b"));
+        let (a, b) = (memo.target_id(&ta), memo.target_id(&tb));
         assert_ne!(a, b);
-        assert_eq!(memo.target_id(target("a")), a, "equal targets share an id");
-        let compared = Cell::new(0);
-        let ask = |uid: &str, rv: &str, target: u64, answer: bool| {
-            memo.recall(uid, rv, target, || {
-                compared.set(compared.get() + 1);
-                answer
-            })
-        };
-        assert!(ask("u", "1", a, true));
-        assert!(ask("u", "1", a, false), "remembered");
-        assert_eq!(compared.get(), 1);
-        assert!(!ask("u", "2", a, false), "another version");
-        assert!(ask("u", "2", b, true), "another target");
-        assert_eq!(compared.get(), 3);
+        assert_eq!(memo.target_id(&target("a")), a, "equal targets share an id");
+        let compared = || COMPARED.with(Cell::get);
+        assert!(memo.recall(&job("u", "1"), &ta, a, matching));
+        assert!(
+            memo.recall(&job("u", "1"), &ta, a, not_matching),
+            "remembered"
+        );
+        assert_eq!(compared(), 1);
+        assert!(
+            !memo.recall(&job("u", "2"), &ta, a, not_matching),
+            "another version"
+        );
+        assert!(
+            memo.recall(&job("u", "2"), &tb, b, matching),
+            "another target"
+        );
+        assert_eq!(compared(), 3);
+        assert!(
+            !memo.recall(&Job::default(), &ta, a, not_matching),
+            "a Job without a version is compared every time"
+        );
+        assert!(memo.recall(&Job::default(), &ta, a, matching));
+        assert_eq!(compared(), 5);
         // A pass that asks nothing: the next forgets the answers and targets.
         memo.begin_pass();
-        assert!(ask("u", "2", b, false), "used in the last pass");
-        memo.begin_pass();
-        memo.begin_pass();
-        assert!(!ask("u", "2", b, false), "forgotten after an unused pass");
         assert!(
-            ![a, b].contains(&memo.target_id(target("a"))),
+            memo.recall(&job("u", "2"), &tb, b, not_matching),
+            "used in the last pass"
+        );
+        memo.begin_pass();
+        memo.begin_pass();
+        assert!(
+            !memo.recall(&job("u", "2"), &tb, b, not_matching),
+            "forgotten after an unused pass"
+        );
+        assert!(
+            ![a, b].contains(&memo.target_id(&target("a"))),
             "ids are not reused"
         );
     }
