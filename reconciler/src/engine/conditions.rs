@@ -232,6 +232,8 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
             // Cleanup removed this NodeWright's node conditions (§11.1); do not re-add them.
             continue;
         }
+        // The four ways a node's conditions can be wanted, each made once per pass.
+        let mut wanted_as: [Option<WantedConditions>; 4] = Default::default();
         for (p, &n) in view.selected.iter().enumerate() {
             let Some(erroring) = ctx.node_digest(nw, n, |d| d.map(|d| d.erroring)) else {
                 continue;
@@ -240,18 +242,17 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
                 complete: view.complete.get(p).copied().unwrap_or(false),
                 erroring,
             };
+            let wanted = wanted_as[usize::from(facts.complete) | usize::from(erroring) << 1]
+                .get_or_insert_with(|| WantedConditions::of(view.name, facts));
             let node = ctx.node(n).node();
-            let current = view.node_conditions_current(p, node, facts, conditions_current);
-            if current == ALL_CURRENT {
-                continue;
-            }
-            for (i, wanted) in wanted_conditions(view.name, facts).into_iter().enumerate() {
+            let current = view.node_conditions_current(p, node, wanted, conditions_current);
+            for (i, wanted) in wanted.conditions.iter().enumerate() {
                 if current & (1 << i) == 0 {
                     per_node.entry(n).or_default().push(NodeCondition {
-                        type_: wanted.type_,
+                        type_: wanted.type_.clone(),
                         status: wanted.status.to_string(),
                         reason: Some(wanted.reason.to_string()),
-                        message: Some(wanted.message),
+                        message: Some(wanted.message.clone()),
                         last_transition_time: Some(Time(ctx.now)),
                         last_heartbeat_time: None,
                     });
@@ -279,6 +280,14 @@ pub struct ConditionFacts {
     pub erroring: bool,
 }
 
+/// A node's two conditions for one NodeWright as the pass wants them, `NotReady` then
+/// `Erroring`: made only from the NodeWright's name and the node's [`ConditionFacts`], so
+/// within one NodeWright the facts name them whole.
+pub struct WantedConditions {
+    facts: ConditionFacts,
+    conditions: [WantedCondition; 2],
+}
+
 /// A node condition as the pass wants it.
 struct WantedCondition {
     type_: String,
@@ -287,43 +296,49 @@ struct WantedCondition {
     message: String,
 }
 
-/// Both of NodeWright `nw`'s conditions as wanted on a node of these facts: `NotReady`, then
-/// `Erroring`.
-fn wanted_conditions(nw: &str, facts: ConditionFacts) -> [WantedCondition; 2] {
-    let ConditionFacts { complete, erroring } = facts;
-    [
-        WantedCondition {
-            type_: keys::node_condition_not_ready(nw),
-            status: if complete { "False" } else { "True" },
-            reason: if complete {
-                reason::COMPLETE
-            } else {
-                reason::INCOMPLETE
-            },
-            message: format!("NodeWright {nw} Ready"),
-        },
-        WantedCondition {
-            type_: keys::node_condition_erroring(nw),
-            status: if erroring { "True" } else { "False" },
-            reason: if erroring {
-                reason::PACKAGES_ERRORING
-            } else {
-                reason::NOT_ERRORING
-            },
-            message: format!("Package Erroring or Unknown for {nw}"),
-        },
-    ]
+impl WantedConditions {
+    /// NodeWright `nw`'s conditions as wanted on a node of these facts.
+    fn of(nw: &str, facts: ConditionFacts) -> WantedConditions {
+        let ConditionFacts { complete, erroring } = facts;
+        WantedConditions {
+            facts,
+            conditions: [
+                WantedCondition {
+                    type_: keys::node_condition_not_ready(nw),
+                    status: if complete { "False" } else { "True" },
+                    reason: if complete {
+                        reason::COMPLETE
+                    } else {
+                        reason::INCOMPLETE
+                    },
+                    message: format!("NodeWright {nw} Ready"),
+                },
+                WantedCondition {
+                    type_: keys::node_condition_erroring(nw),
+                    status: if erroring { "True" } else { "False" },
+                    reason: if erroring {
+                        reason::PACKAGES_ERRORING
+                    } else {
+                        reason::NOT_ERRORING
+                    },
+                    message: format!("Package Erroring or Unknown for {nw}"),
+                },
+            ],
+        }
+    }
+
+    /// The facts they were made from.
+    pub fn facts(&self) -> ConditionFacts {
+        self.facts
+    }
 }
 
-/// [`conditions_current`]'s answer when the node carries both conditions as wanted.
-const ALL_CURRENT: u8 = 0b11;
-
-/// Bit `i` is set when `node` already carries NodeWright `nw`'s `i`th condition as wanted for
-/// these facts, with that status, reason and message.
-fn conditions_current(node: &Node, nw: &str, facts: ConditionFacts) -> u8 {
+/// Bit `i` is set when `node` already carries the `i`th wanted condition, with that status,
+/// reason and message.
+fn conditions_current(node: &Node, wanted: &WantedConditions) -> u8 {
     let existing = node.status.as_ref().and_then(|s| s.conditions.as_ref());
     let mut bits = 0;
-    for (i, wanted) in wanted_conditions(nw, facts).iter().enumerate() {
+    for (i, wanted) in wanted.conditions.iter().enumerate() {
         let same = existing
             .and_then(|l| l.iter().find(|c| c.type_ == wanted.type_))
             .is_some_and(|c| {

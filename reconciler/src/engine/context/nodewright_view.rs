@@ -2,7 +2,7 @@
 //! §5.12, §5.13).
 
 use super::*;
-use crate::engine::conditions::ConditionFacts;
+use crate::engine::conditions::{ConditionFacts, WantedConditions};
 
 /// One NodeWright as the pass sees it.
 #[derive(Clone, Debug)]
@@ -444,23 +444,23 @@ impl<'a> NwView<'a> {
     }
 
     /// Which of the NodeWright's two node conditions (§4.5) the `p`th selected node, `node`,
-    /// already carries as wanted for `facts`: bit `i` for the `i`th condition. `derive` is a
-    /// plain function of the node object, the NodeWright's name and the facts, so the answer
-    /// kept for that node object and those facts cannot miss an input, whatever the pass
-    /// writes.
+    /// already carries as `wanted`: bit `i` for the `i`th condition. `derive` is a plain
+    /// function of the node object and the wanted conditions, which the NodeWright's name and
+    /// their facts make whole, so the answer kept for that node object and those facts cannot
+    /// miss an input, whatever the pass writes.
     pub fn node_conditions_current(
         &self,
         p: usize,
         node: &Node,
-        facts: ConditionFacts,
-        derive: fn(&Node, &str, ConditionFacts) -> u8,
+        wanted: &WantedConditions,
+        derive: fn(&Node, &WantedConditions) -> u8,
     ) -> u8 {
         let known = &self.conditions_current[p];
         match known.get() {
-            Some((for_facts, bits)) if for_facts == facts => bits,
+            Some((facts, bits)) if facts == wanted.facts() => bits,
             _ => {
-                let bits = derive(node, self.name, facts);
-                known.set(Some((facts, bits)));
+                let bits = derive(node, wanted);
+                known.set(Some((wanted.facts(), bits)));
                 bits
             }
         }
