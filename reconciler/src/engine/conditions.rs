@@ -40,7 +40,7 @@ pub fn ready_reason(status: Option<Status>) -> &'static str {
 /// The `Ready` message (§12.1): `<c>/<n> nodes complete (…)`, then one segment per non-empty
 /// Status bucket; more than ten names become `(list truncated; see controller logs)`.
 /// `nodes` are (node name, published Status) of the selected nodes.
-pub fn ready_message<S: AsRef<str>>(nodes: &[(S, Status)]) -> String {
+pub fn ready_message(nodes: &[(&str, Status)]) -> String {
     // A bucket's names are listed (sorted) only when there are at most ten of them, so the
     // names are sorted only then; a 10,000-node fleet mostly has large buckets.
     let bucket = |s: Status| -> (usize, String) {
@@ -53,7 +53,7 @@ pub fn ready_message<S: AsRef<str>>(nodes: &[(S, Status)]) -> String {
             let mut names: Vec<&str> = nodes
                 .iter()
                 .filter(|(_, st)| *st == s)
-                .map(|(n, _)| n.as_ref())
+                .map(|(n, _)| *n)
                 .collect();
             names.sort_unstable();
             format!(" ({})", names.join(", "))
@@ -164,16 +164,8 @@ pub fn refresh_policy_not_found(ctx: &mut PassCtx, nw: usize) {
 
 /// Recomputes `Ready` and the legacy mirrors (§12.1, §12.3) before the status is saved.
 pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
+    let message = ctx.ready_message(nw, ready_message);
     let view = &ctx.nws[nw];
-    let message = view.ready_message_or(|| {
-        let nodes: Vec<(&str, Status)> = (view.selected.iter().enumerate())
-            .map(|(p, &n)| {
-                let name = ctx.node(n).name();
-                (name, view.published_node_status_at(p, name))
-            })
-            .collect();
-        ready_message(&nodes)
-    });
     let status = view.status.status;
     let complete = status == Some(Status::Complete);
     let generation = view.generation();
@@ -181,7 +173,6 @@ pub fn refresh_ready(ctx: &mut PassCtx, nw: usize) {
     let transitioned = view.transitioned;
     let old = view.initial_status;
     let view = &mut ctx.nws[nw];
-    view.hand_on_ready_message(&message);
     let mut ready = cond(
         condition::READY,
         complete,
@@ -369,30 +360,27 @@ fn finalizer_released(ctx: &PassCtx, view: &super::context::NwView) -> bool {
 mod tests {
     use super::*;
 
-    fn nodes(list: &[(&str, Status)]) -> Vec<(String, Status)> {
-        list.iter().map(|(n, s)| (n.to_string(), *s)).collect()
-    }
-
     #[test]
     fn ready_message_examples() {
         assert_eq!(
-            ready_message(&nodes(&[
+            ready_message(&[
                 ("node-b", Status::InProgress),
                 ("node-a", Status::Complete),
                 ("node-c", Status::Blocked)
-            ])),
+            ]),
             "1/3 nodes complete (node-a), 1 in progress (node-b), 1 blocked (node-c)"
         );
         assert_eq!(
-            ready_message(&nodes(&[
+            ready_message(&[
                 ("n3", Status::Complete),
                 ("n1", Status::Complete),
                 ("n2", Status::Complete)
-            ])),
+            ]),
             "3/3 nodes complete (n1, n2, n3)"
         );
-        let many: Vec<(String, Status)> = (0..800)
-            .map(|i| (format!("n{i}"), Status::InProgress))
+        let names: Vec<String> = (0..800).map(|i| format!("n{i}")).collect();
+        let many: Vec<(&str, Status)> = (names.iter())
+            .map(|n| (n.as_str(), Status::InProgress))
             .collect();
         assert_eq!(
             ready_message(&many),

@@ -13,27 +13,38 @@ use crate::plan::{Action, EventObject, EventType};
 pub fn track(ctx: &mut PassCtx) -> bool {
     let mut wrote = false;
     for nw in 0..ctx.nws.len() {
-        for (p, n) in ctx.nws[nw].selected.clone().into_iter().enumerate() {
-            let node_name = ctx.node(n).name();
-            if ctx.nws[nw].boot_id_known_recorded(p, node_name) {
-                continue;
-            }
-            let Some(boot) = ctx.node(n).boot_id() else {
-                continue;
-            };
-            let view = &mut ctx.nws[nw];
-            if view.node_boot_ids.get(node_name).map(String::as_str) == Some(boot) {
-                view.note_boot_id_recorded(p, node_name);
-                continue;
-            }
-            if view.node_boot_ids.get(node_name).is_some() && ctx.settings.reapply_on_reboot {
-                reset_node(ctx, nw, n);
-            }
-            ctx.nws[nw].publish_boot_id(node_name, boot);
-            wrote = true;
-        }
+        wrote |= ctx.track_boot_ids(nw, track_node);
     }
     wrote
+}
+
+/// What tracking found on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootTracked {
+    /// The node reports no boot id.
+    Unreported,
+    /// `status.nodeBootIds` holds the node's boot id.
+    Recorded,
+    /// The boot id was recorded now, after a reset when the node rebooted.
+    Written,
+}
+
+/// Records node `n`'s boot id for NodeWright `nw` (§10.6). A node that rebooted since its
+/// last record is reset first under `REAPPLY_ON_REBOOT`.
+fn track_node(ctx: &mut PassCtx, nw: usize, n: usize) -> BootTracked {
+    let node_name = ctx.node(n).name();
+    let Some(boot) = ctx.node(n).boot_id() else {
+        return BootTracked::Unreported;
+    };
+    let recorded = ctx.nws[nw].node_boot_ids.get(node_name);
+    if recorded.map(String::as_str) == Some(boot) {
+        return BootTracked::Recorded;
+    }
+    if recorded.is_some() && ctx.settings.reapply_on_reboot {
+        reset_node(ctx, nw, n);
+    }
+    ctx.nws[nw].publish_boot_id(node_name, boot);
+    BootTracked::Written
 }
 
 /// The reboot reset of one node for one NodeWright (§10.6): the node's records of this

@@ -5,12 +5,13 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::job::Job;
-use nodewright_schema::{Interrupt, InterruptType, NodeWright, Stage, State, keys};
+use nodewright_schema::{Interrupt, InterruptType, NodeState, NodeWright, Stage, State, keys};
 
-use super::context::{ExpectedJob, Flow, PassCtx};
-use super::jobs::{self, InterruptJobInput, JobFacts, StageJobInput};
+use super::context::{ExpectedJob, Flow, JobComparisons, PassCtx};
+use super::jobs::{self, InterruptJobInput, JobFacts, PackageAnnotation, StageJobInput};
 use super::write_order::After;
 use crate::plan::Action;
+use crate::settings::Settings;
 
 fn nw_jobs<'s>(ctx: &PassCtx<'s>, nw: usize) -> Vec<&'s Job> {
     ctx.index.nw_jobs(ctx.nws[nw].name).to_vec()
@@ -22,11 +23,11 @@ fn node_of(ctx: &PassCtx<'_>, nw: usize, facts: &JobFacts<'_>) -> Option<usize> 
 }
 
 /// What a Job would look like if built now (for staleness), from the Job's own stage.
-fn expected(nw: &NodeWright, ctx: &PassCtx<'_>, job: &Job, node: &str) -> Option<Job> {
-    let pkg = ctx.package_annotation(job)?;
-    let stage = jobs::job_stage(job)?;
-    let package = nw.spec.packages().get(&pkg.name)?;
-    if jobs::is_interrupt_job(job) {
+fn expected(seen: &SweptJob<'_>, package_name: &str) -> Option<Job> {
+    let nw = seen.nodewright;
+    let stage = seen.facts.stage?;
+    let package = nw.spec.packages().get(package_name)?;
+    if seen.facts.interrupt {
         // The interrupt object is not compared (§8.14); any placeholder serves.
         let interrupt = package.interrupt.clone().unwrap_or(Interrupt {
             kind: InterruptType::Noop,
@@ -34,25 +35,25 @@ fn expected(nw: &NodeWright, ctx: &PassCtx<'_>, job: &Job, node: &str) -> Option
         });
         Some(jobs::build_interrupt_job(
             nw,
-            ctx.settings,
+            seen.settings,
             InterruptJobInput {
-                package_name: &pkg.name,
+                package_name,
                 package,
                 stage,
                 interrupt: &interrupt,
-                node,
+                node: seen.node,
                 node_order: 0,
             },
         ))
     } else {
         Some(jobs::build_stage_job(
             nw,
-            ctx.settings,
+            seen.settings,
             StageJobInput {
-                package_name: &pkg.name,
+                package_name,
                 package,
                 stage,
-                node,
+                node: seen.node,
                 node_order: 0,
             },
         ))
@@ -94,25 +95,16 @@ fn delete(ctx: &mut PassCtx<'_>, job: &Job, reason: &str, invalidate: bool) {
 type ExpectedJobs = HashMap<(Stage, bool), HashMap<String, Option<ExpectedJob>>>;
 
 /// Why an unfinished Job no longer matches (§8.14 rule 1), if it does not.
-fn validation_failure(
-    ctx: &PassCtx<'_>,
-    nw: usize,
-    node: usize,
-    job: &Job,
-    facts: &JobFacts<'_>,
-    built: &mut ExpectedJobs,
-) -> Option<&'static str> {
-    let view = &ctx.nws[nw];
-    let pkg = ctx.package_annotation(job)?;
-    let stage = facts.stage?;
-    let spec = view.nw.spec.packages().get(&pkg.name);
+fn validation_failure(seen: &SweptJob<'_>, built: &mut ExpectedJobs) -> Option<&'static str> {
+    let pkg = seen.package?;
+    let stage = seen.facts.stage?;
+    let spec = seen.nodewright.spec.packages().get(&pkg.name);
     let uninstall_exempt =
         stage == Stage::Uninstall && spec.is_none_or(|p| p.version != pkg.version);
     if spec.is_none_or(|p| p.version != pkg.version) && !uninstall_exempt {
         return Some("no spec package matches the Job");
     }
-    let state = ctx.node(node).state(view.state_key()).ok()?;
-    let Some(entry) = state.get(&pkg.name, &pkg.version) else {
+    let Some(entry) = seen.state.get(&pkg.name, &pkg.version) else {
         return Some("the node has no entry for the package");
     };
     if entry.stage != Some(stage) {
@@ -121,14 +113,13 @@ fn validation_failure(
     if uninstall_exempt {
         return None;
     }
-    let of_kind = built.entry((stage, facts.interrupt)).or_default();
+    let of_kind = built.entry((stage, seen.facts.interrupt)).or_default();
     if !of_kind.contains_key(pkg.name.as_str()) {
-        let expected =
-            expected(view.nw, ctx, job, ctx.node(node).name()).map(|job| ctx.expected_job(&job));
+        let expected = expected(seen, &pkg.name).map(|job| seen.comparisons.expected_job(&job));
         of_kind.insert(pkg.name.clone(), expected);
     }
     if let Some(Some(expected)) = of_kind.get(pkg.name.as_str())
-        && !ctx.matches_expected(job, expected)
+        && !seen.comparisons.matches(seen.job, expected)
     {
         return Some("the Job no longer matches the package spec");
     }
@@ -136,28 +127,20 @@ fn validation_failure(
 }
 
 /// Whether a processed finished Job must go so its stage can run again (§8.14 rule 2).
-fn rerun_due(ctx: &PassCtx<'_>, nw: usize, node: usize, job: &Job, facts: &JobFacts<'_>) -> bool {
-    let view = &ctx.nws[nw];
-    let (Some(pkg), Some(stage)) = (ctx.package_annotation(job), facts.stage) else {
+fn rerun_due(seen: &SweptJob<'_>) -> bool {
+    let (Some(pkg), Some(stage)) = (seen.package, seen.facts.stage) else {
         return false;
     };
-    let Ok(state) = ctx.node(node).state(view.state_key()) else {
-        return false;
-    };
-    let Some(entry) = state.get(&pkg.name, &pkg.version) else {
+    let Some(entry) = seen.state.get(&pkg.name, &pkg.version) else {
         return true;
     };
     let Some(entry_stage) = entry.stage else {
         return true;
     };
-    if facts.failed && entry_stage == stage && entry.state == Some(State::Erroring) {
+    if seen.facts.failed && entry_stage == stage && entry.state == Some(State::Erroring) {
         // Parked; a package edit makes it stale (§16.3).
-        return view
-            .nw
-            .spec
-            .packages()
-            .get(&pkg.name)
-            .is_some_and(|p| jobs::package_edited(job, p, ctx.settings));
+        return (seen.nodewright.spec.packages().get(&pkg.name))
+            .is_some_and(|p| jobs::package_edited(seen.job, p, seen.settings));
     }
     if entry_stage.order() < stage.order() {
         return true;
@@ -205,6 +188,30 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
     Flow::Continue
 }
 
+/// Everything the sweep's judgement of a Job of a selected node reads (§8.14 rules 1 and 2),
+/// and nothing else: the Job, its node's name and parsed state, the NodeWright and the
+/// settings. Its verdict is remembered under exactly these (see
+/// [`PassCtx::sweep_verdict`]).
+pub struct SweptJob<'p> {
+    /// The Job.
+    pub job: &'p Job,
+    /// Its label and status facts.
+    pub facts: JobFacts<'p>,
+    /// Its parsed `package` annotation.
+    pub package: Option<&'p PackageAnnotation>,
+    /// The node it runs on.
+    pub node: &'p str,
+    /// That node's state for the NodeWright.
+    pub state: &'p NodeState,
+    /// The NodeWright.
+    pub nodewright: &'p NodeWright,
+    /// The pass's settings.
+    pub settings: &'p Settings,
+    /// Comparisons with the Jobs that would be built now, remembered per Job version and
+    /// target.
+    pub comparisons: &'p JobComparisons<'p>,
+}
+
 /// Why the sweep deletes a Job of a selected node, and whether it first marks it invalid.
 pub struct JobRemoval {
     /// The reason the deletion gives.
@@ -213,22 +220,15 @@ pub struct JobRemoval {
     pub invalidate: bool,
 }
 
-/// §8.14 rules 1 and 2 for a Job of node `node`: a stale unfinished Job is invalidated, a
-/// processed one whose stage must run again is deleted, any other is left alone.
-fn judge<'s>(
-    ctx: &PassCtx<'s>,
-    nw: usize,
-    node: usize,
-    job: &'s Job,
-    built: &mut ExpectedJobs,
-) -> Option<JobRemoval> {
-    let facts = ctx.job_facts(job);
-    if facts.unfinished() {
-        validation_failure(ctx, nw, node, job, &facts, built).map(|reason| JobRemoval {
+/// §8.14 rules 1 and 2 for a Job of a selected node: a stale unfinished Job is invalidated,
+/// a processed one whose stage must run again is deleted, any other is left alone.
+fn judge(seen: &SweptJob<'_>, built: &mut ExpectedJobs) -> Option<JobRemoval> {
+    if seen.facts.unfinished() {
+        validation_failure(seen, built).map(|reason| JobRemoval {
             reason,
             invalidate: true,
         })
-    } else if facts.processed && rerun_due(ctx, nw, node, job, &facts) {
+    } else if seen.facts.processed && rerun_due(seen) {
         Some(JobRemoval {
             reason: "node state no longer records the Job's stage as done",
             invalidate: false,

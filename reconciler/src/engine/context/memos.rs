@@ -6,15 +6,40 @@ use std::sync::Arc;
 
 use super::PassCtx;
 use crate::engine::complete::{self, NodeDigest};
+use crate::engine::incremental::state_cache::JobMatchMemo;
 use crate::engine::jobs::{self, MatchTarget, PackageJobs};
+use crate::engine::reboots::BootTracked;
 use crate::job::Job;
-use nodewright_schema::{Package, names};
+use nodewright_schema::{Package, Status, names};
 
 /// What the sweep compares unfinished Jobs against (§8.14 rule 1): the target of the Job that
 /// would be built now, with the id the pass remembers comparisons against it by.
 pub struct ExpectedJob {
     target: MatchTarget,
     id: Option<u64>,
+}
+
+/// The sweep's comparisons of Jobs with the Jobs that would be built now (§8.14 rule 1),
+/// remembered across passes per Job version and target when the pass has a cache.
+pub struct JobComparisons<'p> {
+    pub(super) memo: Option<&'p JobMatchMemo>,
+}
+
+impl JobComparisons<'_> {
+    /// `job`, built now, as an expected Job of the sweep.
+    pub fn expected_job(&self, job: &Job) -> ExpectedJob {
+        let target = MatchTarget::of(job);
+        let id = self.memo.map(|memo| memo.target_id(&target));
+        ExpectedJob { target, id }
+    }
+    /// Whether `job` matches `expected` ([`jobs::job_matches`]); a Job without uid or
+    /// resourceVersion is compared every time.
+    pub fn matches(&self, job: &Job, expected: &ExpectedJob) -> bool {
+        match (self.memo, expected.id) {
+            (Some(memo), Some(id)) => memo.recall(job, &expected.target, id, jobs::job_matches),
+            _ => jobs::job_matches(job, &expected.target),
+        }
+    }
 }
 
 impl PassCtx<'_> {
@@ -52,21 +77,6 @@ impl PassCtx<'_> {
         match node.memo() {
             Some(memo) => memo.metadata_configmap(view.memo_id, derive),
             None => derive(),
-        }
-    }
-    /// `job`, built now, as an expected Job of the sweep.
-    pub fn expected_job(&self, job: &Job) -> ExpectedJob {
-        let target = MatchTarget::of(job);
-        let id = (self.job_matches.as_deref()).map(|memo| memo.target_id(&target));
-        ExpectedJob { target, id }
-    }
-    /// Whether `job` matches `expected` ([`jobs::job_matches`]), remembered across passes per
-    /// version of the Job and target; a Job without uid or resourceVersion is compared every
-    /// time.
-    pub fn matches_expected(&self, job: &Job, expected: &ExpectedJob) -> bool {
-        match (self.job_matches.as_deref(), expected.id) {
-            (Some(memo), Some(id)) => memo.recall(job, &expected.target, id, jobs::job_matches),
-            _ => jobs::job_matches(job, &expected.target),
         }
     }
     /// The parts every Job of `package` (named `name`) shares for NodeWright `nw`, derived
@@ -109,6 +119,57 @@ impl PassCtx<'_> {
             write_back(self, nw, n);
             self.nws[nw].written_back_at[p] = self.nodes[n].writes;
         }
+    }
+
+    /// Runs reboot tracking's `track` (§10.6) on every node NodeWright `nw` selects unless
+    /// `status.nodeBootIds` is known to hold its boot id: found so for the same node object
+    /// and status version, and not written since. Returns whether `track` wrote.
+    pub fn track_boot_ids(
+        &mut self,
+        nw: usize,
+        track: fn(&mut PassCtx<'_>, usize, usize) -> BootTracked,
+    ) -> bool {
+        let mut wrote = false;
+        for p in 0..self.nws[nw].selected.len() {
+            let n = self.nws[nw].selected[p];
+            let view = &self.nws[nw];
+            let name = self.nodes[n].name();
+            if view.boot_recorded[p] && view.node_boot_ids.untouched(name) {
+                continue;
+            }
+            match track(self, nw, n) {
+                BootTracked::Recorded => {
+                    let view = &mut self.nws[nw];
+                    view.boot_recorded[p] = view.node_boot_ids.untouched(self.nodes[n].name());
+                }
+                BootTracked::Written => wrote = true,
+                BootTracked::Unreported => {}
+            }
+        }
+        wrote
+    }
+
+    /// The `Ready` message (§12.1) of NodeWright `nw`: `derive` of its selected nodes' names
+    /// and `status.nodeStatus` values, in selection order. A plain function of those alone, so
+    /// the last pass's message stands while this pass selects the same nodes and has not
+    /// changed `status.nodeStatus`; this pass's is kept for the next on the same terms.
+    pub fn ready_message(&mut self, nw: usize, derive: fn(&[(&str, Status)]) -> String) -> String {
+        let view = &self.nws[nw];
+        let unchanged = view.node_status.unchanged();
+        let message = match view.carried_ready.as_deref().filter(|_| unchanged) {
+            Some(carried) => carried.to_string(),
+            None => {
+                let nodes: Vec<(&str, Status)> = (view.selected.iter().enumerate())
+                    .map(|(p, &n)| {
+                        let name = self.nodes[n].name();
+                        (name, view.published_node_status_at(p, name))
+                    })
+                    .collect();
+                derive(&nodes)
+            }
+        };
+        self.nws[nw].ready_message = unchanged.then(|| message.clone());
+        message
     }
 
     /// Lends `read` the digest of node `node` for NodeWright `nw` in the working state; `None`

@@ -52,8 +52,8 @@ use super::jobs::{self, JobFacts, PackageAnnotation, PackageJob};
 use super::node_map::NodeMap;
 use super::write_order::{self, After, Writes};
 
-use crate::engine::sweep::JobRemoval;
-pub use memos::ExpectedJob;
+use crate::engine::sweep::{JobRemoval, SweptJob};
+pub use memos::{ExpectedJob, JobComparisons};
 pub use nodewright_view::*;
 pub use snap_index::*;
 pub use working_node::*;
@@ -174,21 +174,41 @@ pub struct PassCtx<'a> {
 impl<'a> PassCtx<'a> {
     /// The sweep's verdict on `job`, on node `node` of NodeWright `nw` (§8.14): `judge`'s,
     /// or none when the last pass's sweep left the Job alone having judged it from exactly
-    /// what this pass would judge it from (see [`SweptVerdict`]): the same Job version,
-    /// NodeWright spec and uid, node object (not written in this pass), and settings. A Job
-    /// left alone is remembered for the next pass.
+    /// what this pass would judge it from, which [`SweptJob`] holds whole and
+    /// [`SweptVerdict`] names: the same Job version, NodeWright spec and uid, node object (not
+    /// written in this pass), and settings. A Job left alone is remembered for the next pass.
+    /// A node whose state does not parse has nothing to judge Jobs by.
     pub fn sweep_verdict<S>(
         &mut self,
         nw: usize,
         node: usize,
         job: &'a Job,
         scratch: &mut S,
-        judge: fn(&PassCtx<'a>, usize, usize, &'a Job, &mut S) -> Option<JobRemoval>,
+        judge: fn(&SweptJob<'_>, &mut S) -> Option<JobRemoval>,
     ) -> Option<JobRemoval> {
         if self.swept_before(nw, node, job) {
             return None;
         }
-        let verdict = judge(self, nw, node, job, scratch);
+        let verdict = {
+            let view = &self.nws[nw];
+            let n = &self.nodes[node];
+            let state = n.state(view.state_key()).ok()?;
+            let package = self.package_annotation(job);
+            let comparisons = JobComparisons {
+                memo: self.job_matches.as_deref(),
+            };
+            let seen = SweptJob {
+                job,
+                facts: self.job_facts(job),
+                package: package.as_deref(),
+                node: n.name(),
+                state,
+                nodewright: view.nw,
+                settings: self.settings,
+                comparisons: &comparisons,
+            };
+            judge(&seen, scratch)
+        };
         if verdict.is_none() {
             self.left_alone(nw, node, job);
         }

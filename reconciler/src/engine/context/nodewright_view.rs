@@ -62,7 +62,7 @@ pub struct NwView<'a> {
     /// entry untouched (see [`NwView::published_node_status_at`]).
     pub(super) published_seed: Vec<Option<Status>>,
     /// The last pass's `Ready` message, when it was made from exactly the names and
-    /// `nodeStatus` values this pass starts with (see [`NwView::ready_message_or`]).
+    /// `nodeStatus` values this pass starts with (see [`PassCtx::ready_message`]).
     pub(super) carried_ready: Option<String>,
     /// The `Ready` message this pass made from the snapshot's `nodeStatus`, for the next pass.
     pub(super) ready_message: Option<String>,
@@ -437,12 +437,6 @@ impl<'a> NwView<'a> {
         }
     }
 
-    /// Keeps this pass's `Ready` message for the next pass when it was made from the
-    /// `nodeStatus` values this pass started with.
-    pub fn hand_on_ready_message(&mut self, message: &str) {
-        self.ready_message = self.node_status.unchanged().then(|| message.to_string());
-    }
-
     /// Which of the NodeWright's two node conditions (§4.5) the `p`th selected node, `node`,
     /// already carries as `wanted`: bit `i` for the `i`th condition. `derive` is a plain
     /// function of the node object and the wanted conditions, which the NodeWright's name and
@@ -463,27 +457,6 @@ impl<'a> NwView<'a> {
                 known.set(Some((wanted.facts(), bits)));
                 bits
             }
-        }
-    }
-
-    /// Whether `status.nodeBootIds` is known to hold the boot id of the `p`th selected node
-    /// (§10.6): found so for the same node object and status version, and not written since.
-    pub fn boot_id_known_recorded(&self, p: usize, node: &str) -> bool {
-        self.boot_recorded[p] && self.node_boot_ids.untouched(node)
-    }
-
-    /// Notes that `status.nodeBootIds` holds the boot id of the `p`th selected node, `node`.
-    pub fn note_boot_id_recorded(&mut self, p: usize, node: &str) {
-        self.boot_recorded[p] = self.node_boot_ids.untouched(node);
-    }
-
-    /// The `Ready` message (§12.1): the last pass's while this pass has not changed
-    /// `status.nodeStatus` and selects the same nodes the last pass did (it was made from the
-    /// same input), else `make`'s.
-    pub fn ready_message_or(&self, make: impl FnOnce() -> String) -> String {
-        match (self.carried_ready.as_deref()).filter(|_| self.node_status.unchanged()) {
-            Some(carried) => carried.to_string(),
-            None => make(),
         }
     }
 
