@@ -547,24 +547,15 @@ fn last_logs(ctx: &mut PassCtx<'_>, job: &Job) {
 /// §8.11: keep the first and the most recent genuine failures; prune other Failed pods of a
 /// stage Job (interrupt Jobs keep theirs).
 fn prune_archives(ctx: &mut PassCtx<'_>, job: &Job, node_label: Option<&str>) {
-    let prunable = |p: &&Pod| {
+    fn prunable(p: &Pod) -> bool {
         p.metadata.deletion_timestamp.is_none() && classify_failure(p) != FailureClass::NotFailed
-    };
-    // Most Jobs have no failed pod: nothing to collect, sort or copy. That verdict reads the
-    // Job's pods alone, so it holds while they are the same objects judged last pass.
-    let at = ctx.index.jobs_read.position(job);
-    if at.is_some_and(|i| ctx.index.jobs_read.no_prunable_before(i)) {
+    }
+    // Most Jobs have no failed pod: nothing to collect, sort or copy.
+    if !ctx.any_pod_prunable(job, prunable) {
         return;
     }
     let pods = ctx.index.pods_of(job);
-    let any = pods.iter().any(&prunable);
-    if let Some(i) = at {
-        ctx.index.jobs_read.record_prunable(i, any);
-    }
-    if !any {
-        return;
-    }
-    let mut failed: Vec<&Pod> = pods.iter().copied().filter(prunable).collect();
+    let mut failed: Vec<&Pod> = pods.iter().copied().filter(|p| prunable(p)).collect();
     failed.sort_by_key(|p| {
         (
             p.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -719,17 +710,9 @@ fn quiet_evidence<'p>(
 /// §8.10: in-flight `erroring` evidence from stage pods; never creates or regresses an entry
 /// and never sets the node Status.
 fn pod_evidence(ctx: &mut PassCtx<'_>) {
-    let namespace = ctx.settings.namespace.clone();
     let snap = ctx.snap;
     for (at, pod) in snap.pods.iter().enumerate() {
-        // Whether a pod's evidence is quiet is a fact of the pod object (and the namespace):
-        // the same object found quiet by the last pass is not read again.
-        if ctx.pod_quiet_before(at) {
-            continue;
-        }
-        let quiet = quiet_evidence(pod, &namespace);
-        ctx.record_pod(at, quiet.is_none());
-        let Some((labels, restarts)) = quiet else {
+        let Some((labels, restarts)) = ctx.pod_evidence(at, quiet_evidence) else {
             continue;
         };
         let (Some(nw_name), Some(_), Some(stage)) = (

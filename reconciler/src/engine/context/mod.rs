@@ -282,16 +282,39 @@ impl<'a> PassCtx<'a> {
         self.package_annotation(job).is_some_and(|p| p.invalid)
     }
 
-    /// Whether the pod at position `at` of the snapshot is an object an earlier pass found
-    /// quiet (§8.10) in this pass's operator namespace.
-    pub fn pod_quiet_before(&self, at: usize) -> bool {
-        (self.index.jobs_read).pod_quiet_before(at, &self.settings.namespace)
+    /// `derive`'s evidence (§8.10) from the pod at position `at` of the snapshot in this pass's
+    /// operator namespace, `None` when it is quiet. `derive` is a plain function of the pod and
+    /// the namespace, so a quiet verdict is remembered per pod object and namespace and the
+    /// same object is not read again.
+    pub fn pod_evidence<T>(
+        &mut self,
+        at: usize,
+        derive: fn(&'a Pod, &str) -> Option<T>,
+    ) -> Option<T> {
+        let namespace = &self.settings.namespace;
+        if self.index.jobs_read.pod_quiet_before(at, namespace) {
+            return None;
+        }
+        let snap: &'a Snapshot = self.snap;
+        let evidence = derive(&snap.pods[at], namespace);
+        (self.index.jobs_read).record_pod_quiet(at, namespace, evidence.is_none());
+        evidence
     }
 
-    /// Records whether the evidence of the pod at position `at` was quiet, for the next pass.
-    pub fn record_pod(&mut self, at: usize, quiet: bool) {
-        let namespace = &self.settings.namespace;
-        (self.index.jobs_read).record_pod_quiet(at, namespace, quiet);
+    /// Whether any of `job`'s pods is one `prunable` picks (§8.11). `prunable` is a plain
+    /// function of the pod, so the answer is remembered while the Job's pods are the objects
+    /// judged last pass.
+    pub fn any_pod_prunable(&self, job: &Job, prunable: fn(&Pod) -> bool) -> bool {
+        let read = &self.index.jobs_read;
+        let at = read.position(job);
+        if at.is_some_and(|i| read.no_prunable_before(i)) {
+            return false;
+        }
+        let any = self.index.pods_of(job).iter().any(|p| prunable(p));
+        if let Some(i) = at {
+            read.record_prunable(i, any);
+        }
+        any
     }
 
     /// Node id by name.
