@@ -120,6 +120,12 @@ impl<C: Cluster> Controller<C> {
         }
         let planning = std::time::Instant::now();
         let plan = (self.engine)(&snapshot, &self.settings, &mut self.cache);
+        // Replaced stage Jobs and pods are large object graphs the cache often held last:
+        // they are freed beside the plan's writes rather than before them.
+        let released = self.cache.take_released();
+        if !released.is_empty() {
+            tokio::task::spawn_blocking(move || drop(released));
+        }
         let mut report = PassReport {
             now: snapshot.now,
             requeue: plan.requeue,

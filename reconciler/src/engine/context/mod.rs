@@ -692,8 +692,8 @@ impl<'a> PassCtx<'a> {
             if !carries.is_empty() {
                 cache.keep_carries(carries);
             }
-            if let Some(jobs) = index.jobs_read.into_carried() {
-                cache.keep_jobs(jobs);
+            if let Some((jobs, released)) = index.jobs_read.into_carried() {
+                cache.keep_jobs(jobs, released);
             }
         }
         for v in nws {

@@ -362,6 +362,7 @@ impl<'a> PassCtx<'a> {
         let mut carries = FxHashMap::default();
         let (mut since, cache) = match cache {
             Some(c) => {
+                c.free_released();
                 carries = c.take_carries();
                 jobs_carried = Some(c.take_jobs());
                 let since = NodesSinceLast::take(c, snap, &mut nodes, &names);

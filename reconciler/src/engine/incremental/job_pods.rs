@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use nodewright_schema::keys;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use super::{hold, same_version};
+use super::{Released, hold, same_version};
 use crate::engine::context::Few;
 
 /// A position with no pod in this snapshot (the pod left).
@@ -199,8 +199,13 @@ impl PodIndex {
     }
 
     /// Brings the index up to `pods`, this snapshot's, reading the labels of the pods it did
-    /// not hold alone, and says what changed.
-    pub(in crate::engine) fn update(&mut self, pods: &[Arc<Pod>]) -> PodChanges {
+    /// not hold alone, and says what changed. The pods it held that were replaced or left go
+    /// to `released`.
+    pub(in crate::engine) fn update(
+        &mut self,
+        pods: &[Arc<Pod>],
+        released: &mut Released,
+    ) -> PodChanges {
         let mut changes = PodChanges::default();
         let same_count = self.pods.len() == pods.len();
         // A few pods that are not the same version held at their position are taken to have
@@ -225,7 +230,7 @@ impl PodIndex {
                     add(&mut self.by_uid, uid, at);
                     changes.touch(uid);
                 }
-                *held = Arc::clone(pod);
+                released.pods.push(std::mem::replace(held, Arc::clone(pod)));
                 if let Some(quiet) = self.quiet.get_mut(at as usize) {
                     *quiet = None;
                 }
@@ -288,10 +293,11 @@ impl PodIndex {
             }
         }
         self.quiet = quiet;
-        for pod in held.iter().flatten() {
-            if let Some(uid) = controller_uid(pod) {
+        for pod in held.into_iter().flatten() {
+            if let Some(uid) = controller_uid(&pod) {
                 changes.touch(uid);
             }
+            released.pods.push(pod);
         }
         for list in self.by_uid.values_mut() {
             let mut now: Few<u32> = list
@@ -323,7 +329,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use nodewright_schema::keys;
 
-    use super::{PodIndex, uid_hash};
+    use super::{PodIndex, Released, uid_hash};
 
     fn pod(name: &str, uid: Option<&str>) -> Arc<Pod> {
         let mut pod = Pod::default();
@@ -365,7 +371,7 @@ mod tests {
         let mut index = PodIndex::new(&pods);
         let mut step = |pods: &[Arc<Pod>], touched: &[&str], what: &str| {
             let before = uids.map(|u| index.of(u));
-            let changes = index.update(pods);
+            let changes = index.update(pods, &mut Released::default());
             assert_eq!(all(&index, pods), fresh(pods), "{what}");
             for (uid, before) in uids.iter().zip(&before) {
                 let is_touched = changes.touched(uid_hash(uid), || Some(uid));
@@ -403,6 +409,34 @@ mod tests {
         step(&[], &["a", "c"], "every pod left");
     }
 
+    /// The pods an update lets go of are exactly those replaced or gone, whether the pods
+    /// stayed in place or shifted, and nothing is let go of when nothing changed.
+    #[test]
+    fn an_update_lets_go_of_the_pods_replaced_or_gone() {
+        let mut pods: Vec<_> = (0..4)
+            .map(|i| pod(&format!("p{i}"), Some(&format!("u{i}"))))
+            .collect();
+        let mut index = PodIndex::new(&pods);
+        let released_by = |index: &mut PodIndex, pods: &[Arc<Pod>]| {
+            let mut released = Released::default();
+            index.update(pods, &mut released);
+            let names: Vec<String> = (released.pods.iter())
+                .map(|p| p.metadata.name.clone().unwrap_or_default())
+                .collect();
+            names
+        };
+        assert!(released_by(&mut index, &pods).is_empty());
+        pods[1] = pod("p1", Some("u1"));
+        assert_eq!(released_by(&mut index, &pods), ["p1"], "replaced in place");
+        let gone = pods.remove(0);
+        assert_eq!(
+            released_by(&mut index, &pods),
+            ["p0"],
+            "left, the rest shifted"
+        );
+        assert_eq!(Arc::strong_count(&gone), 1, "the index holds it no more");
+    }
+
     /// A mass change (a relist renews every pod object) names each uid whose pods it
     /// renewed, however many, and no other.
     #[test]
@@ -414,7 +448,7 @@ mod tests {
         let new: Vec<_> = (0..1000)
             .map(|i| pod(&format!("p{i}"), Some(&format!("u{i}"))))
             .collect();
-        let changes = index.update(&new);
+        let changes = index.update(&new, &mut Released::default());
         for i in 0..1000 {
             let uid = format!("u{i}");
             assert!(changes.touched(uid_hash(&uid), || Some(&uid)), "{uid}");

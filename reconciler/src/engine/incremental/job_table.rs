@@ -32,7 +32,7 @@ use rustc_hash::FxHashMap;
 
 use super::job_pods::{PodChanges, PodIndex, uid_hash};
 use super::state_cache::{NodeMemo, NodeMoves, ParsedPackage};
-use super::{hold, same_version};
+use super::{Released, hold, same_version};
 use crate::engine::complete::CompletionInputs;
 use crate::engine::context::{Few, NodeWork};
 use crate::engine::jobs::{self, JobFacts};
@@ -154,6 +154,8 @@ pub struct JobTable<'a> {
     at: FxHashMap<usize, u32>,
     /// With a cache: the last pass's table, refilled for the next, and what it needs.
     carry: Option<Carry>,
+    /// The last pass's Jobs and pods this table no longer holds.
+    released: Released,
 }
 
 /// What a pass with a cache keeps to hand its table on.
@@ -199,6 +201,7 @@ impl<'a> JobTable<'a> {
             pod_index: PodIndex::default(),
             at: FxHashMap::default(),
             carry: None,
+            released: Released::default(),
         };
         let Some(mut last) = last else {
             table.pod_index = PodIndex::new(&snap.pods);
@@ -219,7 +222,7 @@ impl<'a> JobTable<'a> {
         // and to whose uid no pod joined has the same pods it had.
         let changes = match last.pods.take() {
             Some(mut index) => {
-                let changes = index.update(&snap.pods);
+                let changes = index.update(&snap.pods, &mut table.released);
                 table.pod_index = index;
                 changes
             }
@@ -477,8 +480,9 @@ impl<'a> JobTable<'a> {
         self.carry.is_some()
     }
 
-    /// What the next pass starts from; `None` without a cache.
-    pub fn into_carried(self) -> Option<CarriedJobs> {
+    /// What the next pass starts from, and the last pass's Jobs and pods it no longer holds;
+    /// `None` without a cache.
+    pub fn into_carried(self) -> Option<(CarriedJobs, Released)> {
         let JobTable {
             jobs,
             facts,
@@ -488,6 +492,7 @@ impl<'a> JobTable<'a> {
             at,
             pod_index,
             carry,
+            mut released,
             ..
         } = self;
         let Carry {
@@ -557,14 +562,16 @@ impl<'a> JobTable<'a> {
                 };
                 last.entries.push(entry);
             }
-            drop(before);
+            released
+                .jobs
+                .extend(before.into_iter().flatten().map(|e| e.job));
             last.packages = shared.into_inner();
             // A value no Job reads any more goes with its last Job.
             last.packages
                 .retain(|_, package| Arc::strong_count(package) > 1);
             last.at = at;
             last.pods = Some(pod_index);
-            return Some(last);
+            return Some((last, released));
         }
         last.packages = shared.into_inner();
         // At steady state each Job sits where it was, and its entry is refilled in place.
@@ -573,7 +580,7 @@ impl<'a> JobTable<'a> {
         }
         last.at = at;
         last.pods = Some(pod_index);
-        Some(last)
+        Some((last, released))
     }
 }
 
@@ -704,6 +711,51 @@ mod tests {
             .collect();
         drop(ctx.into_actions(Vec::new(), cache));
         seen
+    }
+
+    /// A Job or pod that left the snapshot is handed to the caller to free, once; what the
+    /// caller does not take is freed when the next pass starts.
+    #[test]
+    fn what_a_pass_lets_go_of_is_the_caller_s_to_free_and_never_piles_up() {
+        let a = nw("a").package("tuning", "1.0.0").build();
+        let (j1, j2) = (job(&a, "n1", "u1"), job(&a, "n2", "u2"));
+        let mut snap = world()
+            .node(node("n1"))
+            .node(node("n2"))
+            .nw(nw("a").package("tuning", "1.0.0"))
+            .job(j1.clone())
+            .job(j2.clone())
+            .pod(pod_of(&j1, "p1"))
+            .pod(pod_of(&j2, "p2"))
+            .build();
+        let mut cache = StateCache::new();
+        read(&snap, Some(&mut cache));
+        read(&snap, Some(&mut cache));
+        assert!(
+            cache.take_released().is_empty(),
+            "nothing left the snapshot"
+        );
+        let (gone_job, gone_pod) = (snap.jobs.remove(0), snap.pods.remove(0));
+        let held = |cache: &mut StateCache| {
+            read(&snap, Some(cache));
+            (Arc::strong_count(&gone_job), Arc::strong_count(&gone_pod))
+        };
+        assert_eq!(held(&mut cache), (2, 2), "the cache still holds them");
+        let released = cache.take_released();
+        assert_eq!(released.len(), 2);
+        drop(released);
+        assert_eq!(
+            (Arc::strong_count(&gone_job), Arc::strong_count(&gone_pod)),
+            (1, 1),
+            "freed with what the caller took"
+        );
+        let (gone_job, gone_pod) = (snap.jobs.remove(0), snap.pods.remove(0));
+        let counts = || (Arc::strong_count(&gone_job), Arc::strong_count(&gone_pod));
+        read(&snap, Some(&mut cache));
+        assert_eq!(counts(), (2, 2), "left with the cache");
+        read(&snap, Some(&mut cache));
+        assert_eq!(counts(), (1, 1), "freed when the next pass started");
+        assert!(cache.take_released().is_empty());
     }
 
     /// A warm pass reads every Job as a cold one does, whatever moved since the last pass:

@@ -29,7 +29,10 @@ pub use state_cache::StateCache;
 use std::sync::Arc;
 
 use k8s_openapi::Metadata;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::job::Job;
 
 /// One version of a cluster object: its uid and resourceVersion. The API server moves the
 /// resourceVersion on every write, so equal versions hold equal objects; a hand-built
@@ -76,5 +79,31 @@ pub(in crate::engine) fn same_version<K: Metadata<Ty = ObjectMeta>>(
 pub(in crate::engine) fn hold<K>(held: &mut Arc<K>, now: &Arc<K>) {
     if !Arc::ptr_eq(held, now) {
         *held = Arc::clone(now);
+    }
+}
+
+/// The last pass's Jobs and pods the cache let go of in a pass, because they were replaced or
+/// left. The cache is often their last owner, and a stage Job or pod is a large object graph,
+/// so freeing them is the caller's to schedule off the path from snapshot to plan
+/// ([`StateCache::take_released`]); whatever a caller leaves is freed when the next pass
+/// starts.
+#[derive(Debug, Default)]
+pub struct Released {
+    jobs: Vec<Arc<Job>>,
+    pods: Vec<Arc<Pod>>,
+}
+
+impl Released {
+    /// How many objects were let go of.
+    pub fn len(&self) -> usize {
+        self.jobs.len() + self.pods.len()
+    }
+    /// Whether nothing was let go of.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn append(&mut self, mut other: Released) {
+        self.jobs.append(&mut other.jobs);
+        self.pods.append(&mut other.pods);
     }
 }

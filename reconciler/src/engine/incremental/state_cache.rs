@@ -34,7 +34,7 @@ use nodewright_schema::node_state::MalformedNodeState;
 use nodewright_schema::{NodeState, NodeWright, Status};
 
 use super::job_table::CarriedJobs;
-use super::{ObjectVersion, same_version};
+use super::{ObjectVersion, Released, same_version};
 use crate::engine::complete::{CompletionInputs, NodeDigest};
 use crate::engine::context::{StateSlot, StateSlots};
 use crate::engine::jobs::{MatchTarget, PackageAnnotation};
@@ -428,6 +428,8 @@ pub struct StateCache {
     job_matches: Arc<JobMatchMemo>,
     /// Per NodeWright of the last pass: what it derived for each node it selected.
     carries: FxHashMap<NodeWrightId, SelectionCarry>,
+    /// What the last pass let go of, until the caller takes it or the next pass starts.
+    released: Released,
 }
 
 /// One node a NodeWright selected in the last pass, with what that pass derived for it.
@@ -717,9 +719,21 @@ impl StateCache {
         std::mem::take(&mut self.jobs)
     }
 
-    /// Keeps a pass's Job table for the next pass.
-    pub(in crate::engine) fn keep_jobs(&mut self, jobs: CarriedJobs) {
+    /// Keeps a pass's Job table for the next pass, and what it let go of for the caller.
+    pub(in crate::engine) fn keep_jobs(&mut self, jobs: CarriedJobs, released: Released) {
         self.jobs = jobs;
+        self.released.append(released);
+    }
+
+    /// The Jobs and pods the last pass let go of, for the caller to free off the path from
+    /// snapshot to plan (a controller hands them to another thread).
+    pub fn take_released(&mut self) -> Released {
+        std::mem::take(&mut self.released)
+    }
+
+    /// Frees what the caller did not take after the last pass, so it never piles up.
+    pub(in crate::engine) fn free_released(&mut self) {
+        self.released = Released::default();
     }
 
     /// The Job table the next pass starts from.
