@@ -106,6 +106,7 @@ impl NodesSinceLast {
             ..NodesSinceLast::unknown()
         };
         let mut carried = cache.take_nodes(names);
+        let mut replaced = Vec::new();
         for (i, (work, node)) in nodes.iter_mut().zip(&snap.nodes).enumerate() {
             match carried.take(i, node) {
                 Some(entry) if same_version(&entry.node, node) => {
@@ -124,8 +125,11 @@ impl NodesSinceLast {
                         None => since.joined.push(i),
                     }
                     work.memo = Some(Arc::new(NodeMemo::default()));
-                    if let Some(entry) = found.filter(|e| !e.slots.is_empty()) {
-                        since.earlier.push((i, entry.slots));
+                    if let Some(entry) = found {
+                        if !entry.slots.is_empty() {
+                            since.earlier.push((i, entry.slots));
+                        }
+                        replaced.push(entry.node);
                     }
                 }
             }
@@ -135,6 +139,7 @@ impl NodesSinceLast {
         if since.moved {
             since.moves = Some(carried.into_moves());
         }
+        cache.release_nodes(replaced);
         since
     }
 

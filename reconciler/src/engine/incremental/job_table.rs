@@ -713,8 +713,8 @@ mod tests {
         seen
     }
 
-    /// A Job or pod that left the snapshot is handed to the caller to free, once; what the
-    /// caller does not take is freed when the next pass starts.
+    /// A Job or pod that left the snapshot, or a node object replaced, is handed to the caller
+    /// to free, once; what the caller does not take is freed when the next pass starts.
     #[test]
     fn what_a_pass_lets_go_of_is_the_caller_s_to_free_and_never_piles_up() {
         let a = nw("a").package("tuning", "1.0.0").build();
@@ -749,6 +749,18 @@ mod tests {
             (1, 1),
             "freed with what the caller took"
         );
+        let renewed = snap.nodes[0].clone();
+        let mut next = (*renewed).clone();
+        next.metadata.resource_version = Some("renewed".into());
+        snap.nodes[0] = Arc::new(next);
+        read(&snap, Some(&mut cache));
+        assert_eq!(
+            Arc::strong_count(&renewed),
+            2,
+            "the cache let go of the node replaced"
+        );
+        drop(cache.take_released());
+        assert_eq!(Arc::strong_count(&renewed), 1);
         let (gone_job, gone_pod) = (snap.jobs.remove(0), snap.pods.remove(0));
         let counts = || (Arc::strong_count(&gone_job), Arc::strong_count(&gone_pod));
         read(&snap, Some(&mut cache));

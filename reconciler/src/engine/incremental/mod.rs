@@ -29,7 +29,7 @@ pub use state_cache::StateCache;
 use std::sync::Arc;
 
 use k8s_openapi::Metadata;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::job::Job;
@@ -82,13 +82,14 @@ pub(in crate::engine) fn hold<K>(held: &mut Arc<K>, now: &Arc<K>) {
     }
 }
 
-/// The last pass's Jobs and pods the cache let go of in a pass, because they were replaced or
-/// left. The cache is often their last owner, and a stage Job or pod is a large object graph,
+/// The last pass's nodes, Jobs and pods the cache let go of in a pass, because they were
+/// replaced or left. The cache is often their last owner, and each is a large object graph,
 /// so freeing them is the caller's to schedule off the path from snapshot to plan
 /// ([`StateCache::take_released`]); whatever a caller leaves is freed when the next pass
 /// starts.
 #[derive(Debug, Default)]
 pub struct Released {
+    nodes: Vec<Arc<Node>>,
     jobs: Vec<Arc<Job>>,
     pods: Vec<Arc<Pod>>,
 }
@@ -96,13 +97,14 @@ pub struct Released {
 impl Released {
     /// How many objects were let go of.
     pub fn len(&self) -> usize {
-        self.jobs.len() + self.pods.len()
+        self.nodes.len() + self.jobs.len() + self.pods.len()
     }
     /// Whether nothing was let go of.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
     fn append(&mut self, mut other: Released) {
+        self.nodes.append(&mut other.nodes);
         self.jobs.append(&mut other.jobs);
         self.pods.append(&mut other.pods);
     }

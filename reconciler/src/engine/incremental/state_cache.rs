@@ -725,10 +725,15 @@ impl StateCache {
         self.released.append(released);
     }
 
-    /// The Jobs and pods the last pass let go of, for the caller to free off the path from
-    /// snapshot to plan (a controller hands them to another thread).
+    /// The nodes, Jobs and pods the last pass let go of, for the caller to free off the path
+    /// from snapshot to plan (a controller hands them to another thread).
     pub fn take_released(&mut self) -> Released {
         std::mem::take(&mut self.released)
+    }
+
+    /// Hands the caller the last pass's node objects a pass found replaced.
+    pub(in crate::engine) fn release_nodes(&mut self, nodes: Vec<Arc<Node>>) {
+        self.released.nodes.extend(nodes);
     }
 
     /// Frees what the caller did not take after the last pass, so it never piles up.
