@@ -120,12 +120,9 @@ impl<C: Cluster> Controller<C> {
         }
         let planning = std::time::Instant::now();
         let plan = (self.engine)(&snapshot, &self.settings, &mut self.cache);
-        // Replaced stage Jobs and pods are large object graphs the cache often held last:
-        // they are freed beside the plan's writes rather than before them.
+        // Replaced nodes, Jobs and pods the cache held are freed once the plan's writes are
+        // out, not before them.
         let released = self.cache.take_released();
-        if !released.is_empty() {
-            tokio::task::spawn_blocking(move || drop(released));
-        }
         let mut report = PassReport {
             now: snapshot.now,
             requeue: plan.requeue,
@@ -162,6 +159,7 @@ impl<C: Cluster> Controller<C> {
             },
         )
         .await;
+        drop(released);
         evictions.record(&mut self.memory, snapshot.now);
         prune_memory(&mut self.memory, &snapshot);
         report.duration = started.elapsed();
