@@ -215,6 +215,8 @@ impl<'a> PassCtx<'a> {
         verdict
     }
 
+    /// Whether the last pass's verdict that `job` be left alone still stands; a standing one
+    /// is kept for the next pass.
     fn swept_before(&self, nw: usize, node: usize, job: &Job) -> bool {
         let read = &self.index.jobs_read;
         let Some(i) = read.position(job) else {
@@ -235,8 +237,8 @@ impl<'a> PassCtx<'a> {
         standing
     }
 
-    /// Nothing is remembered without a cache, for a Job not in the snapshot, or once the pass
-    /// wrote the node.
+    /// Remembers for the next pass that the sweep left `job` alone; nothing is remembered
+    /// without a cache, for a Job not in the snapshot, or once the pass wrote the node.
     fn left_alone(&mut self, nw: usize, node: usize, job: &Job) {
         if !self.index.jobs_read.carried() {
             return;
