@@ -32,6 +32,27 @@
 //! - every other write through `emit`/`emit_after`, with what it relies on
 //!   ([`write_order`]); events, requeues and errors likewise.
 //!
+//! # One package on one node, from apply to config
+//!
+//! The path reads through the rule modules alone:
+//!
+//! 1. [`node_work::work_node`] runs on a picked, ready node (§5.5 step 6). For a runnable
+//!    package it dispatches the next stage (`dispatch_stage`, §6.3), which asks
+//!    [`packages::choose_stage`]: `apply` for a package the node has no entry for.
+//! 2. Dispatch creates the stage Job as a [`jobs::PackageJob`] (built by the executor when it
+//!    sends it, §8.2–§8.5) and records the entry `(apply, in_progress)` and the node's
+//!    `in_progress` Status, the entry before the Job ([`write_order`]).
+//! 3. While the Job runs, later passes find it unfinished and dispatch leaves it (the
+//!    in-flight gate); the sweep ([`sweep::sweep`], §8.14) checks that it still matches the
+//!    package.
+//! 4. When the Job succeeds, [`handlers::run`], first in the next pass, records
+//!    `(apply, complete)` and marks the Job processed (§8.8).
+//! 5. The same pass's dispatch asks `choose_stage` again: after a complete `apply` it answers
+//!    `config` (`packages::next_stage`), and steps 2 to 4 repeat for the config Job. On its
+//!    success the handler also records the configuration it ran with (§16.3).
+//! 6. Once every package is complete, introspection ([`status::introspect`], §5.12) finds the
+//!    node complete ([`complete`]), sets its Status and releases its cordon.
+//!
 //! Completion predicates (§6.4, §16.3) have one home, [`complete`]; label selectors and
 //! tolerations match through the schema crate. What a pass carries to the next, and why a
 //! warm pass plans what a cold one does, is docs/engine-performance.md.
