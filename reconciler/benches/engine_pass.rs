@@ -515,8 +515,8 @@ fn rollout_passes(settings: &Settings, shown: usize) {
         let before = alloc_mark();
         let (plan, wall, _) = clocked(|| reconcile_cached(&snap, settings, &mut cache));
         let allocs = alloc_mark().allocs - before.allocs;
-        // As the controller does, the replaced Jobs and pods are freed beside the plan's
-        // writes, not within the pass.
+        // The nodes, Jobs and pods the pass let go of are freed outside it, as the controller
+        // frees them once the plan's writes are out.
         drop(cache.take_released());
         let acted: std::collections::BTreeSet<&str> = plan
             .actions

@@ -223,8 +223,12 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
             // Cleanup removed this NodeWright's node conditions (§11.1); do not re-add them.
             continue;
         }
-        // The four ways a node's conditions can be wanted, each made once per pass.
-        let mut wanted_as: [Option<WantedConditions>; 4] = Default::default();
+        // The four ways a node's conditions can be wanted, by completion then erroring.
+        let wanted_as = [false, true].map(|complete| {
+            [false, true].map(|erroring| {
+                WantedConditions::of(view.name, ConditionFacts { complete, erroring })
+            })
+        });
         for (p, &n) in view.selected.iter().enumerate() {
             let Some(erroring) = ctx.node_digest(nw, n, |d| d.map(|d| d.erroring)) else {
                 continue;
@@ -233,8 +237,7 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
                 complete: view.complete.get(p).copied().unwrap_or(false),
                 erroring,
             };
-            let wanted = wanted_as[usize::from(facts.complete) | usize::from(erroring) << 1]
-                .get_or_insert_with(|| WantedConditions::of(view.name, facts));
+            let wanted = &wanted_as[usize::from(facts.complete)][usize::from(erroring)];
             let node = ctx.node(n).node();
             let current = view.node_conditions_current(p, node, wanted, conditions_current);
             for (i, wanted) in wanted.conditions.iter().enumerate() {

@@ -726,7 +726,7 @@ impl StateCache {
     }
 
     /// The nodes, Jobs and pods the last pass let go of, for the caller to free off the path
-    /// from snapshot to plan (a controller hands them to another thread).
+    /// from snapshot to plan (a controller, once the plan's writes are out).
     pub fn take_released(&mut self) -> Released {
         std::mem::take(&mut self.released)
     }
