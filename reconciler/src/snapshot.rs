@@ -25,7 +25,7 @@ pub fn pod_has_ended(pod: &Pod) -> bool {
     )
 }
 
-/// Leaves an unfinished Job's pod template with [`unfinished_job_template_kept`]; a finished
+/// Leaves an unfinished Job's pod template with `unfinished_job_template_kept`; a finished
 /// Job is left alone.
 pub fn trim_unfinished_job_template(job: &mut Job) {
     if !crate::engine::jobs::is_unfinished(job) {

@@ -1,6 +1,6 @@
 //! The `nodewright` command line (ARCHITECTURE §4). One module per command: a command adds
 //! its `Args` struct and a `run(args) -> ExitCode` function in its own file, plus one variant
-//! here in [`Command`] and one arm in [`run`].
+//! here in [`Command`] and one arm in [`run()`].
 
 use std::process::ExitCode;
 

@@ -441,8 +441,8 @@ pub fn drain_blocked_condition(ctx: &PassCtx<'_>, nw: usize) -> Option<(String, 
     let mut blocked_nodes = Vec::new();
     let mut reasons = std::collections::BTreeSet::new();
     let mut details = Vec::new();
-    for (p, &id) in view.selected.iter().enumerate() {
-        if !ctx.carries_drain_blockers(nw, p) {
+    for &id in &view.selected {
+        if !ctx.carries_drain_blockers(nw, id) {
             continue;
         }
         let n = ctx.node(id);

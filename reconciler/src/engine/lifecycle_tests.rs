@@ -342,6 +342,44 @@ fn a_plain_package_runs_apply_then_config_and_completes_with_the_upstream_annota
     h.assert_clean();
 }
 
+/// The path the engine's module docs trace ("One package on one node, from apply to config"):
+/// the pass that records `apply`'s success starts `config`; the pass that records `config`'s
+/// success finds the node complete, and the next one sets its Status `complete`.
+#[test]
+fn the_pass_that_records_a_stage_s_success_starts_the_next_and_completion_follows_a_pass_later() {
+    let mut h = Harness::new("{}", &["n1"]);
+    h.declare(vec![nodewright(
+        "tuning",
+        &[("tuning", pkg("example/tuning", "1.0.0"))],
+    )]);
+    let key = "tuning|1.0.0";
+    let config_job = "job tuning/tuning/config/n1";
+    let mut config_started_while_apply_ran = None;
+    let mut config_recorded_without_status = None;
+    for _ in 0..100 {
+        let apply_running = h.entry_is("tuning", "n1", key, Stage::Apply, State::InProgress);
+        let config_running = h.entry_is("tuning", "n1", key, Stage::Config, State::InProgress);
+        let had_config_job = h.count(config_job) > 0;
+        h.pass();
+        if !had_config_job && h.count(config_job) > 0 {
+            config_started_while_apply_ran = Some(apply_running);
+        }
+        if config_running && h.entry_is("tuning", "n1", key, Stage::Config, State::Complete) {
+            config_recorded_without_status = Some(!h.complete("tuning", "n1"));
+        }
+        if h.complete("tuning", "n1") {
+            break;
+        }
+        h.sim.advance(Duration::from_secs(2));
+    }
+    assert_eq!(config_started_while_apply_ran, Some(true), "{}", h.debug());
+    assert_eq!(config_recorded_without_status, Some(true), "{}", h.debug());
+    assert!(h.complete("tuning", "n1"), "{}", h.debug());
+    h.pass();
+    assert!(h.complete("tuning", "n1"));
+    h.assert_clean();
+}
+
 #[test]
 fn a_reboot_package_drains_first_and_runs_post_interrupt_after_the_boot_id_changes() {
     let models = "example/driver: {default: {duration: 1s}, rebootTakes: 30s}";

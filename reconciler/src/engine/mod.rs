@@ -1,6 +1,6 @@
 //! The lifecycle engine: the functional core `reconcile(&Snapshot, &Settings) -> Plan`
-//! (ARCHITECTURE §2.2, spec/operator.md §5). Pure and deterministic: no I/O, no clock (the
-//! snapshot carries `now`), no randomness.
+//! (the shared ARCHITECTURE.md §2.2, spec/operator.md §5). Pure and deterministic: no I/O,
+//! no clock (the snapshot carries `now`), no randomness.
 //!
 //! One call is one heavy pass (§5.2). The Job handler and the Pod-evidence handler (§5.1)
 //! run inside the same pass, first, so their recordings are visible to the heavy-pass steps
@@ -8,12 +8,21 @@
 //!
 //! # The pass
 //!
-//! [`reconcile`] builds the working state ([`context::PassCtx`]), runs the handlers, then per
-//! NodeWright in priority order the preamble (§5.4: conditions, finalizer, ReportState, pause,
-//! sweep and ConfigMaps, resume, introspection) and the dispatch loop (§5.5: select the batch,
-//! then [`node_work::work_node`] on each picked, ready, incomplete node), and last turns the
-//! working state into the plan. A step that writes something §5.4 says ends the pass returns
-//! [`context::Flow::EndPass`]; what was decided so far is written and the pass requeues.
+//! [`reconcile`] builds the working state ([`context::PassCtx`]) and runs, in order:
+//!
+//! 1. the Job and Pod-evidence handlers ([`handlers::run`]), then each selected node's
+//!    completion ([`complete::node_complete`]) as the handlers left it;
+//! 2. §5.2: auto-taint of new nodes ([`runtime`]) and reboot tracking ([`reboots`]);
+//! 3. every NodeWright's preamble, in priority order (§5.4: conditions, finalizer,
+//!    ReportState, pause, the sweep and ConfigMaps, resume, introspection);
+//! 4. then every dispatchable NodeWright's dispatch loop (§5.5: select the batch, then
+//!    [`node_work::work_node`] on each picked, ready, incomplete node);
+//! 5. the runtime-required taint's removal, and the working state turned into the plan.
+//!
+//! A step that writes something §5.4 says ends the pass returns [`context::Flow::EndPass`];
+//! what was decided so far is written and the pass requeues. The package-lane steps are
+//! called through a table, `steps::Hooks::STANDARD`, which names each step's function (tests
+//! swap steps out).
 //!
 //! # The working state
 //!
@@ -34,24 +43,34 @@
 //!
 //! # One package on one node, from apply to config
 //!
-//! The path reads through the rule modules alone:
+//! The path reads through the rule modules alone. It is that of a package without an
+//! `interrupt`: with one, interrupt processing (`node_work`, §6.12: cordon, wait, drain) holds
+//! the node before `apply`, and the package completes only after its `post-interrupt`.
 //!
-//! 1. [`node_work::work_node`] runs on a picked, ready node (§5.5 step 6). For a runnable
-//!    package it dispatches the next stage (`dispatch_stage`, §6.3), which asks
-//!    [`packages::choose_stage`]: `apply` for a package the node has no entry for.
-//! 2. Dispatch creates the stage Job as a [`jobs::PackageJob`] (built by the executor when it
-//!    sends it, §8.2–§8.5) and records the entry `(apply, in_progress)` and the node's
-//!    `in_progress` Status, the entry before the Job ([`write_order`]).
-//! 3. While the Job runs, later passes find it unfinished and dispatch leaves it (the
+//! 1. Introspection ([`status::introspect`], §5.12) finds the new node `waiting`; the dispatch
+//!    loop's batch selection ([`select::select_nodes`], §2, §5.5) picks it, and
+//!    [`node_work::work_node`] runs on it once it is ready ([`order::node_ready`]).
+//! 2. For the runnable package it dispatches the next stage (`dispatch_stage`, §6.3), which
+//!    asks [`packages::choose_stage`]: `apply` for a package the node has no entry for.
+//! 3. Dispatch creates the stage Job as a [`jobs::PackageJob`] (built by the executor when it
+//!    sends it, §8.2–§8.5) with `ctx.create_job`, which orders it after the node's patch
+//!    ([`write_order`]), and records the entry `(apply, in_progress)` and the node's
+//!    `in_progress` Status. The entry reaches the node before the Job starts.
+//! 4. While the Job runs, later passes find it unfinished and dispatch leaves it (the
 //!    in-flight gate); the sweep ([`sweep::sweep`], §8.14) checks that it still matches the
 //!    package.
-//! 4. When the Job succeeds, [`handlers::run`], first in the next pass, records
+//! 5. When the Job succeeds, [`handlers::run`], first in the next pass, records
 //!    `(apply, complete)` and marks the Job processed (§8.8).
-//! 5. The same pass's dispatch asks `choose_stage` again: after a complete `apply` it answers
-//!    `config` (`packages::next_stage`), and steps 2 to 4 repeat for the config Job. On its
+//! 6. The same pass's dispatch asks `choose_stage` again: after a complete `apply` it answers
+//!    `config` (`packages::next_stage`), and steps 3 to 5 repeat for the config Job. On its
 //!    success the handler also records the configuration it ran with (§16.3).
-//! 6. Once every package is complete, introspection ([`status::introspect`], §5.12) finds the
-//!    node complete ([`complete`]), sets its Status and releases its cordon.
+//! 7. With every package complete, the node is complete ([`complete::node_complete`]). The
+//!    pass that recorded it ends at ReportState ([`status::report_state`], §5.4 step 3), as
+//!    the NodeWright's counters moved; in the next one introspection sets the node's Status
+//!    `complete`, which releases its cordon and takes it out of `nodePriority`.
+//!
+//! `engine::lifecycle_tests` follows this path pass by pass
+//! (`the_pass_that_records_a_stage_s_success_starts_the_next_and_completion_follows_a_pass_later`).
 //!
 //! Completion predicates (§6.4, §16.3) have one home, [`complete`]; label selectors and
 //! tolerations match through the schema crate. What a pass carries to the next, and why a
@@ -227,7 +246,8 @@ fn preamble(ctx: &mut PassCtx<'_>, hooks: &Hooks, nw: usize) -> Flow {
         return Flow::Continue;
     }
     // 5. Validate and upsert data.
-    for step in [hooks.sweep, hooks.node_metadata, hooks.package_configmaps] {
+    (hooks.sweep)(ctx, nw);
+    for step in [hooks.node_metadata, hooks.package_configmaps] {
         if step(ctx, nw) == Flow::EndPass {
             return Flow::EndPass;
         }
@@ -321,9 +341,9 @@ fn finish(mut ctx: PassCtx<'_>, cache: Option<&mut StateCache>) -> Plan {
 
 /// `version_<nw>` is written when absent on nodes carrying this NodeWright's state (§4.1).
 fn stamp_versions(ctx: &mut PassCtx<'_>, nw: usize) {
-    for p in 0..ctx.nws[nw].selected.len() {
-        let n = ctx.nws[nw].selected[p];
-        if ctx.node(n).state_present(ctx.nws[nw].state_key()) && !ctx.carries_version_stamp(nw, p) {
+    for i in 0..ctx.nws[nw].selected.len() {
+        let n = ctx.nws[nw].selected[i];
+        if ctx.node(n).state_present(ctx.nws[nw].state_key()) && !ctx.carries_version_stamp(nw, n) {
             let key = ctx.nws[nw].keys.version.clone();
             let version = ctx.settings.operator_version.clone();
             ctx.node_mut(n).set_annotation(key, version);

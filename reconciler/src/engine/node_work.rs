@@ -29,8 +29,8 @@ enum Gate {
 /// What stage dispatch did for one package (§6.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Dispatch {
-    /// A Job was created or is already running.
-    Dispatched,
+    /// The stage's Job runs: created by this pass, or still unfinished from an earlier one.
+    Running,
     /// Nothing to run (complete, skipped, parked).
     Nothing,
     /// Something must settle first (an old Job being replaced or processed).
@@ -151,7 +151,7 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
             }
         }
         match dispatch_stage(ctx, nw, node, name) {
-            Dispatch::Dispatched => {
+            Dispatch::Running => {
                 result.dispatched += 1;
                 result.requeue = true;
                 if serial {
@@ -579,12 +579,12 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
         .iter()
         .any(|j| jobs::is_unfinished(j))
     {
-        return Dispatch::Dispatched;
+        return Dispatch::Running;
     }
     let job_name =
         names::stage_job_name(&nw_name, name, &entry_version, stage.as_str(), &node_name);
     if created_this_pass(ctx, &job_name) {
-        return Dispatch::Dispatched;
+        return Dispatch::Running;
     }
     if let Some(existing) = ctx.index.job_by_name(job_name.as_str()) {
         // §8.14 rule 3 applied before creating, so the create never meets AlreadyExists.
@@ -647,5 +647,5 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
             format!("[nodewright:{nw_name}] applying {name}:{entry_version} stage {stage} on node {node_name}"),
         );
     }
-    Dispatch::Dispatched
+    Dispatch::Running
 }

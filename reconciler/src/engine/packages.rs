@@ -184,15 +184,15 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
     let selected = view.selected.clone();
     let packages = nw_obj.spec.packages();
 
-    // Per node, the digest of its packages (remembered across passes for an unchanged node),
-    // folded into per-package facts in spec order.
+    // Per node, the digest of its packages ([`complete::NodeDigest`]), folded into
+    // per-package facts in spec order.
     let mut marks = vec![complete::PackageMarks::default(); packages.len()];
     let mut uninstalling = false;
     let mut uninstall_failing = false;
     let mut held_nodes: Vec<String> = Vec::new();
     let mut stale_blockers: Vec<usize> = Vec::new();
     let blocked_key = ctx.nws[nw].keys.drain_blocked.clone();
-    for (p, &id) in selected.iter().enumerate() {
+    for &id in &selected {
         let waits_on_drain = ctx.node_digest(nw, id, |digest| {
             let digest = digest?;
             for (all, node) in marks.iter_mut().zip(&digest.packages) {
@@ -216,7 +216,7 @@ pub fn refresh_conditions(ctx: &mut PassCtx<'_>, nw: usize) {
             if held {
                 held_nodes.push(node_name.to_string());
             }
-        } else if ctx.carries_drain_blockers(nw, p) {
+        } else if ctx.carries_drain_blockers(nw, id) {
             stale_blockers.push(id);
         }
     }

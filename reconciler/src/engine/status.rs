@@ -225,6 +225,8 @@ pub fn recompute_counters(ctx: &mut PassCtx, nw: usize) {
 pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
     let before = ctx.nws[nw].mark();
     let name = ctx.nws[nw].name;
+    // Each selected node's completion by package state, `complete::node_complete`, as the
+    // nodes stand now; `is_complete` below reads it.
     ctx.refresh_completion(nw);
     ctx.write_back_each(nw, write_back);
     let selected = ctx.nws[nw].selected.clone();
@@ -257,6 +259,7 @@ pub fn introspect(ctx: &mut PassCtx, nw: usize) -> bool {
         if next != s {
             ctx.set_node_status(nw, n, next);
             if next == Status::Complete {
+                // Upstream's wording: the NodeWright is complete on this node.
                 let node_name = ctx.node(n).name().to_string();
                 ctx.event(
                     EventObject::Node(node_name),

@@ -4,7 +4,7 @@
 use super::context::{Flow, NodeWorkResult, PassCtx};
 use super::{configmaps, deletion, handlers, node_work, packages, sweep};
 
-/// A preamble step that may end the pass.
+/// A preamble step that ends the pass when it returns [`Flow::EndPass`] (§5.4).
 pub type StepFn = fn(&mut PassCtx<'_>, usize) -> Flow;
 /// A preamble step that cannot end the pass.
 pub type SideFn = fn(&mut PassCtx<'_>, usize);
@@ -25,7 +25,7 @@ pub struct Hooks {
     /// Preamble step 4: suspend Jobs of a paused NodeWright (§8.15).
     pub suspend_jobs: SideFn,
     /// Preamble step 5a: Job sweep (§8.14).
-    pub sweep: StepFn,
+    pub sweep: SideFn,
     /// Preamble step 5b: node-metadata ConfigMaps (§9.1).
     pub node_metadata: StepFn,
     /// Preamble step 5c: package ConfigMaps and the config gate (§9.2, §6.8).
@@ -66,7 +66,7 @@ impl Hooks {
             refresh_conditions: no_side,
             finalizer: no_step,
             suspend_jobs: no_side,
-            sweep: no_step,
+            sweep: no_side,
             node_metadata: no_step,
             package_configmaps: no_step,
             resume_jobs: no_side,

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::job::Job;
 use nodewright_schema::{Interrupt, InterruptType, NodeState, NodeWright, Stage, State, keys};
 
-use super::context::{ExpectedJob, Flow, JobComparisons, PassCtx};
+use super::context::{ExpectedJob, JobComparisons, PassCtx};
 use super::jobs::{self, InterruptJobInput, JobFacts, PackageAnnotation, StageJobInput};
 use super::write_order::After;
 use crate::plan::Action;
@@ -150,7 +150,7 @@ fn rerun_due(seen: &SweptJob<'_>) -> bool {
 
 /// Preamble step 5a: invalidate stale unfinished Jobs, clear rerun-eligible processed ones,
 /// and sweep Jobs of nodes no longer selected (§8.14 rules 1, 2, 4).
-pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) {
     let all = nw_jobs(ctx, nw);
     let mut built = ExpectedJobs::new();
     for job in all {
@@ -185,7 +185,6 @@ pub fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             delete(ctx, job, removal.reason, removal.invalidate);
         }
     }
-    Flow::Continue
 }
 
 /// Everything the sweep's judgement of a Job of a selected node reads (§8.14 rules 1 and 2),

@@ -1,5 +1,5 @@
 //! Runs a scenario: builds the simulated cluster and repository, drives reconcile passes every
-//! `reconcileInterval` of virtual time through the [`Cluster`](crate::cluster::Cluster) port,
+//! `reconcileInterval` of virtual time through the [`Cluster`] port,
 //! executes the steps, checks the invariants after every pass and step, and reports.
 
 use std::collections::BTreeMap;

@@ -43,19 +43,24 @@ impl JobComparisons<'_> {
 }
 
 impl PassCtx<'_> {
-    /// Whether the `p`th node NodeWright `nw` selects carries that NodeWright's drain
-    /// blockers, `drainBlocked_<nw>` (§7.10). Remembered for the node object across passes.
-    pub fn carries_drain_blockers(&self, nw: usize, p: usize) -> bool {
+    /// Whether node `id`, selected by NodeWright `nw`, carries that NodeWright's drain
+    /// blockers, `drainBlocked_<nw>` (§7.10); false for a node it does not select.
+    /// Remembered for the node object across passes.
+    pub fn carries_drain_blockers(&self, nw: usize, id: usize) -> bool {
         let view = &self.nws[nw];
-        self.nodes[view.selected[p]]
-            .has_annotation_remembered(&view.keys.drain_blocked, &view.drain_blocked[p])
+        view.position(id).is_some_and(|p| {
+            self.nodes[id]
+                .has_annotation_remembered(&view.keys.drain_blocked, &view.drain_blocked[p])
+        })
     }
-    /// Whether the `p`th node NodeWright `nw` selects carries that NodeWright's operator
-    /// version, `version_<nw>` (§4.1). Remembered for the node object across passes.
-    pub fn carries_version_stamp(&self, nw: usize, p: usize) -> bool {
+    /// Whether node `id`, selected by NodeWright `nw`, carries that NodeWright's operator
+    /// version, `version_<nw>` (§4.1); false for a node it does not select. Remembered for
+    /// the node object across passes.
+    pub fn carries_version_stamp(&self, nw: usize, id: usize) -> bool {
         let view = &self.nws[nw];
-        self.nodes[view.selected[p]]
-            .has_annotation_remembered(&view.keys.version, &view.version_stamped[p])
+        view.position(id).is_some_and(|p| {
+            self.nodes[id].has_annotation_remembered(&view.keys.version, &view.version_stamped[p])
+        })
     }
     /// Whether `name` is the name of node `id`'s metadata ConfigMap (§9.1) for NodeWright
     /// `nw`; the name, a hash, is remembered for the node across passes.

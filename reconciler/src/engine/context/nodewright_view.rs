@@ -178,7 +178,7 @@ pub fn without_node_state(s: &NodeWrightStatus) -> NodeWrightStatus {
 /// Marker in [`NwView::pos`] for a node the NodeWright does not select.
 pub const NOT_SELECTED: u32 = u32::MAX;
 
-/// Marker in [`NwView::complete_at`] for a completion not computed yet. A node's write count
+/// Marker in `NwView::complete_at` for a completion not computed yet. A node's write count
 /// would need 2³² writes in one pass to reach it.
 pub const NOT_COMPUTED: u32 = u32::MAX;
 
@@ -549,7 +549,9 @@ impl<'a> NwView<'a> {
     pub fn selects(&self, node: usize) -> bool {
         self.position(node).is_some()
     }
-    /// Completion by package state of a selected node (false when not selected).
+    /// Completion by package state of a selected node (false when not selected):
+    /// [`crate::engine::complete::node_complete`] as last found by
+    /// [`PassCtx::refresh_completion`].
     pub fn is_complete(&self, node: usize) -> bool {
         self.position(node).is_some_and(|p| self.complete[p])
     }

@@ -9,7 +9,7 @@
 //!
 //! So the table is handed from pass to pass ([`CarriedJobs`], kept in the
 //! [`super::state_cache::StateCache`]):
-//! - a Job that is the same version the last pass had ([`super::same_version`]: the same
+//! - a Job that is the same version the last pass had (`same_version`: the same
 //!   allocation, or the same uid and resourceVersion, as after a relist), at the same
 //!   position or found elsewhere by its address or uid, starts with everything in place;
 //! - another version of a Job keeps its pods while none joined or left, and is read afresh;

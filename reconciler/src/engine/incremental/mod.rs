@@ -10,7 +10,7 @@
 //! - `job_pods.rs`: the snapshot's pods by their Job controller uid, brought up to date from
 //!   what changed.
 //!
-//! Facts carry over to the same version of an object ([`same_version`]): the same
+//! Facts carry over to the same version of an object (`same_version`): the same
 //! allocation, or the same uid and resourceVersion, so a relist that renews every object
 //! keeps everything the last pass derived.
 //!

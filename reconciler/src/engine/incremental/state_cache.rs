@@ -150,7 +150,7 @@ impl ParsedState {
 }
 
 /// Values derived from one node object alone, per NodeWright, kept from pass to pass while the
-/// snapshot hands over the same version of the node ([`super::same_version`]; its
+/// snapshot hands over the same version of the node (`same_version`; its
 /// [`NodeEntry`] holds the object). Each value is remembered with what else it depends on (a
 /// selector id, a NodeWright), so a memo can never answer for inputs it was not computed from.
 #[derive(Debug, Default)]
@@ -250,7 +250,7 @@ impl NodeMemo {
     }
 }
 
-/// What a pass leaves of one node for the next ([`StateCache::take_nodes`]): the node object
+/// What a pass leaves of one node for the next (`StateCache::take_nodes`): the node object
 /// it read, the memo made for that object, and the node's state slots as read from it.
 #[derive(Debug)]
 pub struct NodeEntry {
@@ -395,7 +395,7 @@ impl CachedStates<'_> {
 }
 
 /// Parsed node-state annotations by node and NodeWright, carried from one pass to the next
-/// by the caller of [`super::reconcile_cached`]. An empty cache is always correct.
+/// by the caller of [`crate::engine::reconcile_cached`]. An empty cache is always correct.
 #[derive(Debug, Default)]
 pub struct StateCache {
     /// Per node of the last pass, in its snapshot order.

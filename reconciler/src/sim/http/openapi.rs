@@ -2,7 +2,7 @@
 //! built-ins from k8s-openapi's schemas with the `x-kubernetes-*` extensions of the Kubernetes
 //! 1.33 document (`data/openapi-extensions.json`), custom resources from their CRD's
 //! `openAPIV3Schema`. kubectl reads them to validate (it sends `fieldValidation` when a kind's
-//! PATCH operation declares it, and the server checks, [`unknown_fields`]), to compute strategic
+//! PATCH operation declares it, and the server checks, [`Catalog::unknown_fields`]), to compute strategic
 //! merge patches in `apply`, and for `explain`.
 
 use std::collections::{BTreeMap, BTreeSet};
