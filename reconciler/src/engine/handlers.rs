@@ -224,12 +224,12 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
         if !(owner_done && skipped.is_empty()) {
             for mut e in skipped {
                 e.state = Some(State::Complete);
-                set(ctx, nw, node, e);
+                ctx.record_and_publish_entry(nw, node, e);
             }
             if let Some(mut e) = entry.clone() {
                 e.stage = Some(stage);
                 e.state = Some(State::Complete);
-                set(ctx, nw, node, e);
+                ctx.record_and_publish_entry(nw, node, e);
             }
             applied_event(ctx, &nw_name, &node_name, &pkg, stage);
             wrote = true;
@@ -249,7 +249,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                     e.stage = Some(Stage::Upgrade);
                     e.state = Some(State::Complete);
                     e.restarts = jobs::failed_count(job);
-                    set(ctx, nw, node, e);
+                    ctx.record_and_publish_entry(nw, node, e);
                     applied_event(ctx, &nw_name, &node_name, &pkg, stage);
                     wrote = true;
                 }
@@ -267,7 +267,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                         e.stage = Some(Stage::UninstallInterrupt);
                         e.state = Some(State::InProgress);
                         e.restarts = 0;
-                        set(ctx, nw, node, e);
+                        ctx.record_and_publish_entry(nw, node, e);
                     } else {
                         ctx.remove_and_publish_entry(nw, node, &key);
                     }
@@ -284,7 +284,7 @@ fn complete_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
                     e.stage = Some(stage);
                     e.state = Some(State::Complete);
                     e.restarts = jobs::failed_count(job);
-                    set(ctx, nw, node, e);
+                    ctx.record_and_publish_entry(nw, node, e);
                     applied_event(ctx, &nw_name, &node_name, &pkg, stage);
                     wrote = true;
                 }
@@ -327,10 +327,6 @@ fn record_config(ctx: &mut PassCtx<'_>, nw: usize, node: usize, job: &Job, key: 
         n.set_annotation(ann_key, serde_json::to_string(&applied).unwrap_or_default());
     }
     true
-}
-
-fn set(ctx: &mut PassCtx<'_>, nw: usize, node: usize, entry: nodewright_schema::PackageStatus) {
-    ctx.record_and_publish_entry(nw, node, entry);
 }
 
 fn applied_event(
@@ -406,7 +402,7 @@ fn fail_job(ctx: &mut PassCtx<'_>, nw: usize, job: &Job) {
         if e.state != Some(State::Erroring) || e.restarts != restarts {
             e.state = Some(State::Erroring);
             e.restarts = restarts;
-            set(ctx, nw, node, e);
+            ctx.record_and_publish_entry(nw, node, e);
             wrote = true;
         }
         if ctx.node_status(nw, node) != Status::Erroring {
@@ -466,7 +462,7 @@ fn write_erroring(ctx: &mut PassCtx<'_>, nw: usize, job: &Job, restarts: Option<
             let mut e = e;
             e.state = Some(State::Erroring);
             e.restarts = restarts;
-            set(ctx, nw, node, e);
+            ctx.record_and_publish_entry(nw, node, e);
         }
     }
 }

@@ -10,19 +10,25 @@
 //!
 //! [`reconcile`] builds the working state ([`context::PassCtx`]) and runs, in order:
 //!
-//! 1. the Job and Pod-evidence handlers ([`handlers::run`]), then each selected node's
-//!    completion ([`complete::node_complete`]) as the handlers left it;
-//! 2. §5.2: auto-taint of new nodes ([`runtime`]) and reboot tracking ([`reboots`]);
+//! 1. the Job and Pod-evidence handlers ([`handlers::run`]), then `ctx.refresh_completion`,
+//!    which finds each selected node's completion by package state
+//!    ([`complete::node_complete`]) as the handlers left it;
+//! 2. §5.2: auto-taint of new nodes ([`runtime`]) and reboot tracking ([`reboots`]), in
+//!    `heavy_pass`, whose comments number the steps as §5.2 does;
 //! 3. every NodeWright's preamble, in priority order (§5.4: conditions, finalizer,
 //!    ReportState, pause, the sweep and ConfigMaps, resume, introspection);
 //! 4. then every dispatchable NodeWright's dispatch loop (§5.5: select the batch, then
 //!    [`node_work::work_node`] on each picked, ready, incomplete node);
-//! 5. the runtime-required taint's removal, and the working state turned into the plan.
+//! 5. the runtime-required taint's removal, then the version stamps (§5.2 step 4, with the
+//!    pass's node patches) and the working state turned into the plan.
 //!
-//! A step that writes something §5.4 says ends the pass returns [`context::Flow::EndPass`];
-//! what was decided so far is written and the pass requeues. The package-lane steps are
-//! called through a table, `steps::Hooks::STANDARD`, which names each step's function (tests
-//! swap steps out).
+//! A step that changes something §5.2 or §5.4 says ends the pass returns `true` (ReportState,
+//! introspection, auto-taint, reboot tracking) or [`context::Flow::EndPass`]; what was
+//! decided so far is written and the pass requeues. ReportState and introspection judge only
+//! their own changes, comparing the NodeWright's working status before and after themselves
+//! (`NwView::mark`), so what the handlers recorded earlier in the pass does not end it. The
+//! package-lane steps are called through a table, `steps::Hooks::STANDARD`, which names each
+//! step's function (tests swap steps out).
 //!
 //! # The working state
 //!
@@ -50,12 +56,15 @@
 //! 1. Introspection ([`status::introspect`], §5.12) finds the new node `waiting`; the dispatch
 //!    loop's batch selection ([`select::select_nodes`], §2, §5.5) picks it, and
 //!    [`node_work::work_node`] runs on it once it is ready ([`order::node_ready`]).
-//! 2. For the runnable package it dispatches the next stage (`dispatch_stage`, §6.3), which
-//!    asks [`packages::choose_stage`]: `apply` for a package the node has no entry for.
-//! 3. Dispatch creates the stage Job as a [`jobs::PackageJob`] (built by the executor when it
-//!    sends it, §8.2–§8.5) with `ctx.create_job`, which orders it after the node's patch
-//!    ([`write_order`]), and records the entry `(apply, in_progress)` and the node's
-//!    `in_progress` Status. The entry reaches the node before the Job starts.
+//! 2. For the runnable package, interrupt processing (`interrupt_processing`, §6.12) lets
+//!    it through at once, as it has no interrupt, and it dispatches the next stage
+//!    (`dispatch_stage`, §6.3), which asks [`packages::choose_stage`]: `apply` for a package
+//!    the node has no entry for.
+//! 3. Dispatch starts the stage Job, a [`jobs::PackageJob`] (built by the executor when it
+//!    sends it, §8.2–§8.5): it records the entry `(apply, in_progress)` and the node's
+//!    `in_progress` Status, then `ctx.create_job` queues the Job after the node's patch and
+//!    after this pass's writes of the ConfigMaps it mounts ([`write_order`]), so the entry
+//!    reaches the node before the Job starts.
 //! 4. While the Job runs, later passes find it unfinished and dispatch leaves it (the
 //!    in-flight gate); the sweep ([`sweep::sweep`], §8.14) checks that it still matches the
 //!    package.
@@ -64,10 +73,11 @@
 //! 6. The same pass's dispatch asks `choose_stage` again: after a complete `apply` it answers
 //!    `config` (`packages::next_stage`), and steps 3 to 5 repeat for the config Job. On its
 //!    success the handler also records the configuration it ran with (§16.3).
-//! 7. With every package complete, the node is complete ([`complete::node_complete`]). The
-//!    pass that recorded it ends at ReportState ([`status::report_state`], §5.4 step 3), as
-//!    the NodeWright's counters moved; in the next one introspection sets the node's Status
-//!    `complete`, which releases its cordon and takes it out of `nodePriority`.
+//! 7. With every package complete, the node is complete by package state
+//!    ([`complete::node_complete`]). The pass that recorded it ends at ReportState
+//!    ([`status::report_state`], §5.4 step 3), as the NodeWright's counters moved; in the next
+//!    one introspection sets the node's Status `complete` (which releases its cordon, if it
+//!    had one, and takes it out of `nodePriority`) and that pass ends there (§5.4 step 7).
 //!
 //! `engine::lifecycle_tests` follows this path pass by pass
 //! (`the_pass_that_records_a_stage_s_success_starts_the_next_and_completion_follows_a_pass_later`).
@@ -184,7 +194,8 @@ fn run_pass(
     finish(ctx, cache)
 }
 
-/// Steps 3–8 of §5.2; returns early when a step ends the pass.
+/// Steps 3 and 5–8 of §5.2; returns early when a step ends the pass. Step 4's version stamps
+/// go out with the pass's node patches ([`finish`]; docs/decisions.md, "Engine part 1").
 fn heavy_pass(ctx: &mut PassCtx<'_>, hooks: &Hooks) -> Flow {
     // Step 3: auto-taint new nodes.
     if runtime::auto_taint(ctx) {

@@ -617,13 +617,13 @@ fn dispatch_stage(ctx: &mut PassCtx<'_>, nw: usize, node: usize, name: &str) -> 
         (&node_name, order),
         names,
     );
-    ctx.create_job(node, job);
     ctx.record_and_publish_entry(
         nw,
         node,
         packages::entry(name, &package, stage, State::InProgress),
     );
     ctx.set_node_status(nw, node, Status::InProgress);
+    ctx.create_job(node, job);
     let now = ctx.now;
     ctx.nws[nw].set_condition(
         Condition {
