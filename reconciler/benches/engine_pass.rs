@@ -404,13 +404,13 @@ fn timed_hooks() -> Hooks {
     fn suspend_jobs(ctx: &mut PassCtx<'_>, nw: usize) {
         timed(3, || (Hooks::STANDARD.suspend_jobs)(ctx, nw))
     }
-    fn sweep(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+    fn sweep(ctx: &mut PassCtx<'_>, nw: usize) {
         timed(4, || (Hooks::STANDARD.sweep)(ctx, nw))
     }
-    fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+    fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) {
         timed(5, || (Hooks::STANDARD.node_metadata)(ctx, nw))
     }
-    fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+    fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) {
         timed(6, || (Hooks::STANDARD.package_configmaps)(ctx, nw))
     }
     fn resume_jobs(ctx: &mut PassCtx<'_>, nw: usize) {

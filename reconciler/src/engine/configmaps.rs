@@ -11,7 +11,7 @@ use nodewright_schema::{Interrupt, NodeWright, keys, names};
 use serde::Serialize;
 
 use super::complete::{self, RecordText};
-use super::context::{Flow, PassCtx};
+use super::context::PassCtx;
 use super::write_order::After;
 use crate::plan::Action;
 use crate::settings::Settings;
@@ -212,7 +212,7 @@ pub fn upsert_node_metadata(ctx: &mut PassCtx<'_>, nw: usize, node: usize) {
 
 /// Preamble step 5b (§9.1): delete the metadata ConfigMaps of nodes no longer selected and
 /// rewrite a stale `packages.json` on the others.
-pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) {
     let view = &ctx.nws[nw];
     let nw_name = view.name.to_string();
     // A ConfigMap is kept when it has the name of a selected node's ConfigMap. It names its
@@ -272,7 +272,6 @@ pub fn node_metadata(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             }
         }
     }
-    Flow::Continue
 }
 
 /// Keys new or changed between a ConfigMap's data and the spec (§6.8; removed keys are not
@@ -314,7 +313,7 @@ impl ConfiguredPackage<'_> {
 /// Preamble step 5c (§9.2, §6.8, §16.3): package ConfigMaps follow the spec; a data change
 /// publishes its changed keys in `status.configUpdates`; complete entries that have no
 /// applied-config record yet get one (backfill, no re-run).
-pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
+pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) {
     let view = &ctx.nws[nw];
     let nw_obj = view.nw;
     let nw_name = view.name.to_string();
@@ -478,7 +477,6 @@ pub fn package_configmaps(ctx: &mut PassCtx<'_>, nw: usize) -> Flow {
             );
         }
     }
-    Flow::Continue
 }
 
 #[cfg(test)]
@@ -655,7 +653,7 @@ mod tests {
             })
             .collect();
         let mut ctx = PassCtx::new(&snap, &s);
-        assert_eq!(node_metadata(&mut ctx, 0), Flow::Continue);
+        node_metadata(&mut ctx, 0);
         let deleted: Vec<&str> = ctx
             .emitted()
             .iter()

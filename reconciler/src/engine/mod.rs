@@ -19,16 +19,20 @@
 //!    ReportState, pause, the sweep and ConfigMaps, resume, introspection);
 //! 4. then every dispatchable NodeWright's dispatch loop (§5.5: select the batch, then
 //!    [`node_work::work_node`] on each picked, ready, incomplete node);
-//! 5. the runtime-required taint's removal, then the version stamps (§5.2 step 4, with the
-//!    pass's node patches) and the working state turned into the plan.
+//! 5. the runtime-required taint's removal (skipped by a pass that ended early);
+//! 6. in every pass, ended early or not (`finish`): the approvals and `Ready` conditions, the
+//!    version stamps (§5.2 step 4, with the pass's node patches), the node conditions, and the
+//!    working state turned into the plan.
 //!
-//! A step that changes something §5.2 or §5.4 says ends the pass returns `true` (ReportState,
-//! introspection, auto-taint, reboot tracking) or [`context::Flow::EndPass`]; what was
-//! decided so far is written and the pass requeues. ReportState and introspection judge only
-//! their own changes, comparing the NodeWright's working status before and after themselves
-//! (`NwView::mark`), so what the handlers recorded earlier in the pass does not end it. The
-//! package-lane steps are called through a table, `steps::Hooks::STANDARD`, which names each
-//! step's function (tests swap steps out).
+//! Some steps end the pass when they change something, as §5.2 and §5.4 say: auto-taint,
+//! reboot tracking, the finalizer, ReportState, the pause and introspection. Such a step
+//! returns `true` or [`context::Flow::EndPass`]; what was decided so far is written and the
+//! pass requeues. ReportState and introspection judge only their own changes, comparing the
+//! NodeWright's working status before and after themselves (`NwView::mark`), so what the
+//! handlers recorded earlier in the pass does not end it. The preamble's data steps (the
+//! sweep and the ConfigMaps) never end it (docs/decisions.md). The package-lane steps are
+//! called through a table, `steps::Hooks::STANDARD`, which names each step's function (tests
+//! swap steps out).
 //!
 //! # The working state
 //!
@@ -53,9 +57,10 @@
 //! `interrupt`: with one, interrupt processing (`node_work`, §6.12: cordon, wait, drain) holds
 //! the node before `apply`, and the package completes only after its `post-interrupt`.
 //!
-//! 1. Introspection ([`status::introspect`], §5.12) finds the new node `waiting`; the dispatch
-//!    loop's batch selection ([`select::select_nodes`], §2, §5.5) picks it, and
-//!    [`node_work::work_node`] runs on it once it is ready ([`order::node_ready`]).
+//! 1. A new node's first passes end early: ReportState's counters move, then introspection
+//!    ([`status::introspect`], §5.12) sets its Status `unknown`, then `waiting`. In the next
+//!    pass the dispatch loop's batch selection ([`select::select_nodes`], §2, §5.5) picks it,
+//!    and [`node_work::work_node`] runs on it once it is ready ([`order::node_ready`]).
 //! 2. For the runnable package, interrupt processing (`interrupt_processing`, §6.12) lets
 //!    it through at once, as it has no interrupt, and it dispatches the next stage
 //!    (`dispatch_stage`, §6.3), which asks [`packages::choose_stage`]: `apply` for a package
@@ -72,7 +77,8 @@
 //!    `(apply, complete)` and marks the Job processed (§8.8).
 //! 6. The same pass's dispatch asks `choose_stage` again: after a complete `apply` it answers
 //!    `config` (`packages::next_stage`), and steps 3 to 5 repeat for the config Job. On its
-//!    success the handler also records the configuration it ran with (§16.3).
+//!    success the handler also records the configuration it ran with, for a package with a
+//!    `configMap` (§16.3).
 //! 7. With every package complete, the node is complete by package state
 //!    ([`complete::node_complete`]). The pass that recorded it ends at ReportState
 //!    ([`status::report_state`], §5.4 step 3), as the NodeWright's counters moved; in the next
@@ -256,13 +262,11 @@ fn preamble(ctx: &mut PassCtx<'_>, hooks: &Hooks, nw: usize) -> Flow {
         (hooks.suspend_jobs)(ctx, nw);
         return Flow::Continue;
     }
-    // 5. Validate and upsert data.
+    // 5. Validate and upsert data. None of these ends the pass (docs/decisions.md, "The
+    // preamble's data steps do not end the pass").
     (hooks.sweep)(ctx, nw);
-    for step in [hooks.node_metadata, hooks.package_configmaps] {
-        if step(ctx, nw) == Flow::EndPass {
-            return Flow::EndPass;
-        }
-    }
+    (hooks.node_metadata)(ctx, nw);
+    (hooks.package_configmaps)(ctx, nw);
     // 6. Resume (only when neither paused nor disabled).
     if !ctx.nws[nw].disabled() {
         (hooks.resume_jobs)(ctx, nw);

@@ -152,7 +152,6 @@ pub fn work_node(ctx: &mut PassCtx<'_>, nw: usize, node: usize) -> NodeWorkResul
         }
         match dispatch_stage(ctx, nw, node, name) {
             Dispatch::Running => {
-                result.dispatched += 1;
                 result.requeue = true;
                 if serial {
                     break;
@@ -262,7 +261,6 @@ fn interrupt_processing(
     runnable: &[String],
 ) -> Gate {
     let view = &ctx.nws[nw];
-    let nw_name = view.name.to_string();
     let Some(p) = view.nw.spec.packages().get(name).cloned() else {
         return Gate::Proceed;
     };
@@ -384,7 +382,6 @@ fn interrupt_processing(
         ctx.requeue_active();
         return Gate::Wait { drain: false };
     }
-    let _ = nw_name;
     Gate::Proceed
 }
 

@@ -27,9 +27,9 @@ pub struct Hooks {
     /// Preamble step 5a: Job sweep (§8.14).
     pub sweep: SideFn,
     /// Preamble step 5b: node-metadata ConfigMaps (§9.1).
-    pub node_metadata: StepFn,
+    pub node_metadata: SideFn,
     /// Preamble step 5c: package ConfigMaps and the config gate (§9.2, §6.8).
-    pub package_configmaps: StepFn,
+    pub package_configmaps: SideFn,
     /// Preamble step 6: resume suspended Jobs (§8.15).
     pub resume_jobs: SideFn,
     /// Dispatch step 6: one picked, ready node.
@@ -67,8 +67,8 @@ impl Hooks {
             finalizer: no_step,
             suspend_jobs: no_side,
             sweep: no_side,
-            node_metadata: no_step,
-            package_configmaps: no_step,
+            node_metadata: no_side,
+            package_configmaps: no_side,
             resume_jobs: no_side,
             work_node: no_work,
         }

@@ -549,10 +549,7 @@ pub fn fake_work(
     if dispatched > 0 {
         ctx.set_node_status(nw, node, Status::InProgress);
     }
-    super::context::NodeWorkResult {
-        requeue: true,
-        dispatched,
-    }
+    super::context::NodeWorkResult { requeue: true }
 }
 
 /// Completes (or fails) every in-progress entry of a NodeWright on the nodes `pick` selects,

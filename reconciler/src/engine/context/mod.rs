@@ -72,8 +72,6 @@ pub enum Flow {
 pub struct NodeWorkResult {
     /// Something is still pending on this node (waiting at a barrier, Job running, …).
     pub requeue: bool,
-    /// Packages dispatched (a stage Job created or already running counts).
-    pub dispatched: usize,
 }
 
 /// Longest Job label value; longer node names are hashed into the `node` label (§4.7).
