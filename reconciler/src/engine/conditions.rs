@@ -229,17 +229,14 @@ pub fn node_conditions(ctx: &PassCtx) -> Vec<Action> {
                 WantedConditions::of(view.name, ConditionFacts { complete, erroring })
             })
         });
-        for (p, &n) in view.selected.iter().enumerate() {
+        for &n in &view.selected {
             let Some(erroring) = ctx.node_digest(nw, n, |d| d.map(|d| d.erroring)) else {
                 continue;
             };
-            let facts = ConditionFacts {
-                complete: view.complete.get(p).copied().unwrap_or(false),
-                erroring,
-            };
-            let wanted = &wanted_as[usize::from(facts.complete)][usize::from(erroring)];
+            let complete = view.is_complete(n);
+            let wanted = &wanted_as[usize::from(complete)][usize::from(erroring)];
             let node = ctx.node(n).node();
-            let current = view.node_conditions_current(p, node, wanted, conditions_current);
+            let current = view.node_conditions_current(n, node, wanted, conditions_current);
             for (i, wanted) in wanted.conditions.iter().enumerate() {
                 if current & (1 << i) == 0 {
                     per_node.entry(n).or_default().push(NodeCondition {

@@ -437,19 +437,21 @@ impl<'a> NwView<'a> {
         }
     }
 
-    /// Which of the NodeWright's two node conditions (§4.5) the `p`th selected node, `node`,
+    /// Which of the NodeWright's two node conditions (§4.5) node `id`, the object `node`,
     /// already carries as `wanted`: bit `i` for the `i`th condition. `derive` is a plain
     /// function of the node object and the wanted conditions, which the NodeWright's name and
-    /// their facts make whole, so the answer kept for that node object and those facts cannot
-    /// miss an input, whatever the pass writes.
+    /// their facts make whole, so the answer kept for a selected node's object and those facts
+    /// cannot miss an input, whatever the pass writes.
     pub fn node_conditions_current(
         &self,
-        p: usize,
+        id: usize,
         node: &Node,
         wanted: &WantedConditions,
         derive: fn(&Node, &WantedConditions) -> u8,
     ) -> u8 {
-        let known = &self.conditions_current[p];
+        let Some(known) = self.position(id).map(|p| &self.conditions_current[p]) else {
+            return derive(node, wanted);
+        };
         match known.get() {
             Some((facts, bits)) if facts == wanted.facts() => bits,
             _ => {
